@@ -1,0 +1,249 @@
+"""HCCL rank tables: typed model, tolerant parsing, faithful writing.
+
+A rank table is the JSON file HCCL reads to learn which devices take part in a
+job (``server_list[].device[]`` with ``device_id``, ``device_ip``, ``rank_id``).
+Real tables are written by hand, by ``hccl_tools.py`` and by merge scripts, so
+numbers arrive as JSON strings ("3") or integers (3) and keys come in any order.
+
+Parsing here never rejects a table for its *content*: it keeps every value as
+found (so the validator can quote the offending value with its JSON path) and
+records only shape problems it cannot represent (``server_list`` not a list, a
+device that is not an object).  Unknown keys are kept in ``extra`` and written
+back unchanged.  Only unreadable input (bad JSON, top level not an object)
+raises ``RankTableError``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+KNOWN_VERSIONS = ("1.0", "1.2")
+
+
+class RankTableError(Exception):
+    """The file cannot be read as a rank table at all (I/O error, malformed JSON)."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One finding about a rank table: where, what value, what is wrong, how to fix it."""
+
+    path: str
+    value: Any
+    message: str
+    fix: str
+    rule: str
+    severity: str = "error"  # "error" or "warning"
+
+    def as_dict(self) -> dict:
+        return {"severity": self.severity, "rule": self.rule, "path": self.path,
+                "value": None if self.value is MISSING else self.value, "message": self.message, "fix": self.fix}
+
+    def __str__(self) -> str:
+        shown = "<missing>" if self.value is MISSING else json.dumps(self.value)
+        return f"{self.severity}: [{self.rule}] {self.path} = {shown}: {self.message} Fix: {self.fix}"
+
+
+class _Missing:
+    """Marks a key absent from the JSON, which differs from an explicit null or ""."""
+
+    def __repr__(self) -> str:
+        return "<missing>"
+
+    def __bool__(self) -> bool:
+        return False
+
+
+MISSING: Any = _Missing()
+
+
+def as_int(value: Any) -> int | None:
+    """The integer a rank-table number means, or None when it is not one.
+
+    HCCL accepts "3" and 3 alike; booleans, floats, blanks and signs are not numbers here.
+    """
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if value >= 0 else None
+    if isinstance(value, str) and value.strip().isdigit() and value.strip().isascii():
+        return int(value.strip())
+    return None
+
+
+@dataclass
+class Device:
+    device_id: Any = MISSING
+    device_ip: Any = MISSING
+    rank_id: Any = MISSING
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def rank(self) -> int | None:
+        return as_int(self.rank_id)
+
+    @property
+    def device(self) -> int | None:
+        return as_int(self.device_id)
+
+
+@dataclass
+class Server:
+    server_id: Any = MISSING
+    devices: list[Device] = field(default_factory=list)
+    extra: dict = field(default_factory=dict)
+    device_list_raw: Any = MISSING  # the "device" value when it was not a list
+
+
+@dataclass
+class RankTable:
+    version: Any = MISSING
+    server_count: Any = MISSING
+    servers: list[Server] = field(default_factory=list)
+    status: Any = MISSING
+    super_pods: Any = MISSING
+    extra: dict = field(default_factory=dict)
+    shape_problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def devices(self) -> list[tuple[int, int, Device]]:
+        """(server index, device index, device) for every device, in file order."""
+        return [(s, d, dev) for s, srv in enumerate(self.servers) for d, dev in enumerate(srv.devices)]
+
+    @property
+    def device_count(self) -> int:
+        return sum(len(s.devices) for s in self.servers)
+
+
+def _shape(path: str, value: Any, expected: str) -> Problem:
+    return Problem(path, value, f"must be {expected}.", f"make {path} {expected}.", "S structure")
+
+
+def _pop(obj: dict, key: str) -> Any:
+    return obj.pop(key) if key in obj else MISSING
+
+
+def from_obj(obj: Any) -> RankTable:
+    """Build a RankTable from parsed JSON, keeping every value and unknown key."""
+    if not isinstance(obj, dict):
+        raise RankTableError(f"top level must be a JSON object, found {type(obj).__name__}")
+    obj = dict(obj)
+    table = RankTable(version=_pop(obj, "version"), server_count=_pop(obj, "server_count"),
+                      status=_pop(obj, "status"), super_pods=_pop(obj, "super_pod_list"))
+    server_list = _pop(obj, "server_list")
+    table.extra = obj
+    if server_list is MISSING:
+        table.shape_problems.append(Problem("server_list", MISSING, "is missing.",
+                                            "add a server_list array with one object per server.",
+                                            "S structure"))
+        return table
+    if not isinstance(server_list, list):
+        table.shape_problems.append(_shape("server_list", server_list, "an array of server objects"))
+        return table
+    for s, raw_server in enumerate(server_list):
+        if not isinstance(raw_server, dict):
+            table.shape_problems.append(_shape(f"server_list[{s}]", raw_server, "an object"))
+            table.servers.append(Server())
+            continue
+        raw_server = dict(raw_server)
+        server = Server(server_id=_pop(raw_server, "server_id"))
+        devices = _pop(raw_server, "device")
+        server.extra = raw_server
+        if not isinstance(devices, list):
+            server.device_list_raw = devices
+            table.shape_problems.append(
+                Problem(f"server_list[{s}].device", devices,
+                        "is missing." if devices is MISSING else "must be an array of device objects.",
+                        "give each server a device array.", "S structure"))
+        else:
+            for d, raw_dev in enumerate(devices):
+                if not isinstance(raw_dev, dict):
+                    table.shape_problems.append(_shape(f"server_list[{s}].device[{d}]", raw_dev, "an object"))
+                    server.devices.append(Device())
+                    continue
+                raw_dev = dict(raw_dev)
+                server.devices.append(Device(device_id=_pop(raw_dev, "device_id"),
+                                             device_ip=_pop(raw_dev, "device_ip"),
+                                             rank_id=_pop(raw_dev, "rank_id"), extra=raw_dev))
+        table.servers.append(server)
+    return table
+
+
+def loads(text: str) -> RankTable:
+    """Parse rank-table JSON text; malformed JSON names its line and column."""
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise RankTableError(f"malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+    return from_obj(obj)
+
+
+def load(path: str) -> RankTable:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RankTableError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    return loads(text)
+
+
+def _put(out: dict, key: str, value: Any) -> None:
+    if value is not MISSING:
+        out[key] = value
+
+
+def to_obj(table: RankTable) -> dict:
+    """The table as JSON-ready data, in HCCL's customary key order, unknown keys kept."""
+    out: dict = {}
+    _put(out, "version", table.version)
+    _put(out, "server_count", table.server_count)
+    servers = []
+    for server in table.servers:
+        s: dict = {}
+        _put(s, "server_id", server.server_id)
+        if server.device_list_raw is not MISSING:
+            s["device"] = server.device_list_raw
+        else:
+            devices = []
+            for dev in server.devices:
+                d: dict = {}
+                _put(d, "device_id", dev.device_id)
+                _put(d, "device_ip", dev.device_ip)
+                _put(d, "rank_id", dev.rank_id)
+                d.update(dev.extra)
+                devices.append(d)
+            s["device"] = devices
+        s.update(server.extra)
+        servers.append(s)
+    out["server_list"] = servers
+    _put(out, "super_pod_list", table.super_pods)
+    _put(out, "status", table.status)
+    out.update(table.extra)
+    return out
+
+
+def dumps(table: RankTable) -> str:
+    return json.dumps(to_obj(table), indent=4) + "\n"
+
+
+def dump(table: RankTable, path: str) -> None:
+    """Write the table atomically, so a reader (HCCL, another host) never sees half a file."""
+    import os
+    import tempfile
+
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".rank_table.", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(dumps(table))
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def numbered_like(template: Any, number: int) -> Any:
+    """``number`` written in the style of ``template``: a string where the table used strings."""
+    return number if isinstance(template, int) and not isinstance(template, bool) else str(number)

@@ -1,0 +1,335 @@
+"""HCCL topology rules and the profiles that select them.
+
+Each rule is a function ``table -> iterable of Problem``, named after the rule it
+checks, so that the README, the tests and the messages all speak of the same
+"R1".."R8".  A profile is an ordered set of rules: ``validate(table, profile)``
+runs them all and returns every problem at once, because a user fixing a
+64-NPU table wants the whole list, not one error per attempt.
+
+The default profile, ``atlas910``, encodes the rules of the MindSpore/HCCL
+tutorial for Atlas 910 (the seeds).  ``a2`` relaxes the device-count rules for
+Atlas A2 servers; ``structure`` checks only that the file can be interpreted.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections import Counter
+from typing import Callable, Iterable
+
+from .ranktable import KNOWN_VERSIONS, MISSING, Problem, RankTable, as_int
+
+Rule = Callable[[RankTable], Iterable[Problem]]
+
+
+def _dev_path(s: int, d: int, key: str) -> str:
+    return f"server_list[{s}].device[{d}].{key}"
+
+
+def _is_text(value) -> bool:
+    return isinstance(value, str) and value.strip() != ""
+
+
+def rule_structure(table: RankTable) -> Iterable[Problem]:
+    """S: the table can be interpreted: known version, numbers where numbers belong."""
+    yield from table.shape_problems
+    if table.version is MISSING:
+        yield Problem("version", MISSING, "is missing.", 'add "version": "1.0".', "S structure")
+    elif str(table.version) not in KNOWN_VERSIONS:
+        yield Problem("version", table.version, f"is not a rank-table version dlaunch knows ({', '.join(KNOWN_VERSIONS)}).",
+                      'use "1.0" (or "1.2" with super_pod_list).', "S structure")
+    if table.server_count is not MISSING and as_int(table.server_count) is None:
+        yield Problem("server_count", table.server_count, "must be a non-negative integer (a string or a number).",
+                      f'write "server_count": "{len(table.servers)}".', "S structure")
+    for s, d, dev in table.devices:
+        for key in ("device_id", "rank_id"):
+            value = getattr(dev, key)
+            if value is MISSING:
+                yield Problem(_dev_path(s, d, key), MISSING, "is missing.",
+                              f'give every device a {key}, e.g. "{key}": "{d}".', "S structure")
+            elif as_int(value) is None:
+                yield Problem(_dev_path(s, d, key), value, "must be a non-negative integer (a string or a number).",
+                              f'write it as digits, e.g. "{key}": "{d}".', "S structure")
+    if not table.servers and not table.shape_problems:
+        yield Problem("server_list", [], "is empty: a job needs at least one server.",
+                      "add the servers that take part.", "S structure")
+
+
+def rule_device_count_910(table: RankTable) -> Iterable[Problem]:
+    """R1: one server holds 1, 2, 4 or 8 devices; several servers hold 8 each (8xN)."""
+    if len(table.servers) == 1:
+        n = len(table.servers[0].devices)
+        if n not in (1, 2, 4, 8):
+            yield Problem("server_list[0].device", n, f"a single server must use 1, 2, 4 or 8 devices, not {n}.",
+                          "use 1, 2, 4 or 8 devices (or --profile a2 on Atlas A2).", "R1 device-count")
+        return
+    for s, server in enumerate(table.servers):
+        n = len(server.devices)
+        if n != 8:
+            yield Problem(f"server_list[{s}].device", n,
+                          f"in a multi-server table every server must use all 8 devices, this one uses {n}.",
+                          "list all 8 devices on every server (8xN devices in total).", "R1 device-count")
+
+
+def rule_device_count_a2(table: RankTable) -> Iterable[Problem]:
+    """R1 (Atlas A2): any 1 to 8 devices per server, the same count on every server."""
+    counts = [len(server.devices) for server in table.servers]
+    for s, n in enumerate(counts):
+        if not 1 <= n <= 8:
+            yield Problem(f"server_list[{s}].device", n, f"a server must use 1 to 8 devices, not {n}.",
+                          "list between 1 and 8 devices.", "R1 device-count")
+    if counts and len(set(counts)) > 1:
+        usual = Counter(counts).most_common(1)[0][0]
+        for s, n in enumerate(counts):
+            if n != usual and 1 <= n <= 8:
+                yield Problem(f"server_list[{s}].device", n,
+                              f"every server must use the same number of devices; most use {usual}, this one {n}.",
+                              f"use {usual} devices on every server.", "R1 device-count")
+
+
+def rule_device_half(table: RankTable) -> Iterable[Problem]:
+    """R2: a server of 2 or 4 devices keeps them all in 0-3 or all in 4-7 (one HCCS ring)."""
+    for s, server in enumerate(table.servers):
+        if len(server.devices) not in (2, 4):
+            continue
+        ids = [dev.device for dev in server.devices]
+        if any(i is None or i > 7 for i in ids):
+            continue  # reported by S / R3
+        halves = {i // 4 for i in ids}
+        if len(halves) > 1:
+            first_half = ids[0] // 4
+            for d, i in enumerate(ids):
+                if i // 4 != first_half:
+                    yield Problem(_dev_path(s, d, "device_id"), server.devices[d].device_id,
+                                  f"a {len(ids)}-device server must keep all devices in 0-3 or all in 4-7; "
+                                  f"this one mixes both ({sorted(ids)}).",
+                                  f"pick devices only from {'0-3' if first_half == 0 else '4-7'}.",
+                                  "R2 device-half")
+
+
+def rule_device_ids(table: RankTable) -> Iterable[Problem]:
+    """R3: device_id unique on its server and within 0-7; device_ip valid, unique, required on several servers."""
+    multi = len(table.servers) > 1
+    ip_seen: dict[str, str] = {}
+    for s, server in enumerate(table.servers):
+        seen: dict[int, int] = {}
+        for d, dev in enumerate(server.devices):
+            i = dev.device
+            if i is not None:
+                if i > 7:
+                    yield Problem(_dev_path(s, d, "device_id"), dev.device_id, "must be within 0-7.",
+                                  "use the physical device number (0-7) shown by npu-smi.", "R3 device-id")
+                if i in seen:
+                    yield Problem(_dev_path(s, d, "device_id"), dev.device_id,
+                                  f"repeats device[{seen[i]}] on the same server.",
+                                  "list each physical device once per server.", "R3 device-id")
+                else:
+                    seen[i] = d
+            ip = dev.device_ip
+            path = _dev_path(s, d, "device_ip")
+            if ip is MISSING or ip is None or (isinstance(ip, str) and not ip.strip()):
+                if multi:
+                    yield Problem(path, ip, "is required when the table has more than one server.",
+                                  "copy address_N of /etc/hccn.conf on that server.", "R3 device-ip")
+                else:
+                    yield Problem(path, ip, "is empty; HCCL on real NPUs needs the device NIC address.",
+                                  "fill it from /etc/hccn.conf (fine to leave empty on CPU/GPU hosts).",
+                                  "R3 device-ip", "warning")
+                continue
+            try:
+                addr = str(ipaddress.ip_address(ip.strip() if isinstance(ip, str) else ip))
+            except ValueError:
+                yield Problem(path, ip, "is not a valid IPv4 or IPv6 address.",
+                              "copy address_N of /etc/hccn.conf on that server.", "R3 device-ip")
+                continue
+            if addr in ip_seen:
+                yield Problem(path, ip, f"is already used by {ip_seen[addr]}; device IPs must be unique.",
+                              "give each device its own NIC address.", "R3 device-ip")
+            else:
+                ip_seen[addr] = path
+
+
+def rule_servers(table: RankTable) -> Iterable[Problem]:
+    """R4: server_id present and unique; server_count equals the number of servers."""
+    seen: dict[str, int] = {}
+    for s, server in enumerate(table.servers):
+        sid = server.server_id
+        if not _is_text(sid):
+            yield Problem(f"server_list[{s}].server_id", sid,
+                          "is missing." if sid is MISSING else "must be a non-empty string (the host's address).",
+                          "set it to the host's IP address.", "R4 server-id")
+            continue
+        if sid in seen:
+            yield Problem(f"server_list[{s}].server_id", sid, f"repeats server_list[{seen[sid]}].",
+                          "list each host once; merge its devices into one entry.", "R4 server-id")
+        else:
+            seen[sid] = s
+    if table.server_count is MISSING:
+        yield Problem("server_count", MISSING, "is missing.", f'add "server_count": "{len(table.servers)}".',
+                      "R4 server-count")
+    else:
+        count = as_int(table.server_count)
+        if count is not None and count != len(table.servers):
+            yield Problem("server_count", table.server_count,
+                          f"says {count} but server_list holds {len(table.servers)} servers.",
+                          f'write "server_count": "{len(table.servers)}".', "R4 server-count")
+
+
+def rule_ranks(table: RankTable) -> Iterable[Problem]:
+    """R5: rank_id unique and contiguous from 0; one contiguous block per server; blocks ascend in list order."""
+    total = table.device_count
+    where: dict[int, str] = {}
+    raw: dict[int, object] = {}
+    for s, d, dev in table.devices:
+        r = dev.rank
+        if r is None:
+            continue
+        path = _dev_path(s, d, "rank_id")
+        if r in where:
+            yield Problem(path, dev.rank_id, f"repeats {where[r]}; every rank must be unique.",
+                          "renumber ranks 0..N-1 in server order (dlaunch merge-ranktable does this).",
+                          "R5 rank-unique")
+        else:
+            where[r], raw[r] = path, dev.rank_id
+    missing = sorted(set(range(total)) - set(where))
+    if missing:
+        shown = ", ".join(map(str, missing[:8])) + (" ..." if len(missing) > 8 else "")
+        for r in sorted(x for x in where if x >= total):
+            yield Problem(where[r], raw[r], f"is out of range: {total} devices need ranks 0..{total - 1} (missing {shown}).",
+                          "number ranks contiguously from 0.", "R5 rank-contiguous")
+    previous_max, previous_server = None, None
+    for s, server in enumerate(table.servers):
+        ranks = [dev.rank for dev in server.devices]
+        if not ranks or any(r is None for r in ranks):
+            continue
+        lo, hi = min(ranks), max(ranks)
+        if len(set(ranks)) == len(ranks) and hi - lo + 1 != len(ranks):
+            yield Problem(f"server_list[{s}].device", sorted(ranks),
+                          f"ranks on one server must form one contiguous block; {lo}..{hi} has gaps.",
+                          "give each server consecutive ranks.", "R5 rank-block")
+        if previous_max is not None and lo <= previous_max:
+            d = ranks.index(lo)
+            yield Problem(_dev_path(s, d, "rank_id"), server.devices[d].rank_id,
+                          f"rank blocks must ascend in server_list order; server_list[{previous_server}] "
+                          f"already reaches rank {previous_max}.",
+                          "order servers by their ranks, or renumber ranks in server order.", "R5 rank-order")
+        if previous_max is None or hi > previous_max:
+            previous_max, previous_server = hi, s
+
+
+def _address_order_disagrees(first: str, second: str) -> bool:
+    """True when two ids are addresses whose numeric order differs from their text order (10.0.0.9 vs 10.0.0.10)."""
+    try:
+        return (ipaddress.ip_address(first) < ipaddress.ip_address(second)) != (first < second)
+    except (ValueError, TypeError):
+        return False
+
+
+def rule_server_order(table: RankTable) -> Iterable[Problem]:
+    """R6: rank order follows the lexicographic (string) order of server_id, as HCCL requires."""
+    blocks = []
+    for s, server in enumerate(table.servers):
+        ranks = [dev.rank for dev in server.devices]
+        if not _is_text(server.server_id) or not ranks or any(r is None for r in ranks):
+            return  # reported elsewhere; order is meaningless without ids and ranks
+        blocks.append((min(ranks), s, server.server_id))
+    blocks.sort()
+    for (_, s_prev, id_prev), (lo, s, sid) in zip(blocks, blocks[1:]):
+        if sid < id_prev:
+            why = ""
+            if _address_order_disagrees(sid, id_prev):
+                why = (f" (server_ids compare as text, character by character, so '{sid}' sorts before "
+                       f"'{id_prev}' although it is the larger address)")
+            yield Problem(f"server_list[{s}].server_id", sid,
+                          f"holds ranks from {lo} but sorts before server_list[{s_prev}].server_id '{id_prev}'"
+                          f"{why}; HCCL requires rank order to follow server_id string order.",
+                          "give lower ranks to the server whose id sorts first (dlaunch merge-ranktable does).",
+                          "R6 server-order")
+
+
+def rule_status(table: RankTable) -> Iterable[Problem]:
+    """R7: status is "completed"; "initializing" means the operator is still writing the file."""
+    if table.status is MISSING:
+        yield Problem("status", MISSING, 'is missing; dlaunch assumes "completed".', 'add "status": "completed".',
+                      "R7 status", "warning")
+    elif table.status != "completed":
+        yield Problem("status", table.status, 'must be "completed" before a job may use the table.',
+                      "wait for the writer to finish (validate-ranktable --wait SECONDS polls), "
+                      'then it says "completed".', "R7 status")
+
+
+def rule_super_pods(table: RankTable) -> Iterable[Problem]:
+    """R8 (version 1.2): super_pod_list names existing servers, and each pod's servers are listed together."""
+    if str(table.version) != "1.2":
+        return
+    pods = table.super_pods
+    if pods is MISSING:
+        yield Problem("super_pod_list", MISSING, "is missing; version 1.2 tables group servers into super pods.",
+                      'add "super_pod_list" or use version "1.0".', "R8 super-pod")
+        return
+    if not isinstance(pods, list):
+        yield Problem("super_pod_list", pods, "must be an array of pods.", "see the 1.2 format.", "R8 super-pod")
+        return
+    index = {server.server_id: s for s, server in enumerate(table.servers) if _is_text(server.server_id)}
+    pod_of: dict[str, str] = {}
+    for p, pod in enumerate(pods):
+        members = pod.get("server_list") if isinstance(pod, dict) else None
+        if not isinstance(members, list):
+            yield Problem(f"super_pod_list[{p}].server_list", members, "must be an array of {\"server_id\": ...}.",
+                          "list the pod's servers.", "R8 super-pod")
+            continue
+        positions = []
+        for m, member in enumerate(members):
+            sid = member.get("server_id") if isinstance(member, dict) else None
+            path = f"super_pod_list[{p}].server_list[{m}].server_id"
+            if not isinstance(sid, str) or sid not in index:
+                yield Problem(path, sid, "names no server of server_list.",
+                              "list only servers that appear in server_list.", "R8 super-pod")
+                continue
+            if sid in pod_of:
+                yield Problem(path, sid, f"is already in super pod {pod_of[sid]}.",
+                              "put each server in one pod.", "R8 super-pod")
+                continue
+            pod_of[sid] = str(pod.get("super_pod_id", p))
+            positions.append(index[sid])
+        if positions and max(positions) - min(positions) + 1 != len(positions):
+            yield Problem(f"super_pod_list[{p}]", sorted(positions),
+                          f"the servers of one super pod must be listed together in server_list; these sit at "
+                          f"positions {sorted(positions)}.", "reorder server_list so each pod's servers are adjacent.",
+                          "R8 super-pod")
+
+
+PROFILES: dict[str, tuple[Rule, ...]] = {
+    "atlas910": (rule_structure, rule_device_count_910, rule_device_half, rule_device_ids, rule_servers,
+                 rule_ranks, rule_server_order, rule_status, rule_super_pods),
+    "a2": (rule_structure, rule_device_count_a2, rule_device_ids, rule_servers, rule_ranks, rule_server_order,
+           rule_status, rule_super_pods),
+    "structure": (rule_structure,),
+}
+DEFAULT_PROFILE = "atlas910"
+PROFILE_HELP = {
+    "atlas910": "the seeds' HCCL rules for Atlas 910 (default): 1/2/4/8 devices on one server, 8xN on several",
+    "a2": "Atlas A2: any 1-8 devices per server, the same count on every server",
+    "structure": "only that the table can be interpreted (any device count, no HCCL rules)",
+}
+
+
+def validate(table: RankTable, profile: str = DEFAULT_PROFILE) -> list[Problem]:
+    """Every problem the profile's rules find, errors and warnings, in rule order."""
+    return [problem for rule in PROFILES[profile] for problem in rule(table)]
+
+
+def errors(problems: list[Problem]) -> list[Problem]:
+    return [p for p in problems if p.severity == "error"]
+
+
+def summary(table: RankTable) -> dict:
+    """A short description of a table for people and scripts."""
+    servers = []
+    for server in table.servers:
+        ranks = sorted(r for r in (dev.rank for dev in server.devices) if r is not None)
+        servers.append({"server_id": server.server_id if server.server_id is not MISSING else None,
+                        "devices": [dev.device for dev in server.devices],
+                        "ranks": [ranks[0], ranks[-1]] if ranks else []})
+    return {"version": None if table.version is MISSING else table.version,
+            "servers": len(table.servers), "devices": table.device_count, "server_list": servers}
