@@ -111,22 +111,13 @@ def _write_table(table, output: str | None) -> None:
         sys.stdout.write(dumps(table))
 
 
-def _refuse_invalid(table, profile: str, what: str) -> None:
-    from .topology import errors, validate
-
-    bad = errors(validate(table, profile))
-    if bad:
-        more = f" (and {len(bad) - 1} more error(s))" if len(bad) > 1 else ""
-        raise UsageError(f"{what} breaks rule {bad[0].rule} of profile {profile}: {bad[0].path}: "
-                         f"{bad[0].message}{more}; --profile a2 or structure relaxes the rules")
-
-
 def cmd_gen(args: argparse.Namespace) -> int:
     from .hccn import parse_devices, primary_address, read_hccn_conf, single_server_table
+    from .topology import require_valid
 
     devices = parse_devices(args.devices)
     table = single_server_table(devices, args.server_id or primary_address(), read_hccn_conf(args.hccn_conf))
-    _refuse_invalid(table, args.profile, f"device set {args.devices}")
+    require_valid(table, args.profile, f"device set {args.devices}")
     _write_table(table, args.output)
     if args.output and args.output != "-":
         print(f"wrote {args.output} ({_describe(table)})", file=sys.stderr)
@@ -136,6 +127,7 @@ def cmd_gen(args: argparse.Namespace) -> int:
 def cmd_merge(args: argparse.Namespace) -> int:
     from .hccn import merge_tables
     from .ranktable import RankTableError, load
+    from .topology import require_valid
 
     tables = []
     for path in args.files:
@@ -144,10 +136,112 @@ def cmd_merge(args: argparse.Namespace) -> int:
         except RankTableError as exc:
             raise UsageError(f"{path}: {exc}") from None
     merged = merge_tables(tables)
-    _refuse_invalid(merged, args.profile, "the merged table")
+    require_valid(merged, args.profile, "the merged table")
     _write_table(merged, args.output)
     print(f"wrote {args.output} ({_describe(merged)})", file=sys.stderr)
     return 0
+
+
+def _load_table(path: str):
+    from .ranktable import RankTableError, load
+
+    try:
+        return load(path)
+    except RankTableError as exc:
+        raise UsageError(f"rank table {path}: {exc}") from None
+
+
+def _launch_table(args: argparse.Namespace):
+    """(table, this host's server index, table source) from --ranks, --devices or --rank-table."""
+    from .hccn import parse_devices, read_hccn_conf, single_server_table
+    from .share import select_server
+    from .topology import require_valid
+
+    if args.rank_table:
+        table = _load_table(args.rank_table)
+        require_valid(table, args.profile, f"rank table {args.rank_table}")
+        return table, select_server(table, args.server_id, args.rank_start), args.rank_table
+    if args.devices is not None:
+        devices, what = parse_devices(args.devices), f"--devices {args.devices}"
+    else:
+        if args.ranks < 1:
+            raise UsageError(f"--ranks must be at least 1, not {args.ranks}")
+        devices, what = list(range(args.ranks)), f"--ranks {args.ranks}"
+    table = single_server_table(devices, args.server_id or "127.0.0.1", read_hccn_conf(args.hccn_conf))
+    require_valid(table, args.profile, what)
+    return table, 0, what
+
+
+def _options(args: argparse.Namespace, table, server_index: int, host_suffix: str = ""):
+    import os
+    import re
+
+    from .plan import Command, Options
+    from .rundir import check_run_id, new_run_id
+    from .runner import free_port
+
+    command = Command(target=args.script if args.module or args.no_python else os.path.abspath(args.script),
+                      args=tuple(args.script_args), module=args.module, no_python=args.no_python)
+    console = args.console.strip().lower()
+    if console not in ("all", "none") and not re.fullmatch(r"\d+(,\d+)*", console):
+        raise UsageError(f"bad --console {args.console!r}: use all, none or rank numbers such as 0,3")
+    if console not in ("all", "none"):
+        beyond = [r for r in map(int, console.split(",")) if r >= table.device_count]
+        if beyond:
+            raise UsageError(f"--console names rank {beyond[0]} but the job has {table.device_count} ranks")
+    if args.grace_period < 0 or args.max_restarts < 0:
+        raise UsageError("--grace-period and --max-restarts cannot be negative")
+    master_addr = args.master_addr or "127.0.0.1"
+    if args.master_port is not None and not 0 < args.master_port < 65536:
+        raise UsageError(f"--master-port {args.master_port} is not a TCP port")
+    return Options(command=command, run_id=check_run_id(args.run_id) if args.run_id else new_run_id(),
+                   output_dir=os.path.abspath(args.output_dir), launch_dir=os.getcwd(), python=sys.executable,
+                   cwd_mode=args.cwd, console=console, grace_period=args.grace_period,
+                   max_restarts=args.max_restarts, master_addr=master_addr,
+                   master_port=args.master_port or free_port(master_addr), host_files_suffix=host_suffix)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from .runner import launch
+
+    table, server_index, _ = _launch_table(args)
+    opts = _options(args, table, server_index)
+    return launch(table, server_index, opts, dry_run=args.dry_run, shared_run_dir=bool(args.run_id),
+                  fixed_port=args.master_port is not None)
+
+
+def _launch_args(p: argparse.ArgumentParser) -> None:
+    """Options shared by run and cluster: what to run, where its files go, how to fail."""
+    from .plan import CWD_LAUNCH, CWD_RANK
+
+    p.add_argument("script", metavar="SCRIPT", help="training script (a module name with -m, an executable "
+                                                    "with --no-python); its arguments go after --")
+    what = p.add_mutually_exclusive_group()
+    what.add_argument("-m", "--module", action="store_true", help="SCRIPT is a Python module, run as python -m")
+    what.add_argument("--no-python", action="store_true", help="SCRIPT is an executable, run without python")
+    p.add_argument("--rank-table", metavar="FILE", help="HCCL rank table; this host runs its own server's devices")
+    p.add_argument("--server-id", help="this host's server_id in the rank table")
+    p.add_argument("--rank-start", type=int, metavar="K", help="this host is the server whose first rank is K")
+    _profile_arg(p)
+    p.add_argument("--output-dir", default="dlaunch_runs", metavar="DIR",
+                   help="where run directories go (default ./dlaunch_runs)")
+    p.add_argument("--run-id", help="name of the run directory (default: time and a random suffix); "
+                                    "hosts of one job may share it")
+    p.add_argument("--cwd", choices=(CWD_RANK, CWD_LAUNCH), default=CWD_RANK,
+                   help="where ranks run: 'rank' (default) each in its own rank directory, as the seeds' "
+                        "run.sh; 'launch' all in the current directory, as torchrun")
+    p.add_argument("--console", default="0", metavar="WHICH",
+                   help="ranks whose output is shown: all, none, or a list such as 0,3 (default 0); "
+                        "every rank's output always goes to its log")
+    p.add_argument("--grace-period", type=float, default=10.0, metavar="SECONDS",
+                   help="after SIGTERM, how long ranks may take to exit (e.g. to save) before SIGKILL (default 10)")
+    p.add_argument("--max-restarts", type=int, default=0, metavar="K",
+                   help="restart all ranks up to K times after a failure (default 0)")
+    p.add_argument("--master-addr", help="MASTER_ADDR (default 127.0.0.1 on one host)")
+    p.add_argument("--master-port", type=int, help="MASTER_PORT (default: a free port)")
+    p.add_argument("--hccn-conf", default="/etc/hccn.conf", metavar="FILE",
+                   help="device NIC addresses for generated rank tables (default /etc/hccn.conf)")
+    p.add_argument("--dry-run", action="store_true", help="print the plan (commands, env, logs) and start nothing")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -188,12 +282,37 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="merged table to write")
     _profile_arg(p)
     p.set_defaults(handler=cmd_merge)
+
+    p = sub.add_parser("run", help="start one process per device on this host",
+                       usage="dlaunch run SCRIPT [options] [-- script arguments]",
+                       description="Start one process per device on this host with the environment MindSpore "
+                                   "(DEVICE_ID, RANK_ID, RANK_SIZE, RANK_TABLE_FILE) and PyTorch (RANK, LOCAL_RANK, "
+                                   "WORLD_SIZE, MASTER_ADDR, ... as torchrun) expect. Every run gets its own "
+                                   "directory with per-rank logs and checkpoint directories. One rank failing "
+                                   "stops all; the exit code is the failing rank's.",
+                       epilog="examples: dlaunch run train.py --ranks 8 -- --epochs 3;  "
+                              "dlaunch run --devices 4,5 train.py;  dlaunch run train.py --rank-table rt.json")
+    _launch_args(p)
+    devices = p.add_mutually_exclusive_group()
+    devices.add_argument("--ranks", type=int, default=1, metavar="N", help="use devices 0..N-1 (default 1)")
+    devices.add_argument("--devices", metavar="LIST", help="use these devices, e.g. 4,5 or 0-3")
+    p.set_defaults(handler=cmd_run, script_args=[])
     return parser
+
+
+LAUNCH_COMMANDS = ("run", "cluster")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    script_args: list[str] = []
+    if argv and argv[0] in LAUNCH_COMMANDS and "--" in argv:
+        cut = argv.index("--")
+        argv, script_args = argv[:cut], argv[cut + 1:]
     args = parser.parse_args(argv)
+    if getattr(args, "command", None) in LAUNCH_COMMANDS:
+        args.script_args = script_args
     if not getattr(args, "handler", None):
         parser.print_help()
         return UsageError.exit_code

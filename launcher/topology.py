@@ -17,6 +17,7 @@ import ipaddress
 from collections import Counter
 from typing import Callable, Iterable
 
+from .errors import UsageError
 from .ranktable import KNOWN_VERSIONS, MISSING, Problem, RankTable, as_int
 
 Rule = Callable[[RankTable], Iterable[Problem]]
@@ -321,6 +322,15 @@ def validate(table: RankTable, profile: str = DEFAULT_PROFILE) -> list[Problem]:
 
 def errors(problems: list[Problem]) -> list[Problem]:
     return [p for p in problems if p.severity == "error"]
+
+
+def require_valid(table: RankTable, profile: str, what: str) -> None:
+    """Refuse a table that breaks the profile's rules (UsageError, exit 2), quoting the first rule broken."""
+    bad = errors(validate(table, profile))
+    if bad:
+        more = f" (and {len(bad) - 1} more error(s))" if len(bad) > 1 else ""
+        raise UsageError(f"{what} breaks rule {bad[0].rule} of profile {profile}: {bad[0].path}: "
+                         f"{bad[0].message}{more}; --profile a2 or structure relaxes the rules")
 
 
 def summary(table: RankTable) -> dict:

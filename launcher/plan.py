@@ -1,0 +1,183 @@
+"""The launch plan: everything dlaunch will do on this host, as plain data.
+
+``make_plan`` is pure: from a validated rank table, the index of this host's
+server and the options it computes one ``RankSpec`` per local rank (argv,
+working directory, environment, log file, checkpoint directory) without
+touching a process, a file or a socket.  The plan can be printed
+(``--dry-run``), written to the run directory and tested on its own; the
+executor in ``workers.py`` only carries it out.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+
+from .environment import masked, rank_environment
+from .ranktable import RankTable
+
+CWD_RANK = "rank"      # each rank runs in its own rank directory, as the seeds' run.sh does
+CWD_LAUNCH = "launch"  # every rank runs where dlaunch was started, as torchrun does
+
+
+@dataclass(frozen=True)
+class Command:
+    """What each rank runs: a Python script (default), a module (-m) or an executable (--no-python)."""
+
+    target: str
+    args: tuple[str, ...] = ()
+    module: bool = False
+    no_python: bool = False
+
+    def argv(self, python: str) -> list[str]:
+        if self.no_python:
+            return [self.target, *self.args]
+        if self.module:
+            return [python, "-m", self.target, *self.args]
+        return [python, self.target, *self.args]
+
+
+@dataclass(frozen=True)
+class Options:
+    """The launch settings that shape the plan (flags, after defaults are applied)."""
+
+    command: Command
+    run_id: str
+    output_dir: str
+    launch_dir: str
+    python: str
+    cwd_mode: str = CWD_RANK
+    console: str = "0"           # "all", "none" or a comma list of global ranks
+    grace_period: float = 10.0
+    max_restarts: int = 0
+    master_addr: str = "127.0.0.1"
+    master_port: int = 29500
+    host_files_suffix: str = ""   # "" for a one-host run; ".<server_id>" when hosts share a run directory
+
+
+@dataclass(frozen=True)
+class RankSpec:
+    rank: int
+    local_rank: int
+    device_id: int
+    server_id: str
+    argv: list[str]
+    cwd: str
+    env: dict[str, str]
+    rank_dir: str
+    log_file: str
+    env_log: str
+    ckpt_dir: str
+    error_file: str
+    console: bool
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    run_id: str
+    run_dir: str
+    output_dir: str
+    server_id: str
+    server_index: int
+    server_count: int
+    world_size: int
+    master_addr: str
+    master_port: int
+    rank_table_file: str
+    cwd_mode: str
+    grace_period: float
+    max_restarts: int
+    attempt: int
+    host_files_suffix: str
+    ranks: list[RankSpec] = field(default_factory=list)
+
+    def host_file(self, name: str, ext: str) -> str:
+        """This host's own file in the run directory (plan, summary): distinct per host on a shared filesystem."""
+        return os.path.join(self.run_dir, f"{name}{self.host_files_suffix}.{ext}")
+
+    def to_dict(self) -> dict:
+        """JSON-ready, with secret-looking env values masked."""
+        data = asdict(self)
+        for spec in data["ranks"]:
+            spec["env"] = masked(spec["env"])
+        return data
+
+
+def attempt_file(directory: str, stem: str, ext: str, attempt: int) -> str:
+    """``output.log`` for the first attempt, ``output.1.log`` after the first restart: nothing overwritten."""
+    return os.path.join(directory, f"{stem}.{ext}" if attempt == 0 else f"{stem}.{attempt}.{ext}")
+
+
+def rank_dir_name(rank: int, world_size: int) -> str:
+    width = max(3, len(str(max(world_size - 1, 0))))
+    return f"rank_{rank:0{width}d}"
+
+
+def console_ranks(spec: str, world_size: int) -> set[int]:
+    """Global ranks whose output goes to the console: "all", "none" or "0,3"; checked by the caller."""
+    spec = spec.strip().lower()
+    if spec == "all":
+        return set(range(world_size))
+    if spec in ("none", ""):
+        return set()
+    return {int(part) for part in spec.split(",")}
+
+
+def make_plan(table: RankTable, server_index: int, opts: Options, rank_table_file: str, inherited: dict,
+              attempt: int = 0) -> LaunchPlan:
+    """One RankSpec per device of ``table.servers[server_index]``, ranks and devices as the table says."""
+    server = table.servers[server_index]
+    world_size = table.device_count
+    run_dir = os.path.join(opts.output_dir, opts.run_id)
+    shown = console_ranks(opts.console, world_size)
+    devices = sorted(server.devices, key=lambda dev: dev.rank)
+    local_devices = [dev.device for dev in devices]
+    argv = opts.command.argv(opts.python)
+    specs = []
+    for local_rank, dev in enumerate(devices):
+        rank = dev.rank
+        rank_dir = os.path.join(run_dir, rank_dir_name(rank, world_size))
+        ckpt_dir = os.path.join(rank_dir, "ckpt")
+        error_file = attempt_file(rank_dir, "error", "json", attempt)
+        env = rank_environment(
+            rank=rank, local_rank=local_rank, world_size=world_size, local_world_size=len(devices),
+            group_rank=server_index, group_world_size=len(table.servers), device_id=dev.device,
+            local_devices=local_devices, rank_table_file=rank_table_file, master_addr=opts.master_addr,
+            master_port=opts.master_port, run_id=opts.run_id, run_dir=run_dir, rank_dir=rank_dir,
+            ckpt_dir=ckpt_dir, error_file=error_file, restart_count=attempt, max_restarts=opts.max_restarts,
+            inherited=inherited)
+        specs.append(RankSpec(
+            rank=rank, local_rank=local_rank, device_id=dev.device, server_id=str(server.server_id), argv=argv,
+            cwd=rank_dir if opts.cwd_mode == CWD_RANK else opts.launch_dir, env=env, rank_dir=rank_dir,
+            log_file=attempt_file(rank_dir, "output", "log", attempt),
+            env_log=attempt_file(rank_dir, "env", "log", attempt), ckpt_dir=ckpt_dir, error_file=error_file,
+            console=rank in shown))
+    return LaunchPlan(
+        run_id=opts.run_id, run_dir=run_dir, output_dir=opts.output_dir, server_id=str(server.server_id),
+        server_index=server_index, server_count=len(table.servers), world_size=world_size,
+        master_addr=opts.master_addr, master_port=opts.master_port, rank_table_file=rank_table_file,
+        cwd_mode=opts.cwd_mode, grace_period=opts.grace_period, max_restarts=opts.max_restarts, attempt=attempt,
+        host_files_suffix=opts.host_files_suffix, ranks=specs)
+
+
+def describe(plan: LaunchPlan) -> str:
+    """The plan as people read it: what --dry-run prints."""
+    import shlex
+
+    lines = [f"run {plan.run_id}: {len(plan.ranks)} rank(s) on server {plan.server_id} "
+             f"(server {plan.server_index + 1} of {plan.server_count}), world size {plan.world_size}",
+             f"run directory: {plan.run_dir}",
+             f"rank table:    {plan.rank_table_file}",
+             f"master:        {plan.master_addr}:{plan.master_port}",
+             f"working dir:   {'each rank its own rank directory' if plan.cwd_mode == CWD_RANK else 'launch directory'}",
+             f"on failure:    SIGTERM, {plan.grace_period:g} s grace, SIGKILL; restarts allowed: {plan.max_restarts}"]
+    for spec in plan.ranks:
+        lines += [f"rank {spec.rank} (local {spec.local_rank}, device {spec.device_id})"
+                  + ("  [console]" if spec.console else ""),
+                  f"  command: {shlex.join(spec.argv)}",
+                  f"  cwd:     {spec.cwd}",
+                  f"  log:     {spec.log_file}",
+                  f"  ckpt:    {spec.ckpt_dir}",
+                  "  env:"]
+        lines += [f"    {k}={shlex.quote(v)}" for k, v in sorted(masked(spec.env).items())]
+    return "\n".join(lines)

@@ -1,0 +1,161 @@
+"""One host's launch from start to exit code: table -> plan -> run directory -> attempts -> summary.
+
+``dlaunch run`` and ``dlaunch cluster`` differ only in how they find the rank
+table and this host's share of it; both end here.  Everything up to the run
+directory raises ``UsageError`` (exit 2, nothing started); after it, the exit
+code is the root cause's.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import time
+from dataclasses import replace
+
+from . import rundir
+from .errors import UsageError
+from .logs import tail_lines
+from .plan import LaunchPlan, Options, make_plan
+from .ranktable import RankTable, dumps
+from .workers import AttemptResult, LocalWorkers, SignalWatch
+
+
+def free_port(address: str) -> int:
+    """A TCP port free on ``address`` right now (the kernel picks it, as torchrun does)."""
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((address, 0))
+        except OSError as exc:
+            raise UsageError(f"cannot use master address {address}: {exc.strerror}") from None
+        return sock.getsockname()[1]
+
+
+def check_command(opts: Options) -> None:
+    """The script or executable must exist before any rank starts."""
+    import shutil
+
+    command = opts.command
+    if command.no_python:
+        found = shutil.which(command.target, path=None if os.sep not in command.target else "")
+        if not (found or (os.sep in command.target and os.access(command.target, os.X_OK))):
+            raise UsageError(f"executable not found: {command.target}")
+    elif not command.module and not os.path.isfile(command.target):
+        raise UsageError(f"script not found: {command.target}")
+
+
+def _root_cause(result: AttemptResult) -> dict | None:
+    cause = result.root_cause
+    if cause is None:
+        return None
+    info = cause.to_dict()
+    info["log_tail"] = tail_lines(cause.log_file, 10)
+    message = _error_file_message(cause.error_file)
+    if message:
+        info["error_file_message"] = message
+    return info
+
+
+def _error_file_message(path: str) -> str | None:
+    """The message torchelastic's @record wrote for a failed rank, when there is one."""
+    import json
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+        return str(data.get("message", {}).get("message") or data.get("message"))[:2000]
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def summarize(plan: LaunchPlan, attempts: list[AttemptResult], started: float) -> dict:
+    last = attempts[-1]
+    if last.root_cause is not None:
+        status = "failed"
+    elif last.interrupted_by is not None:
+        status = "interrupted"
+    else:
+        status = "succeeded"
+    return {
+        "run_id": plan.run_id, "run_dir": plan.run_dir, "host": plan.server_id, "server_index": plan.server_index,
+        "world_size": plan.world_size, "status": status, "exit_code": last.exit_code,
+        "started": started, "ended": time.time(),
+        "ranks_started": min((r.start for r in last.ranks if r.start), default=None),
+        "root_cause": _root_cause(last),
+        "interrupted_by": signal.Signals(last.interrupted_by).name if last.interrupted_by else None,
+        "ranks": [r.to_dict() for r in last.ranks],
+        "attempts": [{"attempt": a.attempt, "exit_code": a.exit_code, "root_cause": _root_cause(a),
+                      "ranks": [r.to_dict() for r in a.ranks]} for a in attempts],
+    }
+
+
+def report(summary: dict, summary_path: str, out=sys.stderr) -> None:
+    """The closing lines people read: success in one line, failure with its root cause and log tail."""
+    count = len(summary["ranks"])
+    took = summary["ended"] - summary["started"]
+    cause = summary["root_cause"]
+    if summary["status"] == "succeeded":
+        print(f"dlaunch: all {count} rank(s) exited 0 in {took:.1f} s; run directory {summary['run_dir']}", file=out)
+        return
+    if cause:
+        how = f"died of {cause['signal']}" if cause["signal"] else f"exited with code {cause['exit_code']}"
+        if cause.get("spawn_error"):
+            how = cause["spawn_error"]
+        print(f"dlaunch: rank {cause['rank']} (host {cause['host']}, device {cause['device_id']}) {how}; "
+              f"log: {cause['log']}", file=out)
+        if cause.get("error_file_message"):
+            print(f"dlaunch: its error file says: {cause['error_file_message']}", file=out)
+        if cause["log_tail"]:
+            print("dlaunch: last lines of its log:", file=out)
+            for line in cause["log_tail"]:
+                print(f"    | {line}", file=out)
+        others = sum(1 for r in summary["ranks"] if r["rank"] != cause["rank"])
+        print(f"dlaunch: stopped the other {others} rank(s); exit code {summary['exit_code']}; "
+              f"summary {summary_path}", file=out)
+    else:
+        print(f"dlaunch: interrupted by {summary['interrupted_by']}; stopped {count} rank(s); "
+              f"summary {summary_path}", file=out)
+
+
+def launch(table: RankTable, server_index: int, opts: Options, *, dry_run: bool, shared_run_dir: bool,
+           fixed_port: bool, prefix_host: bool = False, on_started=None) -> int:
+    """Run this host's share of ``table`` to the end; returns dlaunch's exit code."""
+    inherited = dict(os.environ)
+    rank_table_file = os.path.join(opts.output_dir, opts.run_id, f"rank_table{opts.host_files_suffix}.json")
+    plan = make_plan(table, server_index, opts, rank_table_file, inherited)
+    if dry_run:
+        from .plan import describe
+
+        print(describe(plan))
+        return 0
+    check_command(opts)
+    rundir.create(plan, dumps(table), shared=shared_run_dir)
+    started = time.time()
+    signals = SignalWatch()
+    workers = LocalWorkers(signals, prefix_host=prefix_host)
+    workers.on_started = on_started
+    attempts: list[AttemptResult] = []
+    try:
+        for attempt in range(opts.max_restarts + 1):
+            if attempt:
+                port = opts.master_port if fixed_port else free_port(opts.master_addr)
+                plan = make_plan(table, server_index, replace(opts, master_port=port), rank_table_file, inherited,
+                                 attempt=attempt)
+            result = workers.run(plan)
+            attempts.append(result)
+            if result.exit_code == 0 or result.interrupted_by is not None or attempt == opts.max_restarts:
+                break
+            cause = result.root_cause
+            print(f"dlaunch: rank {cause.rank} failed (exit {cause.exit_code}); restarting all ranks "
+                  f"(restart {attempt + 1} of {opts.max_restarts})", file=sys.stderr)
+    finally:
+        workers.close()
+        signals.close()
+    summary = summarize(plan, attempts, started)
+    summary_path = plan.host_file("summary", "json")
+    rundir.write_json(summary_path, summary)
+    report(summary, summary_path)
+    return summary["exit_code"]

@@ -1,0 +1,77 @@
+"""Which server of a rank table is this host: the share of the job dlaunch runs here.
+
+In order: ``--server-id``; ``--rank-start K`` (the server whose first rank is K,
+as the seeds' run_cluster.sh says it); a one-server table; the server whose
+``server_id`` is one of this host's names or addresses; the node index a
+scheduler sets (Slurm's ``SLURM_NODEID``; Open MPI's ``OMPI_COMM_WORLD_RANK``
+when mpirun started one dlaunch per node); else one error that lists the
+table's servers.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+from .errors import UsageError
+from .ranktable import RankTable
+
+
+def _node_index(environ) -> tuple[str, str] | None:
+    """(variable, value) of a scheduler's node index, if one is set."""
+    if environ.get("SLURM_NODEID", "").isdigit():
+        return "SLURM_NODEID", environ["SLURM_NODEID"]
+    if environ.get("OMPI_COMM_WORLD_LOCAL_SIZE") == "1" and environ.get("OMPI_COMM_WORLD_RANK", "").isdigit():
+        return "OMPI_COMM_WORLD_RANK", environ["OMPI_COMM_WORLD_RANK"]
+    return None
+
+
+def _servers_listed(table: RankTable) -> str:
+    parts = []
+    for server in table.servers:
+        ranks = sorted(dev.rank for dev in server.devices)
+        parts.append(f"{server.server_id} (ranks {ranks[0]}-{ranks[-1]})" if ranks else str(server.server_id))
+    return ", ".join(parts)
+
+
+def this_host_names() -> set[str]:
+    """Every name and address this host answers to."""
+    import psutil
+
+    names = {socket.gethostname(), socket.getfqdn()}
+    for addrs in psutil.net_if_addrs().values():
+        for addr in addrs:
+            if addr.family in (socket.AF_INET, socket.AF_INET6):
+                names.add(addr.address.split("%")[0])
+    return {name for name in names if name}
+
+
+def select_server(table: RankTable, server_id: str | None = None, rank_start: int | None = None,
+                  environ: dict | None = None, host_names=this_host_names) -> int:
+    """Index of this host's server in ``table.servers``."""
+    environ = os.environ if environ is None else environ
+    if server_id is not None:
+        for index, server in enumerate(table.servers):
+            if server.server_id == server_id:
+                return index
+        raise UsageError(f"--server-id {server_id} is not in the rank table; its servers: {_servers_listed(table)}")
+    if rank_start is not None:
+        for index, server in enumerate(table.servers):
+            if server.devices and min(dev.rank for dev in server.devices) == rank_start:
+                return index
+        raise UsageError(f"no server's ranks start at --rank-start {rank_start}; "
+                         f"the table's servers: {_servers_listed(table)}")
+    if len(table.servers) == 1:
+        return 0
+    names = host_names()
+    matches = [i for i, server in enumerate(table.servers) if server.server_id in names]
+    if len(matches) == 1:
+        return matches[0]
+    scheduled = _node_index(environ)
+    if scheduled:
+        var, value = scheduled
+        if int(value) < len(table.servers):
+            return int(value)
+        raise UsageError(f"{var}={value} but the rank table has only {len(table.servers)} servers")
+    raise UsageError(f"cannot tell which server of the rank table this host is; pass --rank-start or --server-id. "
+                     f"The table's servers: {_servers_listed(table)}")
