@@ -330,7 +330,7 @@ def require_valid(table: RankTable, profile: str, what: str) -> None:
     if bad:
         more = f" (and {len(bad) - 1} more error(s))" if len(bad) > 1 else ""
         raise UsageError(f"{what} breaks rule {bad[0].rule} of profile {profile}: {bad[0].path}: "
-                         f"{bad[0].message}{more}; --profile a2 or structure relaxes the rules")
+                         f"{bad[0].message.rstrip('.')}{more}; --profile a2 or structure relaxes the rules")
 
 
 def summary(table: RankTable) -> dict:

@@ -1,0 +1,81 @@
+"""Helpers for tests that start real launches: run dlaunch, find its run, find processes it left."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+RANK_PROGRAM = str(ROOT / "tests" / "programs" / "rank.py")
+
+
+def dlaunch_argv(*args):
+    return [sys.executable, "-m", "launcher", *map(str, args)]
+
+
+def run_dlaunch(*args, cwd, timeout=120, env=None):
+    return subprocess.run(dlaunch_argv(*args), cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
+
+
+def start_dlaunch(*args, cwd, env=None, **popen):
+    return subprocess.Popen(dlaunch_argv(*args), cwd=cwd, env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+
+
+def latest_run(output_dir: Path) -> Path:
+    return (output_dir / "latest").resolve()
+
+
+def summary(run_dir: Path, name="summary.json") -> dict:
+    return json.loads((run_dir / name).read_text())
+
+
+def records(rank_dir: Path, name: str) -> list[dict]:
+    path = rank_dir / name
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def processes_of_run(run_id: str) -> list[psutil.Process]:
+    """Live (non-zombie) processes whose environment carries this run id: ranks and their children."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if proc.environ().get("DLAUNCH_RUN_ID") == run_id:
+                found.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
+
+
+def wait_until(predicate, timeout=10.0, interval=0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    return predicate()
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def kill_run(run_id: str) -> None:
+    """Test cleanup: never leave a failed test's processes behind."""
+    for proc in processes_of_run(run_id):
+        try:
+            proc.send_signal(signal.SIGKILL)
+        except psutil.NoSuchProcess:
+            pass

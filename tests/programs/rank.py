@@ -1,0 +1,86 @@
+"""A configurable rank program for launcher tests: each flag is one behaviour a real job shows.
+
+Writes what it observed into DLAUNCH_RANK_DIR so tests can check it after the run.
+"""
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--dump-env", action="store_true", help="write the environment to env.json")
+parser.add_argument("--fail-rank", type=int, help="this rank exits with --code after --after seconds")
+parser.add_argument("--code", type=int, default=3)
+parser.add_argument("--after", type=float, default=0.0)
+parser.add_argument("--kill-self", help="instead of exiting, kill itself with this signal name")
+parser.add_argument("--fail-on-attempt", type=int, help="fail only while TORCHELASTIC_RESTART_COUNT equals this")
+parser.add_argument("--sleep", type=float, default=0.0, help="then sleep this long")
+parser.add_argument("--child", action="store_true", help="start a child process that sleeps (a data loader)")
+parser.add_argument("--trap", action="append", default=[], help="record this signal (e.g. SIGINT), then exit 0")
+parser.add_argument("--trap-delay", type=float, default=0.0, help="seconds the trap handler works before exiting")
+parser.add_argument("--allreduce", action="store_true", help="gloo all_reduce of rank+1, result to allreduce.json")
+parser.add_argument("--print", dest="lines", type=int, default=0, help="print this many numbered lines")
+parser.add_argument("--torn-lines", action="store_true", help="write each line in three flushed pieces")
+parser.add_argument("--exit-early-rank", type=int, help="this rank exits 0 at once")
+args = parser.parse_args()
+
+rank = int(os.environ["RANK"])
+rank_dir = os.environ["DLAUNCH_RANK_DIR"]
+
+
+def note(name, data):
+    with open(os.path.join(rank_dir, name), "a") as fh:
+        fh.write(json.dumps(data) + "\n")
+
+
+def on_signal(signum, frame):
+    time.sleep(args.trap_delay)
+    note("signals.jsonl", {"signal": signal.Signals(signum).name, "rank": rank})
+    os._exit(0)
+
+
+for name in args.trap:
+    signal.signal(getattr(signal, name), on_signal)
+
+note("pids.jsonl", {"pid": os.getpid(), "cwd": os.getcwd()})
+if args.dump_env:
+    with open(os.path.join(rank_dir, "env.json"), "w") as fh:
+        json.dump(dict(os.environ), fh)
+if args.child:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1000)"])
+    note("pids.jsonl", {"pid": child.pid, "child": True})
+if args.allreduce:
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    tensor = torch.tensor([float(rank + 1)])
+    dist.all_reduce(tensor)
+    note("allreduce.jsonl", {"sum": tensor.item(), "world": dist.get_world_size()})
+    dist.destroy_process_group()
+for i in range(args.lines):
+    line = f"rank {rank} line {i} " + "x" * 50 + "\n"
+    if args.torn_lines:
+        for piece in (line[:10], line[10:30], line[30:]):
+            sys.stdout.write(piece)
+            sys.stdout.flush()
+            time.sleep(0.001)
+    else:
+        sys.stdout.write(line)
+sys.stdout.flush()
+if args.exit_early_rank == rank:
+    sys.exit(0)
+attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+if args.fail_rank == rank and (args.fail_on_attempt is None or args.fail_on_attempt == attempt):
+    time.sleep(args.after)
+    print(f"rank {rank} fails now with code {args.code}", flush=True)
+    note("failed.jsonl", {"time": time.time()})
+    if args.kill_self:
+        os.kill(os.getpid(), getattr(signal, args.kill_self))
+    sys.exit(args.code)
+time.sleep(args.sleep)
+print(f"rank {rank} done", flush=True)
