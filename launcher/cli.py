@@ -157,6 +157,15 @@ def _launch_table(args: argparse.Namespace):
     from .share import select_server
     from .topology import require_valid
 
+    if getattr(args, "rank_table_text", None) is not None:
+        from .ranktable import RankTableError, loads
+
+        try:
+            table = loads(args.rank_table_text)
+        except RankTableError as exc:
+            raise UsageError(f"rank table from the head: {exc}") from None
+        require_valid(table, args.profile, "the rank table from the head")
+        return table, select_server(table, args.server_id, args.rank_start), "the head"
     if args.rank_table:
         table = _load_table(args.rank_table)
         require_valid(table, args.profile, f"rank table {args.rank_table}")
@@ -172,7 +181,26 @@ def _launch_table(args: argparse.Namespace):
     return table, 0, what
 
 
-def _options(args: argparse.Namespace, table, server_index: int, host_suffix: str = ""):
+def _apply_env(args: argparse.Namespace) -> None:
+    """--env-file then --env KEY=VALUE into this process's environment, which every rank inherits."""
+    import os
+
+    from .envfiles import parse_assignment, read_env_file
+
+    pairs = read_env_file(args.env_file) if args.env_file else []
+    pairs += [parse_assignment(text, "--env") for text in args.env]
+    os.environ.update(dict(pairs))
+
+
+def default_master_addr(table) -> str:
+    """Rank 0's server: its server_id is the address HCCL (and so MASTER_ADDR) uses; 127.0.0.1 on one host."""
+    if len(table.servers) == 1:
+        return "127.0.0.1"
+    return str(next(s.server_id for s in table.servers if any(dev.rank == 0 for dev in s.devices)))
+
+
+def _options(args: argparse.Namespace, table, server_index: int, host_suffix: str = "",
+             default_port: int | None = None):
     import os
     import re
 
@@ -191,23 +219,66 @@ def _options(args: argparse.Namespace, table, server_index: int, host_suffix: st
             raise UsageError(f"--console names rank {beyond[0]} but the job has {table.device_count} ranks")
     if args.grace_period < 0 or args.max_restarts < 0:
         raise UsageError("--grace-period and --max-restarts cannot be negative")
-    master_addr = args.master_addr or "127.0.0.1"
+    master_addr = args.master_addr or default_master_addr(table)
     if args.master_port is not None and not 0 < args.master_port < 65536:
         raise UsageError(f"--master-port {args.master_port} is not a TCP port")
     return Options(command=command, run_id=check_run_id(args.run_id) if args.run_id else new_run_id(),
                    output_dir=os.path.abspath(args.output_dir), launch_dir=os.getcwd(), python=sys.executable,
                    cwd_mode=args.cwd, console=console, grace_period=args.grace_period,
                    max_restarts=args.max_restarts, master_addr=master_addr,
-                   master_port=args.master_port or free_port(master_addr), host_files_suffix=host_suffix)
+                   master_port=args.master_port or default_port or free_port(master_addr),
+                   host_files_suffix=host_suffix)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from .runner import launch
 
+    _apply_env(args)
     table, server_index, _ = _launch_table(args)
     opts = _options(args, table, server_index)
     return launch(table, server_index, opts, dry_run=args.dry_run, shared_run_dir=bool(args.run_id),
                   fixed_port=args.master_port is not None)
+
+
+CLUSTER_DEFAULT_PORT = 29500
+
+
+def cmd_cluster(args: argparse.Namespace, control=None, on_started=None) -> int:
+    import re
+
+    from .runner import launch
+
+    if args.ssh:
+        from .remote import launch_over_ssh
+
+        return launch_over_ssh(args)
+    if not args.rank_table and getattr(args, "rank_table_text", None) is None:
+        raise UsageError("dlaunch cluster needs --rank-table FILE (or --ssh to start every host from here)")
+    _apply_env(args)
+    table, server_index, _ = _launch_table(args)
+    server_id = str(table.servers[server_index].server_id)
+    suffix = "." + re.sub(r"[^A-Za-z0-9._-]", "_", server_id)
+    opts = _options(args, table, server_index, host_suffix=suffix, default_port=CLUSTER_DEFAULT_PORT)
+    return launch(table, server_index, opts, dry_run=args.dry_run, shared_run_dir=True, fixed_port=True,
+                  prefix_host=True, on_started=on_started, control=control)
+
+
+def cmd_from_head() -> int:
+    """``cluster --from-head``: this host's launcher, its request read from the SSH channel (see hostagent)."""
+    import os
+
+    from . import hostagent
+
+    request, pending = hostagent.read_request(0)
+    args = build_parser().parse_args(["cluster", *map(str, request["argv"])])
+    args.script_args = [str(a) for a in request.get("script_args", [])]
+    args.rank_table_text = request.get("rank_table")
+    os.environ.update({str(k): str(v) for k, v in (request.get("env") or {}).items()})
+
+    def started(ranks):
+        hostagent.emit("started", ranks=len(ranks), at=min(r.start for r in ranks))
+
+    return cmd_cluster(args, control=(0, pending), on_started=started)
 
 
 def _launch_args(p: argparse.ArgumentParser) -> None:
@@ -241,6 +312,9 @@ def _launch_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--master-port", type=int, help="MASTER_PORT (default: a free port)")
     p.add_argument("--hccn-conf", default="/etc/hccn.conf", metavar="FILE",
                    help="device NIC addresses for generated rank tables (default /etc/hccn.conf)")
+    p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                   help="set a variable for every rank (repeatable)")
+    p.add_argument("--env-file", metavar="FILE", help="KEY=VALUE lines to set for every rank")
     p.add_argument("--dry-run", action="store_true", help="print the plan (commands, env, logs) and start nothing")
 
 
@@ -297,6 +371,30 @@ def build_parser() -> argparse.ArgumentParser:
     devices.add_argument("--ranks", type=int, default=1, metavar="N", help="use devices 0..N-1 (default 1)")
     devices.add_argument("--devices", metavar="LIST", help="use these devices, e.g. 4,5 or 0-3")
     p.set_defaults(handler=cmd_run, script_args=[])
+
+    p = sub.add_parser("cluster", help="run this host's share of a multi-host job, or every host's over SSH",
+                       usage="dlaunch cluster SCRIPT --rank-table FILE [options] [-- script arguments]",
+                       description="Run this host's share of a multi-host rank table (the seeds' run_cluster.sh): "
+                                   "everything dlaunch run does, with ranks, devices and GROUP_RANK from the "
+                                   "table, MASTER_ADDR = rank 0's server, and MASTER_PORT fixed "
+                                   f"(default {CLUSTER_DEFAULT_PORT}) so every host agrees without talking. "
+                                   "This host's server: --rank-start, --server-id, a server_id that is one of "
+                                   "this host's addresses, or SLURM_NODEID. With --ssh, start every server's "
+                                   "share from this head node over SSH.",
+                       epilog="examples: dlaunch cluster train.py --rank-table rt16.json --rank-start 8 "
+                              "--run-id job42;  dlaunch cluster train.py --rank-table rt16.json --ssh")
+    _launch_args(p)
+    ssh = p.add_argument_group("from a head node over SSH")
+    ssh.add_argument("--ssh", action="store_true", help="start every server of the table over SSH from here")
+    ssh.add_argument("--ssh-config", metavar="FILE", help="OpenSSH client config (default ~/.ssh/config)")
+    ssh.add_argument("--trust-new-hosts", action="store_true",
+                     help="accept host keys not yet in known_hosts (and record them); changed keys are "
+                          "always refused")
+    ssh.add_argument("--remote-python", metavar="PATH",
+                     help="Python with dlaunch on the hosts (default: this Python's path)")
+    ssh.add_argument("--connect-timeout", type=float, default=10.0, metavar="SECONDS",
+                     help="SSH connect and preflight timeout per host (default 10)")
+    p.set_defaults(handler=cmd_cluster, script_args=[])
     return parser
 
 
@@ -310,14 +408,18 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] in LAUNCH_COMMANDS and "--" in argv:
         cut = argv.index("--")
         argv, script_args = argv[:cut], argv[cut + 1:]
-    args = parser.parse_args(argv)
-    if getattr(args, "command", None) in LAUNCH_COMMANDS:
-        args.script_args = script_args
-    if not getattr(args, "handler", None):
-        parser.print_help()
-        return UsageError.exit_code
+    if argv == ["cluster", "--from-head"]:
+        handler = cmd_from_head
+    else:
+        args = parser.parse_args(argv)
+        if getattr(args, "command", None) in LAUNCH_COMMANDS:
+            args.script_args = script_args
+        if not getattr(args, "handler", None):
+            parser.print_help()
+            return UsageError.exit_code
+        handler = lambda: args.handler(args)  # noqa: E731
     try:
-        return args.handler(args)
+        return handler()
     except UsageError as exc:
         print(f"dlaunch: error: {exc}", file=sys.stderr)
         return exc.exit_code

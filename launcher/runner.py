@@ -121,7 +121,7 @@ def report(summary: dict, summary_path: str, out=sys.stderr) -> None:
 
 
 def launch(table: RankTable, server_index: int, opts: Options, *, dry_run: bool, shared_run_dir: bool,
-           fixed_port: bool, prefix_host: bool = False, on_started=None) -> int:
+           fixed_port: bool, prefix_host: bool = False, on_started=None, control=None) -> int:
     """Run this host's share of ``table`` to the end; returns dlaunch's exit code."""
     inherited = dict(os.environ)
     rank_table_file = os.path.join(opts.output_dir, opts.run_id, f"rank_table{opts.host_files_suffix}.json")
@@ -134,7 +134,7 @@ def launch(table: RankTable, server_index: int, opts: Options, *, dry_run: bool,
     check_command(opts)
     rundir.create(plan, dumps(table), shared=shared_run_dir)
     started = time.time()
-    signals = SignalWatch()
+    signals = SignalWatch(*control) if control else SignalWatch()
     workers = LocalWorkers(signals, prefix_host=prefix_host)
     workers.on_started = on_started
     attempts: list[AttemptResult] = []
@@ -158,4 +158,8 @@ def launch(table: RankTable, server_index: int, opts: Options, *, dry_run: bool,
     summary_path = plan.host_file("summary", "json")
     rundir.write_json(summary_path, summary)
     report(summary, summary_path)
+    if control:
+        from .hostagent import emit
+
+        emit("summary", summary=summary, path=summary_path)
     return summary["exit_code"]

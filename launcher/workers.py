@@ -88,9 +88,16 @@ class AttemptResult:
 
 
 class SignalWatch:
-    """Turns SIGINT/SIGTERM/SIGHUP into bytes on a socket the selector watches."""
+    """Turns SIGINT/SIGTERM/SIGHUP into bytes on a socket the selector watches.
 
-    def __init__(self):
+    A launcher started by a head node over SSH also has a control channel (its
+    stdin): the head sends signal names there, one a line, and the channel
+    closing means the head is gone, which counts as SIGHUP.
+    """
+
+    def __init__(self, control_fd: int | None = None, control_pending: bytes = b""):
+        self.control_fd = control_fd
+        self._control_buffer = control_pending
         import socket
 
         self._recv, self._send = socket.socketpair()
@@ -115,6 +122,29 @@ class SignalWatch:
             pass
         signals, self.received = self.received, []
         return signals
+
+    def read_control(self) -> list[int]:
+        """Signals the head sent over the control channel; EOF (the head is gone) is SIGHUP."""
+        try:
+            chunk = os.read(self.control_fd, 4096)
+        except OSError:
+            chunk = b""
+        if not chunk:
+            self.control_fd = None
+            return [signal.SIGHUP]
+        *lines, self._control_buffer = (self._control_buffer + chunk).split(b"\n")
+        found = []
+        for line in lines:
+            name = line.strip().decode("ascii", "replace")
+            if name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGKILL"):
+                found.append(int(getattr(signal, name)))
+        return found
+
+    def pending_control(self) -> list[int]:
+        """Whole signal lines that arrived with the launch request, before the selector watched the channel."""
+        *lines, self._control_buffer = self._control_buffer.split(b"\n")
+        return [int(getattr(signal, l.strip().decode())) for l in lines
+                if l.strip() in (b"SIGINT", b"SIGTERM", b"SIGHUP", b"SIGKILL")]
 
     def close(self) -> None:
         for sig, handler in self._previous.items():
@@ -226,6 +256,9 @@ class LocalWorkers:
         stopping_deadline: float | None = None
         killed = False
         selector.register(self.signals.fd, selectors.EVENT_READ, ("signal", None))
+        if self.signals.control_fd is not None:
+            selector.register(self.signals.control_fd, selectors.EVENT_READ, ("control", None))
+        self.signals.received.extend(self.signals.pending_control())
         try:
             for spec in plan.ranks:
                 rank = _Rank(spec, RankResult(spec.rank, spec.local_rank, spec.device_id, spec.server_id,
@@ -266,7 +299,7 @@ class LocalWorkers:
                             result.interrupted_by = value
                             result.stopped_at = time.time()
                             stopping_deadline = self._stop(ranks, value, plan.grace_period)
-                        elif value == signal.SIGINT and not killed:  # a second Ctrl-C: no more patience
+                        elif value in (signal.SIGINT, signal.SIGKILL) and not killed:  # a second Ctrl-C: no more patience
                             self._kill_groups(ranks)
                             killed = True
                 if stopping_deadline is not None and not killed and time.monotonic() >= stopping_deadline:
@@ -360,6 +393,11 @@ class LocalWorkers:
             elif kind == "exit":
                 selector.unregister(key.fd)
                 happened.append(("exit", self._reap(data)))
+            elif kind == "control":
+                found = self.signals.read_control()
+                if self.signals.control_fd is None:
+                    selector.unregister(key.fd)
+                happened.extend(("signal", sig) for sig in found)
             else:
                 happened.extend(("signal", sig) for sig in self.signals.drain())
         if polling:

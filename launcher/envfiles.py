@@ -1,0 +1,39 @@
+"""``--env KEY=VALUE`` and ``--env-file`` parsing: the variables a user adds for every rank."""
+
+from __future__ import annotations
+
+import re
+
+from .errors import UsageError
+
+NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def parse_assignment(text: str, where: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    name = name.strip()
+    if not sep or not NAME.match(name):
+        raise UsageError(f"{where}: expected KEY=VALUE with a variable name, got {text!r}")
+    return name, value
+
+
+def read_env_file(path: str) -> list[tuple[str, str]]:
+    """KEY=VALUE lines; blank lines and # comments skipped; ``export`` allowed; values taken literally
+    except that one pair of surrounding quotes is removed."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            lines = fh.read().splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read --env-file {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    pairs = []
+    for number, line in enumerate(lines, 1):
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        if stripped.startswith("export "):
+            stripped = stripped[len("export "):].lstrip()
+        name, value = parse_assignment(stripped, f"{path}:{number}")
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        pairs.append((name, value))
+    return pairs
