@@ -192,13 +192,6 @@ def _apply_env(args: argparse.Namespace) -> None:
     os.environ.update(dict(pairs))
 
 
-def default_master_addr(table) -> str:
-    """Rank 0's server: its server_id is the address HCCL (and so MASTER_ADDR) uses; 127.0.0.1 on one host."""
-    if len(table.servers) == 1:
-        return "127.0.0.1"
-    return str(next(s.server_id for s in table.servers if any(dev.rank == 0 for dev in s.devices)))
-
-
 def _options(args: argparse.Namespace, table, server_index: int, host_suffix: str = "",
              default_port: int | None = None):
     import os
@@ -207,6 +200,7 @@ def _options(args: argparse.Namespace, table, server_index: int, host_suffix: st
     from .plan import Command, Options
     from .rundir import check_run_id, new_run_id
     from .runner import free_port
+    from .share import master_address
 
     command = Command(target=args.script if args.module or args.no_python else os.path.abspath(args.script),
                       args=tuple(args.script_args), module=args.module, no_python=args.no_python)
@@ -219,7 +213,7 @@ def _options(args: argparse.Namespace, table, server_index: int, host_suffix: st
             raise UsageError(f"--console names rank {beyond[0]} but the job has {table.device_count} ranks")
     if args.grace_period < 0 or args.max_restarts < 0:
         raise UsageError("--grace-period and --max-restarts cannot be negative")
-    master_addr = args.master_addr or default_master_addr(table)
+    master_addr = args.master_addr or master_address(table)
     if args.master_port is not None and not 0 < args.master_port < 65536:
         raise UsageError(f"--master-port {args.master_port} is not a TCP port")
     return Options(command=command, run_id=check_run_id(args.run_id) if args.run_id else new_run_id(),

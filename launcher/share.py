@@ -75,3 +75,10 @@ def select_server(table: RankTable, server_id: str | None = None, rank_start: in
         raise UsageError(f"{var}={value} but the rank table has only {len(table.servers)} servers")
     raise UsageError(f"cannot tell which server of the rank table this host is; pass --rank-start or --server-id. "
                      f"The table's servers: {_servers_listed(table)}")
+
+
+def master_address(table: RankTable) -> str:
+    """MASTER_ADDR by default: rank 0's server (its server_id is the host's address); 127.0.0.1 on one host."""
+    if len(table.servers) == 1:
+        return "127.0.0.1"
+    return str(next(s.server_id for s in table.servers if any(dev.rank == 0 for dev in s.devices)))

@@ -160,7 +160,7 @@ def test_signal_to_launcher_reaches_every_rank(tmp_path, out, sig):
 
 def test_grace_period_lets_ranks_finish_their_save(tmp_path, out):
     result = run_dlaunch("run", RANK_PROGRAM, "--ranks", "4", "--output-dir", out, "--grace-period", "5", "--",
-                         "--fail-rank", "0", "--after", "0.5", "--sleep", "60", "--trap", "SIGTERM",
+                         "--fail-rank", "0", "--after", "1.5", "--sleep", "60", "--trap", "SIGTERM",
                          "--trap-delay", "1.0", cwd=tmp_path)
     assert result.returncode == 3
     run_dir = latest_run(out)
@@ -171,7 +171,7 @@ def test_grace_period_lets_ranks_finish_their_save(tmp_path, out):
 def test_grace_period_ends_with_sigkill(tmp_path, out):
     started = time.monotonic()
     result = run_dlaunch("run", RANK_PROGRAM, "--ranks", "2", "--output-dir", out, "--grace-period", "0.5", "--",
-                         "--fail-rank", "0", "--sleep", "60", "--trap", "SIGTERM", "--trap-delay", "30",
+                         "--fail-rank", "0", "--after", "1.5", "--sleep", "60", "--trap", "SIGTERM", "--trap-delay", "30",
                          cwd=tmp_path)
     assert result.returncode == 3
     assert time.monotonic() - started < 15
