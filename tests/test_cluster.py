@@ -1,0 +1,123 @@
+"""dlaunch cluster per host (the seeds' run_cluster.sh): share selection, shared run directories, a 16-rank job."""
+
+import json
+import threading
+
+import pytest
+
+from launcher import ranktable
+from launcher.errors import UsageError
+from launcher.share import master_address, select_server
+from tests.launching import RANK_PROGRAM, processes_of_run, records, run_dlaunch, summary
+
+
+def two_host_table(path, ids=("127.0.0.2", "127.0.0.3")):
+    servers = [{"server_id": sid, "host_nic_ip": "reserve",
+                "device": [{"device_id": str(d), "device_ip": f"192.0.{s}.{d + 1}", "rank_id": str(8 * s + d)}
+                           for d in range(8)]} for s, sid in enumerate(ids)]
+    path.write_text(json.dumps({"version": "1.0", "server_count": "2", "server_list": servers,
+                                "status": "completed"}))
+    return path
+
+
+@pytest.fixture
+def table_file(tmp_path):
+    return two_host_table(tmp_path / "rt16.json")
+
+
+def test_two_per_host_launchers_form_one_16_rank_gloo_job(tmp_path, table_file):
+    out = tmp_path / "shared_nfs"
+    results = {}
+
+    def host(start):
+        results[start] = run_dlaunch("cluster", RANK_PROGRAM, "--rank-table", table_file, "--rank-start", start,
+                                     "--run-id", "job16", "--master-port", "29611", "--output-dir", out, "--",
+                                     "--allreduce", "--dump-env", cwd=tmp_path, timeout=240)
+
+    threads = [threading.Thread(target=host, args=(start,)) for start in (0, 8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results[0].returncode == 0, results[0].stderr
+    assert results[8].returncode == 0, results[8].stderr
+    run_dir = out / "job16"
+    for rank in range(16):
+        rank_dir = run_dir / f"rank_{rank:03d}"
+        assert records(rank_dir, "allreduce.jsonl") == [{"sum": 136.0, "world": 16}]
+        env = json.loads((rank_dir / "env.json").read_text())
+        server = rank // 8
+        assert {k: env[k] for k in ("RANK", "RANK_ID", "LOCAL_RANK", "DEVICE_ID", "GROUP_RANK", "GROUP_WORLD_SIZE",
+                                    "LOCAL_WORLD_SIZE", "WORLD_SIZE", "RANK_SIZE", "MASTER_ADDR",
+                                    "MASTER_PORT")} == {
+            "RANK": str(rank), "RANK_ID": str(rank), "LOCAL_RANK": str(rank % 8), "DEVICE_ID": str(rank % 8),
+            "GROUP_RANK": str(server), "GROUP_WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "8", "WORLD_SIZE": "16",
+            "RANK_SIZE": "16", "MASTER_ADDR": "127.0.0.2", "MASTER_PORT": "29611"}
+        assert env["RANK_TABLE_FILE"] == str(run_dir / f"rank_table.127.0.0.{server + 2}.json")
+    for sid in ("127.0.0.2", "127.0.0.3"):
+        host_summary = summary(run_dir, f"summary.{sid}.json")
+        assert host_summary["host"] == sid and host_summary["status"] == "succeeded"
+        assert host_summary["ranks_started"] > 0
+        assert (run_dir / f"plan.{sid}.json").exists()
+    assert processes_of_run("job16") == []
+
+
+def test_same_host_twice_with_one_run_id_is_refused(tmp_path, table_file):
+    args = ("cluster", RANK_PROGRAM, "--rank-table", table_file, "--rank-start", "8", "--run-id", "dup",
+            "--output-dir", tmp_path / "out", "--profile", "structure")
+    first = run_dlaunch(*args, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    second = run_dlaunch(*args, cwd=tmp_path)
+    assert second.returncode == 2 and "already has rank_008" in second.stderr
+
+
+def test_defaults_master_is_rank_0_server_and_port_is_fixed(tmp_path, table_file):
+    result = run_dlaunch("cluster", RANK_PROGRAM, "--rank-table", table_file, "--server-id", "127.0.0.3",
+                         "--dry-run", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "MASTER_ADDR=127.0.0.2" in result.stdout and "MASTER_PORT=29500" in result.stdout
+    assert "rank 15 (local 7, device 7)" in result.stdout and "GROUP_RANK=1" in result.stdout
+
+
+def test_cluster_needs_a_rank_table(tmp_path):
+    result = run_dlaunch("cluster", RANK_PROGRAM, cwd=tmp_path)
+    assert result.returncode == 2 and "--rank-table" in result.stderr
+
+
+def test_unknown_share_lists_the_servers(tmp_path, table_file):
+    result = run_dlaunch("cluster", RANK_PROGRAM, "--rank-table", table_file, "--rank-start", "4", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "127.0.0.2 (ranks 0-7), 127.0.0.3 (ranks 8-15)" in result.stderr
+
+
+def load(path):
+    return ranktable.load(str(path))
+
+
+def test_select_server_by_id_rank_start_and_address(table_file):
+    table = load(table_file)
+    assert select_server(table, server_id="127.0.0.3") == 1
+    assert select_server(table, rank_start=8) == 1
+    assert select_server(table, environ={}, host_names=lambda: {"127.0.0.3", "myhost"}) == 1
+    assert master_address(table) == "127.0.0.2"
+
+
+def test_select_server_from_slurm_and_errors(table_file):
+    table = load(table_file)
+    nobody = lambda: {"elsewhere"}  # noqa: E731
+    assert select_server(table, environ={"SLURM_NODEID": "1"}, host_names=nobody) == 1
+    assert select_server(table, environ={"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "1"},
+                         host_names=nobody) == 1
+    with pytest.raises(UsageError, match="only 2 servers"):
+        select_server(table, environ={"SLURM_NODEID": "5"}, host_names=nobody)
+    with pytest.raises(UsageError, match="cannot tell which server"):
+        select_server(table, environ={}, host_names=nobody)
+    with pytest.raises(UsageError, match="not in the rank table"):
+        select_server(table, server_id="10.9.9.9")
+
+
+def test_this_hosts_own_address_is_found_automatically(tmp_path):
+    table_file = two_host_table(tmp_path / "rt.json", ids=("127.0.0.1", "198.51.100.7"))
+    result = run_dlaunch("cluster", RANK_PROGRAM, "--rank-table", table_file, "--dry-run", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "on server 127.0.0.1 (server 1 of 2)" in result.stdout
