@@ -12,6 +12,9 @@ from __future__ import annotations
 import os
 
 
+MAX_PENDING = 1 << 16  # a "line" longer than this (a progress bar without newlines) is shown in pieces
+
+
 class ConsoleTee:
     """Per-rank pipe chunks -> the rank's log file (raw) and the console (whole lines, prefixed)."""
 
@@ -30,6 +33,8 @@ class ConsoleTee:
         _write_all(self._log_fd[key], chunk)
         data = self._pending[key] + chunk
         cut = data.rfind(b"\n") + 1
+        if len(data) - cut > MAX_PENDING:
+            cut = len(data)
         self._pending[key] = data[cut:]
         if cut:
             self._show(key, data[:cut])
@@ -38,11 +43,14 @@ class ConsoleTee:
         """The rank's pipe ended: show a last unterminated line, close its log."""
         rest = self._pending.pop(key, b"")
         if rest:
-            self._show(key, rest + b"\n")
+            self._show(key, rest)
         os.close(self._log_fd.pop(key))
         self._prefix.pop(key, None)
 
     def _show(self, key: int, lines: bytes) -> None:
+        """Write complete lines (the last one terminated here if it is not), each with the rank's prefix."""
+        if not lines.endswith(b"\n"):
+            lines += b"\n"
         prefix = self._prefix[key]
         try:
             _write_all(self.console_fd, prefix + lines[:-1].replace(b"\n", b"\n" + prefix) + b"\n")

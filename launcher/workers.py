@@ -164,6 +164,7 @@ class Reaper:
             status = 0
             try:
                 os.close(self._fd)
+                _keep_only_fd(read_fd)  # hold none of the launcher's pipes, sockets or SSH channel open
                 os.setsid()  # out of the launcher's group: a killpg of the launcher must not take us too
                 for sig in FORWARDED_SIGNALS:
                     signal.signal(sig, signal.SIG_IGN)
@@ -185,6 +186,15 @@ class Reaper:
         finally:
             os.close(self._fd)
             os.waitpid(self.pid, 0)
+
+
+def _keep_only_fd(keep: int) -> None:
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    os.close(null)
+    os.closerange(3, keep)
+    os.closerange(keep + 1, 65536)
 
 
 def _reap_when_orphaned(read_fd: int, launcher_id: bytes) -> None:

@@ -1,0 +1,38 @@
+"""ConsoleTee: raw bytes to the log, whole prefixed lines to the console."""
+
+import os
+
+from launcher.logs import MAX_PENDING, ConsoleTee, tail_lines
+
+
+def test_lines_are_shown_whole_and_logged_raw(tmp_path):
+    console_r, console_w = os.pipe()
+    log = tmp_path / "out.log"
+    tee = ConsoleTee(console_w)
+    tee.add(3, "[rank3]: ", os.open(log, os.O_WRONLY | os.O_CREAT))
+    for piece in (b"hel", b"lo\nwor", b"ld\n", b"tail without newline"):
+        tee.feed(3, piece)
+    tee.close(3)
+    os.close(console_w)
+    shown = os.read(console_r, 65536)
+    assert shown == b"[rank3]: hello\n[rank3]: world\n[rank3]: tail without newline\n"
+    assert log.read_bytes() == b"hello\nworld\ntail without newline"
+
+
+def test_endless_line_is_shown_in_bounded_pieces(tmp_path):
+    console = tmp_path / "console"
+    console_fd = os.open(console, os.O_WRONLY | os.O_CREAT)
+    tee = ConsoleTee(console_fd)
+    tee.add(0, "[rank0]: ", os.open(tmp_path / "l", os.O_WRONLY | os.O_CREAT))
+    for _ in range(3):
+        tee.feed(0, b"\rprogress" * (MAX_PENDING // 9 + 1))
+    assert console.read_bytes().count(b"[rank0]: ") == 3  # shown as it comes, never held back without bound
+    tee.close(0)
+    os.close(console_fd)
+
+
+def test_tail_lines_reads_the_end_of_big_logs(tmp_path):
+    log = tmp_path / "big.log"
+    log.write_text("".join(f"line {i}\n" for i in range(100000)))
+    assert tail_lines(str(log), 3) == ["line 99997", "line 99998", "line 99999"]
+    assert tail_lines(str(tmp_path / "absent"), 3) == []
