@@ -1,0 +1,556 @@
+"""`dlaunch run` measured side by side with `torchrun`, in the same run, on this machine.
+
+Every measurement runs dlaunch and torchrun alternately (the order flips each
+repetition), reports the median of each, the ratio dlaunch/torchrun and whether
+dlaunch meets its goal.  The rank scripts are in ``benchmarks/ranks/`` and never
+import torch, so the numbers are the launchers' own.
+
+1. launch   Launch overhead: wall time of the whole launcher process for 8 ranks
+            that exit 0 at once (``ranks/noop.py``):
+              torchrun --standalone --nproc-per-node 8 noop.py
+              dlaunch run noop.py --ranks 8 --output-dir TMP
+            Goal: dlaunch <= 0.15 x torchrun.
+2. failfast Fail-fast latency: 8 ranks (``ranks/fail.py``); rank 3 sleeps 0.5 s,
+            writes time.time() to a file and calls os._exit(3); the others sleep
+            forever.  Latency = the moment the benchmark's waitid() sees the
+            launcher exit minus the stamp.  Both launchers must exit non-zero;
+            dlaunch must exit 3 (the failing rank's code; torchrun always exits 1).
+            Both use their default grace period (the sleeping ranks die on SIGTERM).
+            Goal: dlaunch < 0.3 s.
+3. memory   Launcher peak RSS: the launcher process only (not its ranks, not its
+            helper processes): the kernel's per-process high-water mark VmHWM from
+            /proc/PID/status, polled every 10 ms until the process exits, with 8
+            ranks that sleep 1 s (``ranks/sleep.py``).  (``/usr/bin/time -f %M``
+            and wait4()'s ru_maxrss are not used: on Linux they report the maximum
+            over the process *and* its waited-for descendants.)  Helper processes
+            that are not ranks (dlaunch's forked reaper) are listed separately.
+            Goal: dlaunch < 40 MiB.
+4. console  Console throughput: 8 ranks each write 100,000 lines, one
+            sys.stdout.write per line (``ranks/spam.py``), PYTHONUNBUFFERED=1 for
+            both launchers; ``dlaunch run --console all`` vs ``torchrun --tee 3
+            --log-dir TMP`` (torchrun shows every local rank by default), console
+            stdout to /dev/null.  Measured: the launcher process's own CPU time
+            (user+system of all its threads, ranks excluded), read from
+            /proc/PID/stat after it has exited but before it is reaped
+            (waitid(WNOWAIT) leaves it a zombie whose stat holds the final times).
+            Every run's logs must hold all 800,000 lines (dlaunch: rank_*/output.log,
+            torchrun: */attempt_0/*/stdout.log).  One extra, untimed run of each
+            writes the console to a file to check that every line reached it,
+            prefixed with its own rank and in order.  Goal: dlaunch CPU <= torchrun CPU.
+
+Both launchers get the same environment: the caller's, plus PYTHONUNBUFFERED=1
+and TMPDIR pointing into the benchmark's temporary directory (torchrun leaves a
+``torchelastic_*`` directory behind in TMPDIR on every run).  Everything is
+deleted at the end; any rank process still alive after its launcher exited is
+reported (and killed).
+
+Run:  .venv/bin/python benchmarks/bench_run.py [--repeat N] [--only NAME[,NAME]] [--quick]
+      NAME is one of launch, failfast, memory, console; --quick: 1 repetition,
+      10,000 lines per rank, no warm-up runs (a smoke test, not a measurement).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+HERE = Path(__file__).resolve().parent
+RANKS_DIR = HERE / "ranks"
+BIN = Path(sys.executable).parent
+DLAUNCH = str(BIN / "dlaunch")
+TORCHRUN = str(BIN / "torchrun")
+NPROC = 8
+FAIL_RANK = 3
+FAIL_DELAY = 0.5
+SLEEP_SECONDS = 1.0
+LINES = 100_000
+QUICK_LINES = 10_000
+RUN_TIMEOUT = 120.0
+MIB = 1024 * 1024
+MEASUREMENTS = ("launch", "failfast", "memory", "console")
+
+
+def rank_script(name: str) -> str:
+    return str(RANKS_DIR / name)
+
+
+# --------------------------------------------------------------------------------------------- one launcher run
+
+
+@dataclass
+class Run:
+    launcher: str
+    argv: list[str]
+    exit_code: int
+    wall: float                 # seconds from Popen to the launcher's exit
+    ended: float                # time.time() when waitid() saw it exit
+    cpu_own: float              # user+system of the launcher process itself (all its threads)
+    cpu_children: float         # user+system of its waited-for children (ranks, helpers)
+    peak_rss: int               # bytes: VmHWM of the launcher process
+    helpers: dict = field(default_factory=dict)   # pid -> [cmdline, peak VmHWM bytes] of non-rank children
+    leftovers: list = field(default_factory=list)  # rank (or launcher-helper) processes alive after it exited
+    timed_out: bool = False
+    stderr: str = ""
+
+
+def _vm_hwm(pid: int) -> int | None:
+    """Peak RSS of one process (its own address space only), in bytes; None once it has no memory."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def _is_launcher_cmd(cmdline: list[str]) -> bool:
+    """dlaunch or torchrun itself (or a process forked from it that did not exec, like dlaunch's reaper)."""
+    return any(os.path.basename(part) in ("dlaunch", "torchrun") for part in cmdline[:2])
+
+
+def _is_rank_cmd(cmdline: list[str]) -> bool:
+    return not _is_launcher_cmd(cmdline) and any(str(RANKS_DIR) in part for part in cmdline)
+
+
+def _is_bench_launcher_cmd(cmdline: list[str]) -> bool:
+    return _is_launcher_cmd(cmdline) and any(str(RANKS_DIR) in part for part in cmdline)
+
+
+class _Sampler(threading.Thread):
+    """Polls the launcher's VmHWM (and, optionally, its non-rank children's) every ``interval`` seconds."""
+
+    def __init__(self, pid: int, interval: float, watch_helpers: bool):
+        super().__init__(daemon=True)
+        self.pid, self.interval, self.watch_helpers = pid, interval, watch_helpers
+        self.stop = threading.Event()
+        self.peak = 0
+        self.children: dict[int, list] = {}   # pid -> [last cmdline, peak VmHWM]
+
+    def run(self) -> None:
+        try:
+            launcher = psutil.Process(self.pid)
+        except psutil.Error:
+            return
+        while True:
+            hwm = _vm_hwm(self.pid)
+            if hwm:
+                self.peak = max(self.peak, hwm)
+            if self.watch_helpers:
+                try:
+                    kids = launcher.children()
+                except psutil.Error:
+                    kids = []
+                for kid in kids:
+                    try:
+                        cmdline = kid.cmdline()
+                    except psutil.Error:
+                        continue
+                    entry = self.children.setdefault(kid.pid, [cmdline, 0])
+                    entry[0] = cmdline or entry[0]   # a rank execs: the last cmdline seen decides
+                    entry[1] = max(entry[1], _vm_hwm(kid.pid) or 0)
+            if self.stop.wait(self.interval):
+                return
+
+    def helpers(self) -> dict[int, list]:
+        return {pid: entry for pid, entry in self.children.items() if not _is_rank_cmd(entry[0])}
+
+
+def rank_processes(launchers: bool = False) -> list[psutil.Process]:
+    """Live processes running one of benchmarks/ranks/*.py (zombies have no cmdline and are not counted);
+    with ``launchers``, also launcher processes (and their forks, e.g. dlaunch's reaper) running them."""
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        cmdline = proc.info["cmdline"] or []
+        if proc.pid != os.getpid() and (_is_rank_cmd(cmdline) or (launchers and _is_bench_launcher_cmd(cmdline))):
+            found.append(proc)
+    return found
+
+
+def describe_procs(procs: list[psutil.Process]) -> list[str]:
+    out = []
+    for proc in procs:
+        try:
+            out.append(f"pid {proc.pid} ppid {proc.ppid()} {proc.status()}: {' '.join(proc.cmdline())}")
+        except psutil.Error:
+            pass
+    return out
+
+
+def kill_procs(procs: list[psutil.Process]) -> None:
+    for proc in procs:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(procs, timeout=5)
+
+
+def run_launcher(launcher: str, argv: list[str], env: dict, cwd: str, *, stdout=subprocess.DEVNULL,
+                 watch_helpers: bool = False, timeout: float = RUN_TIMEOUT) -> Run:
+    with tempfile.TemporaryFile() as err:
+        timed_out = threading.Event()
+        start = time.perf_counter()
+        proc = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=stdout, stderr=err)
+
+        def on_timeout() -> None:
+            timed_out.set()
+            proc.send_signal(signal.SIGTERM)
+            time.sleep(5)
+            if proc.returncode is None:
+                try:
+                    proc.kill()
+                except OSError:
+                    pass
+
+        sampler = _Sampler(proc.pid, 0.01, watch_helpers)
+        sampler.start()
+        timer = threading.Timer(timeout, on_timeout)
+        timer.daemon = True
+        timer.start()
+        exited = False
+        try:
+            os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)   # exited, not reaped: /proc/PID stays
+            exited = True
+            ended, wall = time.time(), time.perf_counter() - start
+            try:
+                times = psutil.Process(proc.pid).cpu_times()
+                cpu_own, cpu_children = times.user + times.system, times.children_user + times.children_system
+            except psutil.Error:
+                cpu_own = cpu_children = float("nan")
+            sampler.stop.set()
+            sampler.join()
+        finally:
+            timer.cancel()
+            if not exited:   # interrupted (Ctrl-C) while the launcher runs: stop it, then reap it
+                proc.send_signal(signal.SIGTERM)
+            exit_code = proc.wait()
+        leftovers = rank_processes(launchers=True)
+        left_desc = describe_procs(leftovers)
+        kill_procs(leftovers)
+        err.seek(0)
+        stderr = err.read().decode("utf-8", "replace")
+    return Run(launcher, argv, exit_code, wall, ended, cpu_own, cpu_children, sampler.peak, sampler.helpers(),
+               left_desc, timed_out.is_set(), stderr)
+
+
+# --------------------------------------------------------------------------------------------- the measurements
+
+
+@dataclass
+class Row:
+    name: str
+    unit: str
+    dlaunch: list[float]
+    torchrun: list[float]
+    goal: str
+    met: bool
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def dl_median(self) -> float:
+        return statistics.median(self.dlaunch)
+
+    @property
+    def tr_median(self) -> float:
+        return statistics.median(self.torchrun)
+
+
+class Bench:
+    def __init__(self, tmp: Path, repeat: int, lines: int, warmup: bool):
+        self.tmp, self.repeat, self.lines, self.warmup = tmp, repeat, lines, warmup
+        self.env = {**os.environ, "PYTHONUNBUFFERED": "1", "TMPDIR": str(tmp / "tmpdir")}
+        (tmp / "tmpdir").mkdir()
+        self.cwd = str(tmp)
+        self.problems: list[str] = []   # launcher bugs or surprises worth a closer look
+        self._n = 0
+
+    def fresh(self, stem: str) -> Path:
+        self._n += 1
+        path = self.tmp / f"{stem}-{self._n}"
+        path.mkdir()
+        return path
+
+    def pairs(self, make, **kwargs):
+        """Run (dlaunch, torchrun) self.repeat times, alternating who goes first; yields finished Runs."""
+        if self.warmup:
+            for launcher in ("dlaunch", "torchrun"):
+                run_launcher(launcher, make(launcher)[0], self.env, self.cwd, **kwargs)
+        for rep in range(self.repeat):
+            order = ("dlaunch", "torchrun") if rep % 2 == 0 else ("torchrun", "dlaunch")
+            for launcher in order:
+                argv, context = make(launcher)
+                yield rep, run_launcher(launcher, argv, self.env, self.cwd, **kwargs), context
+
+    def check_common(self, run: Run, what: str) -> None:
+        if run.timed_out:
+            self.problems.append(f"{what}: {run.launcher} did not exit within {RUN_TIMEOUT:g} s (killed)")
+        if run.leftovers:
+            self.problems.append(f"{what}: {run.launcher} exited leaving processes alive: "
+                                 + "; ".join(run.leftovers))
+
+    # 1 ---------------------------------------------------------------------------------------------------------
+    def launch(self) -> Row:
+        noop = rank_script("noop.py")
+
+        def make(launcher):
+            if launcher == "dlaunch":
+                return [DLAUNCH, "run", noop, "--ranks", str(NPROC), "--output-dir", str(self.fresh("runs"))], None
+            return [TORCHRUN, "--standalone", "--nproc-per-node", str(NPROC), noop], None
+
+        walls = {"dlaunch": [], "torchrun": []}
+        for _, run, _ in self.pairs(make):
+            self.check_common(run, "launch")
+            if run.exit_code != 0:
+                self.problems.append(f"launch: {run.launcher} exited {run.exit_code}: {run.stderr[-500:]}")
+            walls[run.launcher].append(run.wall)
+        row = Row(f"launch overhead, {NPROC} no-op ranks (launcher wall)", "s", walls["dlaunch"],
+                  walls["torchrun"], "dlaunch <= 0.15 x torchrun", False)
+        row.met = row.dl_median <= 0.15 * row.tr_median
+        return row
+
+    # 2 ---------------------------------------------------------------------------------------------------------
+    def failfast(self) -> Row:
+        fail = rank_script("fail.py")
+
+        def make(launcher):
+            stamp = self.fresh("stamp") / "failed_at"
+            args = [str(stamp), str(FAIL_DELAY), str(FAIL_RANK)]
+            if launcher == "dlaunch":
+                return [DLAUNCH, "run", fail, "--ranks", str(NPROC), "--output-dir", str(self.fresh("runs")),
+                        "--", *args], stamp
+            return [TORCHRUN, "--standalone", "--nproc-per-node", str(NPROC), fail, *args], stamp
+
+        lat = {"dlaunch": [], "torchrun": []}
+        codes = {"dlaunch": [], "torchrun": []}
+        for _, run, stamp in self.pairs(make):
+            self.check_common(run, "failfast")
+            codes[run.launcher].append(run.exit_code)
+            try:
+                failed_at = float(stamp.read_text())
+            except (OSError, ValueError):
+                self.problems.append(f"failfast: {run.launcher}: rank {FAIL_RANK} never wrote its stamp "
+                                     f"(exit {run.exit_code}): {run.stderr[-500:]}")
+                continue
+            lat[run.launcher].append(run.ended - failed_at)
+            if run.exit_code == 0:
+                self.problems.append(f"failfast: {run.launcher} exited 0 although rank {FAIL_RANK} failed")
+            if run.launcher == "dlaunch" and run.exit_code != FAIL_RANK:
+                self.problems.append(f"failfast: dlaunch exited {run.exit_code}, not the failing rank's "
+                                     f"{FAIL_RANK}")
+        row = Row(f"fail-fast latency, rank {FAIL_RANK} of {NPROC} exits {FAIL_RANK}", "s",
+                  lat["dlaunch"] or [float("nan")], lat["torchrun"] or [float("nan")], "dlaunch < 0.3 s", False)
+        row.met = bool(lat["dlaunch"]) and row.dl_median < 0.3 and all(c == FAIL_RANK for c in codes["dlaunch"])
+        row.notes.append(f"exit codes: dlaunch {codes['dlaunch']}, torchrun {codes['torchrun']} "
+                         f"(torchrun reports the rank's code only in its error summary and always exits 1)")
+        return row
+
+    # 3 ---------------------------------------------------------------------------------------------------------
+    def memory(self) -> Row:
+        sleep = rank_script("sleep.py")
+
+        def make(launcher):
+            if launcher == "dlaunch":
+                return [DLAUNCH, "run", sleep, "--ranks", str(NPROC), "--output-dir", str(self.fresh("runs")),
+                        "--", str(SLEEP_SECONDS)], None
+            return [TORCHRUN, "--standalone", "--nproc-per-node", str(NPROC), sleep, str(SLEEP_SECONDS)], None
+
+        peaks = {"dlaunch": [], "torchrun": []}
+        helpers = {"dlaunch": [], "torchrun": []}
+        for _, run, _ in self.pairs(make, watch_helpers=True):
+            self.check_common(run, "memory")
+            if run.exit_code != 0:
+                self.problems.append(f"memory: {run.launcher} exited {run.exit_code}: {run.stderr[-500:]}")
+            peaks[run.launcher].append(run.peak_rss / MIB)
+            helpers[run.launcher].extend(f"{' '.join(cmd[:3])[:60]} peak {rss / MIB:.1f} MiB"
+                                         for cmd, rss in run.helpers.values())
+        row = Row(f"launcher peak RSS, {NPROC} ranks sleeping {SLEEP_SECONDS:g} s", "MiB", peaks["dlaunch"],
+                  peaks["torchrun"], "dlaunch < 40 MiB", False)
+        row.met = row.dl_median < 40
+        for launcher in ("dlaunch", "torchrun"):
+            seen = sorted(set(helpers[launcher]))
+            row.notes.append(f"{launcher} non-rank child processes (not counted): "
+                             + ("; ".join(seen) if seen else "none"))
+        return row
+
+    # 4 ---------------------------------------------------------------------------------------------------------
+    def _console_argv(self, launcher: str) -> tuple[list[str], Path]:
+        spam = rank_script("spam.py")
+        out = self.fresh("console")
+        if launcher == "dlaunch":
+            return [DLAUNCH, "run", spam, "--ranks", str(NPROC), "--console", "all", "--output-dir", str(out),
+                    "--run-id", "bench", "--", str(self.lines)], out
+        return [TORCHRUN, "--standalone", "--nproc-per-node", str(NPROC), "--tee", "3", "--log-dir", str(out),
+                spam, str(self.lines)], out
+
+    @staticmethod
+    def _log_files(launcher: str, out: Path) -> list[Path]:
+        if launcher == "dlaunch":
+            return sorted(out.glob("bench/rank_*/output.log"))
+        return sorted(out.glob("*/attempt_0/*/stdout.log"))
+
+    def console(self) -> Row:
+        cpu = {"dlaunch": [], "torchrun": []}
+        walls = {"dlaunch": [], "torchrun": []}
+        counts = {"dlaunch": [], "torchrun": []}
+        expected = NPROC * self.lines
+        for _, run, out in self.pairs(self._console_argv):
+            self.check_common(run, "console")
+            if run.exit_code != 0:
+                self.problems.append(f"console: {run.launcher} exited {run.exit_code}: {run.stderr[-500:]}")
+            cpu[run.launcher].append(run.cpu_own)
+            walls[run.launcher].append(run.wall)
+            files = self._log_files(run.launcher, out)
+            total = sum(_count_lines(f) for f in files)
+            counts[run.launcher].append(total)
+            if total != expected or len(files) != NPROC:
+                self.problems.append(f"console: {run.launcher} logs hold {total} of {expected} lines "
+                                     f"({len(files)} log files)")
+            shutil.rmtree(out, ignore_errors=True)
+        row = Row(f"launcher CPU, {NPROC} ranks x {self.lines:,} lines to console", "s", cpu["dlaunch"],
+                  cpu["torchrun"], "dlaunch CPU <= torchrun CPU", False)
+        row.met = row.dl_median <= row.tr_median
+        row.notes.append(f"launcher wall (s): dlaunch {_fmt_list(walls['dlaunch'])}, torchrun "
+                         f"{_fmt_list(walls['torchrun'])}")
+        row.notes.append(f"lines in logs (expected {expected:,}): dlaunch {counts['dlaunch']}, torchrun "
+                         f"{counts['torchrun']}")
+        row.notes.extend(self.console_completeness())
+        return row
+
+    def console_completeness(self) -> list[str]:
+        """One untimed run of each with the console in a file: every line there, own rank, in order?"""
+        notes = []
+        patterns = {"dlaunch": re.compile(rb"^\[rank(\d+)\]: rank (\d+) step (\d+) "),
+                    "torchrun": re.compile(rb"^\[default(\d+)\]:rank (\d+) step (\d+) ")}
+        for launcher in ("dlaunch", "torchrun"):
+            argv, out = self._console_argv(launcher)
+            console_file = out / "console.txt"
+            with open(console_file, "wb") as fh:
+                run = run_launcher(launcher, argv, self.env, self.cwd, stdout=fh)
+            self.check_common(run, "console check")
+            next_step = [0] * NPROC
+            bad = other = 0
+            with open(console_file, "rb") as fh:
+                for line in fh:
+                    match = patterns[launcher].match(line)
+                    if not match:
+                        other += 1
+                        continue
+                    shown, rank, step = (int(g) for g in match.groups())
+                    if shown != rank or rank >= NPROC or step != next_step[rank]:
+                        bad += 1
+                    if rank < NPROC:
+                        next_step[rank] = step + 1
+            complete = all(n == self.lines for n in next_step) and not bad
+            verdict = "complete" if complete else "INCOMPLETE"
+            notes.append(f"console check, {launcher} (exit {run.exit_code}): lines per rank {next_step}, "
+                         f"{bad} misattributed/out of order, {other} other lines: {verdict}")
+            if not complete:
+                self.problems.append(f"console: {launcher}'s console output is incomplete or garbled: "
+                                     f"last step per rank {next_step}, {bad} bad lines")
+            shutil.rmtree(out, ignore_errors=True)
+        return notes
+
+
+def _count_lines(path: Path) -> int:
+    count = 0
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            count += chunk.count(b"\n")
+    return count
+
+
+def _fmt(value: float, unit: str) -> str:
+    if value != value:  # nan
+        return "n/a"
+    return f"{value:.1f} {unit}" if unit == "MiB" else f"{value:.3f} {unit}"
+
+
+def _fmt_list(values: list[float]) -> str:
+    return "[" + ", ".join(f"{v:.3f}" for v in values) + "]"
+
+
+def print_table(rows: list[Row], repeat: int) -> None:
+    print()
+    print(f"dlaunch vs torchrun, median of {repeat} run(s) each, alternating "
+          f"({psutil.cpu_count()} CPUs, Python {sys.version.split()[0]})")
+    header = f"{'measurement':46} {'dlaunch':>11} {'torchrun':>11} {'ratio':>6}  {'goal':28} result"
+    print(header)
+    print("-" * len(header))
+    for row in rows:
+        ratio = row.dl_median / row.tr_median if row.tr_median else float("nan")
+        print(f"{row.name:46} {_fmt(row.dl_median, row.unit):>11} {_fmt(row.tr_median, row.unit):>11} "
+              f"{ratio:6.3f}  {row.goal:28} {'met' if row.met else 'MISSED'}")
+    print()
+    for row in rows:
+        print(f"{row.name}:")
+        print(f"    dlaunch  {_fmt_list(row.dlaunch)} {row.unit}")
+        print(f"    torchrun {_fmt_list(row.torchrun)} {row.unit}")
+        for note in row.notes:
+            print(f"    {note}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeat", type=int, default=None, help="repetitions per launcher (default 3; 1 with --quick)")
+    parser.add_argument("--only", default=None, help="comma list of: " + ", ".join(MEASUREMENTS))
+    parser.add_argument("--quick", action="store_true", help="smoke run: 1 repetition, 10,000 lines, no warm-up")
+    args = parser.parse_args()
+    only = MEASUREMENTS if not args.only else tuple(n.strip() for n in args.only.split(","))
+    unknown = [n for n in only if n not in MEASUREMENTS]
+    if unknown:
+        parser.error(f"unknown measurement(s) {unknown}; choose from {', '.join(MEASUREMENTS)}")
+    repeat = args.repeat or (1 if args.quick else 3)
+    for tool in (DLAUNCH, TORCHRUN):
+        if not os.access(tool, os.X_OK):
+            parser.error(f"{tool} not found: run with the venv's python (.venv/bin/python)")
+    stray = rank_processes(launchers=True)
+    if stray:
+        print("warning: rank processes from an earlier run are alive:\n  " + "\n  ".join(describe_procs(stray)),
+              file=sys.stderr)
+
+    rows: list[Row] = []
+    started = time.perf_counter()
+    tmp = Path(tempfile.mkdtemp(prefix="dlaunch-bench-"))
+    bench = Bench(tmp, repeat, QUICK_LINES if args.quick else LINES, warmup=not args.quick)
+    try:
+        for name in MEASUREMENTS:
+            if name in only:
+                t0 = time.perf_counter()
+                print(f"running {name} ...", file=sys.stderr, flush=True)
+                rows.append(getattr(bench, name)())
+                print(f"  {name} took {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
+    finally:
+        leftovers = rank_processes(launchers=True)
+        left_desc = describe_procs(leftovers)
+        kill_procs(leftovers)
+        shutil.rmtree(tmp, ignore_errors=True)
+    print_table(rows, repeat)
+    print()
+    print(f"rank processes alive at the end: {len(left_desc)}" + "".join(f"\n    {d}" for d in left_desc))
+    if bench.problems:
+        print("problems seen:")
+        for problem in bench.problems:
+            print(f"    {problem}")
+    else:
+        print("problems seen: none (exit codes as expected, all lines arrived, no rank outlived its launcher)")
+    print(f"total time {time.perf_counter() - started:.1f} s")
+    return 0 if all(r.met for r in rows) and not bench.problems and not left_desc else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
