@@ -277,7 +277,7 @@ def cmd_from_head() -> int:
 
 def _launch_args(p: argparse.ArgumentParser) -> None:
     """Options shared by run and cluster: what to run, where its files go, how to fail."""
-    from .plan import CWD_LAUNCH, CWD_RANK
+    cwd_rank, cwd_launch = "rank", "launch"  # plan.CWD_RANK, plan.CWD_LAUNCH (not imported: start-up time)
 
     p.add_argument("script", metavar="SCRIPT", help="training script (a module name with -m, an executable "
                                                     "with --no-python); its arguments go after --")
@@ -292,7 +292,7 @@ def _launch_args(p: argparse.ArgumentParser) -> None:
                    help="where run directories go (default ./dlaunch_runs)")
     p.add_argument("--run-id", help="name of the run directory (default: time and a random suffix); "
                                     "hosts of one job may share it")
-    p.add_argument("--cwd", choices=(CWD_RANK, CWD_LAUNCH), default=CWD_RANK,
+    p.add_argument("--cwd", choices=(cwd_rank, cwd_launch), default=cwd_rank,
                    help="where ranks run: 'rank' (default) each in its own rank directory, as the seeds' "
                         "run.sh; 'launch' all in the current directory, as torchrun")
     p.add_argument("--console", default="0", metavar="WHICH",

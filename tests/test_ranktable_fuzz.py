@@ -88,3 +88,17 @@ def test_cli_answers_every_file_with_an_exit_code(tmp_path_factory, text):
     path = tmp_path_factory.mktemp("fuzz") / "t.json"
     path.write_text(text)
     assert cli.main(["validate-ranktable", "--json", str(path)]) in (0, 1, 2)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.one_of(st.text(alphabet="0123456789.:af ", max_size=16),
+                 st.ip_addresses().map(str),
+                 st.lists(st.integers(0, 300), min_size=3, max_size=5).map(lambda p: ".".join(map(str, p)))))
+def test_fast_ip_check_agrees_with_ipaddress(text):
+    import ipaddress
+
+    try:
+        expected = str(ipaddress.ip_address(text.strip()))
+    except ValueError:
+        expected = None
+    assert topology.canonical_ip(text) == expected
