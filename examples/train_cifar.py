@@ -40,6 +40,7 @@ import argparse
 import contextlib
 import ctypes
 import os
+import signal
 import struct
 import sys
 import tempfile
@@ -443,6 +444,10 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                         help="torch.set_num_threads (default: as OMP_NUM_THREADS says)")
     parser.add_argument("--width", type=int, default=16, help="channels of the first stage")
     parser.add_argument("--ckpt-prefix", default="resnet")
+    parser.add_argument("--crash-at-epoch", type=int, default=0, metavar="E",
+                        help="simulate a node failure: --crash-rank SIGKILLs itself as epoch E starts "
+                             "(first attempt only, so --max-restarts can recover)")
+    parser.add_argument("--crash-rank", type=int, default=0, metavar="R")
     parser.add_argument("--print-shard", action="store_true",
                         help="print the global record indices of this rank's train shard")
     args = parser.parse_args(argv)
@@ -470,6 +475,22 @@ def prepare_data(args: argparse.Namespace, env: DistEnv):
     return train, test
 
 
+def resume(net: nn.Module, optimizer: torch.optim.Optimizer) -> int:
+    """Load the checkpoint dlaunch --resume names (DLAUNCH_RESUME_FROM); returns the epoch it completed (0: none).
+
+    Checkpoints are taken at epoch ends and the data order depends only on
+    (seed, epoch, rank), so a resumed run continues exactly where it stopped.
+    """
+    path = os.environ.get("DLAUNCH_RESUME_FROM")
+    if not path:
+        return 0
+    state = torch.load(path, map_location="cpu")
+    net.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    log(f"resumed from {path}: epoch {state['epoch']} done, continuing at epoch {state['epoch'] + 1}")
+    return int(state["epoch"])
+
+
 def train(args: argparse.Namespace, env: DistEnv) -> None:
     torch.manual_seed(args.seed)
     (indices, labels, images), (_, test_labels, test_images) = prepare_data(args, env)
@@ -487,8 +508,13 @@ def train(args: argparse.Namespace, env: DistEnv) -> None:
         model = nn.parallel.DistributedDataParallel(net)  # averages gradients
     optimizer = torch.optim.SGD(net.parameters(), lr=args.lr, momentum=args.momentum)
     ckpt_dir = os.environ.get("DLAUNCH_CKPT_DIR") or f"./ckpt_{env.rank}"
+    start_epoch = resume(net, optimizer) + 1
 
-    for epoch in range(1, args.epochs + 1):
+    for epoch in range(start_epoch, args.epochs + 1):
+        if (epoch == args.crash_at_epoch and env.rank == args.crash_rank
+                and os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"):
+            log(f"rank {env.rank} simulates a crash at the start of epoch {epoch}")
+            os.kill(os.getpid(), signal.SIGKILL)
         order = epoch_order(len(labels), args.seed, epoch, env.rank)
         for step in range(1, steps + 1):
             batch = order[(step - 1) * args.batch_size: step * args.batch_size]

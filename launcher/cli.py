@@ -225,13 +225,22 @@ def _options(args: argparse.Namespace, table, server_index: int, host_suffix: st
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    import os
+
     from .runner import launch
 
     _apply_env(args)
     table, server_index, _ = _launch_table(args)
     opts = _options(args, table, server_index)
+    resume_from = None
+    if args.resume is not None:
+        from .rundir import resolve
+
+        resume_from = resolve(args.resume or opts.output_dir)
+        if not os.path.isdir(resume_from):
+            raise UsageError(f"--resume: no run directory at {args.resume or opts.output_dir}")
     return launch(table, server_index, opts, dry_run=args.dry_run, shared_run_dir=bool(args.run_id),
-                  fixed_port=args.master_port is not None)
+                  fixed_port=args.master_port is not None, resume_from=resume_from)
 
 
 CLUSTER_DEFAULT_PORT = 29500
@@ -364,6 +373,9 @@ def build_parser() -> argparse.ArgumentParser:
     devices = p.add_mutually_exclusive_group()
     devices.add_argument("--ranks", type=int, default=1, metavar="N", help="use devices 0..N-1 (default 1)")
     devices.add_argument("--devices", metavar="LIST", help="use these devices, e.g. 4,5 or 0-3")
+    p.add_argument("--resume", nargs="?", const="", metavar="RUN_DIR",
+                   help="resume from the newest checkpoint step every rank completed in RUN_DIR (default: the "
+                        "latest run in --output-dir); ranks get DLAUNCH_RESUME_FROM and DLAUNCH_RESUME_STEP")
     p.set_defaults(handler=cmd_run, script_args=[])
 
     p = sub.add_parser("cluster", help="run this host's share of a multi-host job, or every host's over SSH",

@@ -56,6 +56,17 @@ class Options:
 
 
 @dataclass(frozen=True)
+class ResumePoint:
+    """Where ranks resume from: one checkpoint file per global rank, all of one step."""
+
+    run_dir: str
+    label: str        # e.g. "resnet-3_156"
+    epoch: int
+    step: int
+    files: dict       # global rank -> checkpoint path
+
+
+@dataclass(frozen=True)
 class RankSpec:
     rank: int
     local_rank: int
@@ -90,6 +101,7 @@ class LaunchPlan:
     attempt: int
     host_files_suffix: str
     ranks: list[RankSpec] = field(default_factory=list)
+    resume: ResumePoint | None = None
 
     def host_file(self, name: str, ext: str) -> str:
         """This host's own file in the run directory (plan, summary): distinct per host on a shared filesystem."""
@@ -124,8 +136,12 @@ def console_ranks(spec: str, world_size: int) -> set[int]:
 
 
 def make_plan(table: RankTable, server_index: int, opts: Options, rank_table_file: str, inherited: dict,
-              attempt: int = 0) -> LaunchPlan:
-    """One RankSpec per device of ``table.servers[server_index]``, ranks and devices as the table says."""
+              attempt: int = 0, resume: ResumePoint | None = None) -> LaunchPlan:
+    """One RankSpec per device of ``table.servers[server_index]``, ranks and devices as the table says.
+
+    With ``resume``, each rank also gets ``DLAUNCH_RESUME_FROM`` (its own checkpoint file) and
+    ``DLAUNCH_RESUME_STEP`` ("EPOCH_STEP").
+    """
     server = table.servers[server_index]
     world_size = table.device_count
     run_dir = os.path.join(opts.output_dir, opts.run_id)
@@ -146,6 +162,9 @@ def make_plan(table: RankTable, server_index: int, opts: Options, rank_table_fil
             master_port=opts.master_port, run_id=opts.run_id, run_dir=run_dir, rank_dir=rank_dir,
             ckpt_dir=ckpt_dir, error_file=error_file, restart_count=attempt, max_restarts=opts.max_restarts,
             inherited=inherited)
+        if resume is not None:
+            env["DLAUNCH_RESUME_FROM"] = resume.files[rank]
+            env["DLAUNCH_RESUME_STEP"] = f"{resume.epoch}_{resume.step}"
         specs.append(RankSpec(
             rank=rank, local_rank=local_rank, device_id=dev.device, server_id=str(server.server_id), argv=argv,
             cwd=rank_dir if opts.cwd_mode == CWD_RANK else opts.launch_dir, env=env, rank_dir=rank_dir,
@@ -157,7 +176,7 @@ def make_plan(table: RankTable, server_index: int, opts: Options, rank_table_fil
         server_index=server_index, server_count=len(table.servers), world_size=world_size,
         master_addr=opts.master_addr, master_port=opts.master_port, rank_table_file=rank_table_file,
         cwd_mode=opts.cwd_mode, grace_period=opts.grace_period, max_restarts=opts.max_restarts, attempt=attempt,
-        host_files_suffix=opts.host_files_suffix, ranks=specs)
+        host_files_suffix=opts.host_files_suffix, ranks=specs, resume=resume)
 
 
 def describe(plan: LaunchPlan) -> str:
@@ -171,6 +190,8 @@ def describe(plan: LaunchPlan) -> str:
              f"master:        {plan.master_addr}:{plan.master_port}",
              f"working dir:   {'each rank its own rank directory' if plan.cwd_mode == CWD_RANK else 'launch directory'}",
              f"on failure:    SIGTERM, {plan.grace_period:g} s grace, SIGKILL; restarts allowed: {plan.max_restarts}"]
+    if plan.resume:
+        lines.append(f"resume from:   {plan.resume.label} of {plan.resume.run_dir}")
     for spec in plan.ranks:
         lines += [f"rank {spec.rank} (local {spec.local_rank}, device {spec.device_id})"
                   + ("  [console]" if spec.console else ""),

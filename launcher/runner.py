@@ -19,8 +19,13 @@ from . import rundir
 from .errors import UsageError
 from .logs import tail_lines
 from .plan import LaunchPlan, Options, make_plan
+from .resume import find_resume_point
 from .ranktable import RankTable, dumps
 from .workers import AttemptResult, LocalWorkers, SignalWatch
+
+
+def _say(message: str) -> None:
+    print(f"dlaunch: {message}", file=sys.stderr)
 
 
 def free_port(address: str) -> int:
@@ -84,6 +89,7 @@ def summarize(plan: LaunchPlan, attempts: list[AttemptResult], started: float) -
         "world_size": plan.world_size, "status": status, "exit_code": last.exit_code,
         "started": started, "ended": time.time(),
         "ranks_started": min((r.start for r in last.ranks if r.start), default=None),
+        "resumed_from": ({"run_dir": plan.resume.run_dir, "step": plan.resume.label} if plan.resume else None),
         "root_cause": _root_cause(last),
         "interrupted_by": signal.Signals(last.interrupted_by).name if last.interrupted_by else None,
         "ranks": [r.to_dict() for r in last.ranks],
@@ -121,11 +127,22 @@ def report(summary: dict, summary_path: str, out=sys.stderr) -> None:
 
 
 def launch(table: RankTable, server_index: int, opts: Options, *, dry_run: bool, shared_run_dir: bool,
-           fixed_port: bool, prefix_host: bool = False, on_started=None, control=None) -> int:
-    """Run this host's share of ``table`` to the end; returns dlaunch's exit code."""
+           fixed_port: bool, prefix_host: bool = False, on_started=None, control=None,
+           resume_from: str | None = None) -> int:
+    """Run this host's share of ``table`` to the end; returns dlaunch's exit code.
+
+    ``resume_from`` is an earlier run directory whose newest complete checkpoint step the ranks resume
+    from; after a failure, restarts resume from this run's own newest complete step.
+    """
     inherited = dict(os.environ)
     rank_table_file = os.path.join(opts.output_dir, opts.run_id, f"rank_table{opts.host_files_suffix}.json")
-    plan = make_plan(table, server_index, opts, rank_table_file, inherited)
+    resume = None
+    if resume_from is not None:
+        resume = find_resume_point(resume_from, table.device_count, log=_say)
+        if resume is None:
+            raise UsageError(f"nothing to resume: {resume_from} has no checkpoint that every rank completed")
+        _say(f"resuming from {resume.label} of {resume.run_dir}")
+    plan = make_plan(table, server_index, opts, rank_table_file, inherited, resume=resume)
     if dry_run:
         from .plan import describe
 
@@ -142,8 +159,9 @@ def launch(table: RankTable, server_index: int, opts: Options, *, dry_run: bool,
         for attempt in range(opts.max_restarts + 1):
             if attempt:
                 port = opts.master_port if fixed_port else free_port(opts.master_addr)
+                resume = find_resume_point(plan.run_dir, table.device_count, log=_say) or resume
                 plan = make_plan(table, server_index, replace(opts, master_port=port), rank_table_file, inherited,
-                                 attempt=attempt)
+                                 attempt=attempt, resume=resume)
             result = workers.run(plan)
             attempts.append(result)
             if result.exit_code == 0 or result.interrupted_by is not None or attempt == opts.max_restarts:
