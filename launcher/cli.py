@@ -13,9 +13,11 @@ import sys
 import time
 
 from . import __version__
+from .config import apply_layers, layerable
 from .errors import UsageError
 
 EXIT_INVALID = 1
+LAUNCH_COMMANDS = ("run", "cluster")
 
 
 def _profile_arg(parser: argparse.ArgumentParser) -> None:
@@ -266,6 +268,36 @@ def cmd_cluster(args: argparse.Namespace, control=None, on_started=None) -> int:
                   prefix_host=True, on_started=on_started, control=control)
 
 
+def settle(args: argparse.Namespace, sub: argparse.ArgumentParser, script_args_given: bool,
+           environ=None) -> argparse.Namespace:
+    """Fill options from the environment, config files and defaults; a script is required by then."""
+    import os
+
+    args._sources = apply_layers(args, sub, os.environ if environ is None else environ, script_args_given)
+    if not args.script:
+        raise UsageError(f"dlaunch {args.command}: no SCRIPT given (on the command line or as script: in a config)")
+    return args
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    import os
+
+    sub = args._launch_parsers[args.for_command]
+    layered = sub.parse_args([])
+    layered.config = args.config
+    sources = apply_layers(layered, sub, os.environ)
+    shown = {dest: {"value": getattr(layered, dest) if dest != "args" else layered.script_args, "source": src}
+             for dest, src in sources.items()}
+    if args.json:
+        json.dump(shown, sys.stdout, indent=2, default=str)
+        print()
+        return 0
+    width = max(map(len, shown))
+    for dest, item in shown.items():
+        print(f"{dest.replace('_', '-'):{width}}  {item['value']!r:30}  {item['source']}")
+    return 0
+
+
 def cmd_from_head() -> int:
     """``cluster --from-head``: this host's launcher, its request read from the SSH channel (see hostagent)."""
     import os
@@ -275,6 +307,7 @@ def cmd_from_head() -> int:
     request, pending = hostagent.read_request(0)
     args = build_parser().parse_args(["cluster", *map(str, request["argv"])])
     args.script_args = [str(a) for a in request.get("script_args", [])]
+    settle(args, args._launch_parsers["cluster"], True, environ={})
     args.rank_table_text = request.get("rank_table")
     os.environ.update({str(k): str(v) for k, v in (request.get("env") or {}).items()})
 
@@ -288,8 +321,12 @@ def _launch_args(p: argparse.ArgumentParser) -> None:
     """Options shared by run and cluster: what to run, where its files go, how to fail."""
     cwd_rank, cwd_launch = "rank", "launch"  # plan.CWD_RANK, plan.CWD_LAUNCH (not imported: start-up time)
 
-    p.add_argument("script", metavar="SCRIPT", help="training script (a module name with -m, an executable "
-                                                    "with --no-python); its arguments go after --")
+    p.add_argument("script", metavar="SCRIPT", nargs="?",
+                   help="training script (a module name with -m, an executable with --no-python); its arguments "
+                        "go after --")
+    p.add_argument("--config", action="append", metavar="FILE",
+                   help="YAML file of options (repeatable, later files win); flags > DLAUNCH_<OPTION> "
+                        "environment variables > files > defaults")
     what = p.add_mutually_exclusive_group()
     what.add_argument("-m", "--module", action="store_true", help="SCRIPT is a Python module, run as python -m")
     what.add_argument("--no-python", action="store_true", help="SCRIPT is an executable, run without python")
@@ -329,6 +366,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Run 'dlaunch COMMAND --help' for a command's options.")
     parser.add_argument("--version", action="version", version=f"dlaunch {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    launch_parsers: dict[str, argparse.ArgumentParser] = {}
 
     p = sub.add_parser("validate-ranktable", help="check HCCL rank tables against the topology rules",
                        description="Check rank-table JSON files against HCCL's topology rules and report every "
@@ -377,6 +415,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="resume from the newest checkpoint step every rank completed in RUN_DIR (default: the "
                         "latest run in --output-dir); ranks get DLAUNCH_RESUME_FROM and DLAUNCH_RESUME_STEP")
     p.set_defaults(handler=cmd_run, script_args=[])
+    layerable(p)
+    launch_parsers["run"] = p
 
     p = sub.add_parser("cluster", help="run this host's share of a multi-host job, or every host's over SSH",
                        usage="dlaunch cluster SCRIPT --rank-table FILE [options] [-- script arguments]",
@@ -401,29 +441,43 @@ def build_parser() -> argparse.ArgumentParser:
     ssh.add_argument("--connect-timeout", type=float, default=10.0, metavar="SECONDS",
                      help="SSH connect and preflight timeout per host (default 10)")
     p.set_defaults(handler=cmd_cluster, script_args=[])
+    layerable(p)
+    launch_parsers["cluster"] = p
+
+    p = sub.add_parser("config", help="show the effective launch settings and where each came from",
+                       description="Show the settings dlaunch run (or cluster) would use, each with its source: "
+                                   "command line > DLAUNCH_<OPTION> environment variable > YAML file > default.")
+    p.add_argument("action", choices=["show"])
+    p.add_argument("--config", action="append", metavar="FILE", help="YAML config file(s), as for run")
+    p.add_argument("--for", dest="for_command", choices=LAUNCH_COMMANDS, default="run",
+                   help="whose settings (default run)")
+    p.add_argument("--json", action="store_true", help="print as JSON")
+    p.set_defaults(handler=cmd_config)
+    parser.set_defaults(_launch_parsers=launch_parsers)
     return parser
-
-
-LAUNCH_COMMANDS = ("run", "cluster")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     script_args: list[str] = []
+    cut_at = None
     if argv and argv[0] in LAUNCH_COMMANDS and "--" in argv:
-        cut = argv.index("--")
-        argv, script_args = argv[:cut], argv[cut + 1:]
+        cut_at = argv.index("--")
+        argv, script_args = argv[:cut_at], argv[cut_at + 1:]
     if argv == ["cluster", "--from-head"]:
         handler = cmd_from_head
     else:
         args = parser.parse_args(argv)
-        if getattr(args, "command", None) in LAUNCH_COMMANDS:
-            args.script_args = script_args
         if not getattr(args, "handler", None):
             parser.print_help()
             return UsageError.exit_code
-        handler = lambda: args.handler(args)  # noqa: E731
+        if args.command in LAUNCH_COMMANDS:
+            args.script_args = script_args
+            sub = args._launch_parsers[args.command]
+            handler = lambda: args.handler(settle(args, sub, bool(cut_at)))  # noqa: E731
+        else:
+            handler = lambda: args.handler(args)  # noqa: E731
     try:
         return handler()
     except UsageError as exc:

@@ -1,0 +1,149 @@
+"""Layered settings: flags > DLAUNCH_<OPTION> env > YAML files > defaults, for every option type."""
+
+import json
+
+import pytest
+
+from launcher import cli
+from launcher.errors import UsageError
+from tests.launching import RANK_PROGRAM, run_dlaunch
+
+
+def settled(argv, environ=None, files=()):
+    parser = cli.build_parser()
+    cut = argv.index("--") if "--" in argv else None
+    script_args = argv[cut + 1:] if cut is not None else []
+    args = parser.parse_args(argv[:cut] if cut is not None else argv)
+    args.script_args = script_args
+    args.config = list(files) + (args.config or [])
+    return cli.settle(args, args._launch_parsers[args.command], cut is not None, environ=environ or {})
+
+
+# (option key in YAML, flag value, env value, file value, expected value of each layer, default)
+CASES = [
+    ("ranks", ["--ranks", "4"], "2", "8", (4, 2, 8), 1),                                   # int
+    ("grace_period", ["--grace-period", "1.5"], "2.5", "30", (1.5, 2.5, 30.0), 10.0),       # float
+    ("console", ["--console", "all"], "none", "1,2", ("all", "none", "1,2"), "0"),          # str
+    ("cwd", ["--cwd", "launch"], "launch", "launch", ("launch", "launch", "launch"), "rank"),  # choices
+    ("no_python", ["--no-python"], "true", True, (True, True, True), False),               # bool
+    ("env", ["--env", "A=1"], "B=2\nC=3", ["D=4"], (["A=1"], ["B=2", "C=3"], ["D=4"]), []),  # list
+    ("resume", ["--resume"], "runs/x", True, ("", "runs/x", ""), None),                    # optional value
+]
+
+
+@pytest.mark.parametrize("key,flag,env_value,file_value,expected,default", CASES, ids=[c[0] for c in CASES])
+def test_precedence_for_every_option_type(tmp_path, key, flag, env_value, file_value, expected, default):
+    conf = tmp_path / "c.yaml"
+    conf.write_text(json.dumps({key: file_value}))  # JSON is YAML
+    env = {"DLAUNCH_" + key.upper(): env_value}
+    base = ["run", "s.py"]
+    assert getattr(settled(base + flag, env, [conf]), key) == expected[0]
+    args = settled(base, env, [conf])
+    assert (getattr(args, key), args._sources[key]) == (expected[1], "$DLAUNCH_" + key.upper())
+    args = settled(base, {}, [conf])
+    assert (getattr(args, key), args._sources[key]) == (expected[2], f"{conf}:1")
+    args = settled(base)
+    assert (getattr(args, key), args._sources[key]) == (default, "default")
+
+
+def test_later_files_override_earlier_ones(tmp_path):
+    a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    a.write_text("ranks: 2\nconsole: all\n")
+    b.write_text("ranks: 4\n")
+    args = settled(["run", "s.py"], files=[a, b])
+    assert (args.ranks, args.console) == (4, "all")
+
+
+def test_exclusive_options_are_settled_by_layer(tmp_path):
+    conf = tmp_path / "c.yaml"
+    conf.write_text("rank_table: rt.json\nmodule: true\n")
+    args = settled(["run", "s.py", "--ranks", "4"], files=[conf])
+    assert (args.ranks, args.rank_table, args.module) == (4, None, True)
+    args = settled(["run", "s.py", "--no-python"], {"DLAUNCH_DEVICES": "4,5"}, [conf])
+    assert (args.devices, args.rank_table, args.module, args.no_python) == ("4,5", None, False, True)
+
+
+def test_script_and_args_from_the_file_yield_to_the_command_line(tmp_path):
+    conf = tmp_path / "c.yaml"
+    conf.write_text("script: train.py\nargs: [--epochs, 3]\n")
+    args = settled(["run"], files=[conf])
+    assert (args.script, args.script_args) == ("train.py", ["--epochs", "3"])
+    args = settled(["run", "other.py", "--", "--lr", "1"], files=[conf])
+    assert (args.script, args.script_args) == ("other.py", ["--lr", "1"])
+
+
+@pytest.mark.parametrize("text,line,fragment", [
+    ("ranks: 2\nrankz: 3\n", 2, "unknown option 'rankz'"),
+    ("ranks: eight\n", 1, "--ranks takes int"),
+    ("ranks: 2.5\n", 1, "whole number"),
+    ("ranks: 2\n\ngrace-period: [1]\n", 3, "--grace-period takes float"),
+    ("cwd: home\n", 1, "must be one of rank, launch"),
+    ("dry_run: true\n", 1, "unknown option"),
+    ("module: 1\n", 1, "true or false"),
+    ("args: --epochs\n", 1, "args must be a list"),
+    ("ranks: [\n", 2, "not valid YAML"),
+    ("- ranks\n", 1, "a mapping of option: value"),
+])
+def test_bad_files_name_key_file_and_line(tmp_path, text, line, fragment):
+    conf = tmp_path / "bad.yaml"
+    conf.write_text(text)
+    with pytest.raises(UsageError) as info:
+        settled(["run", "s.py"], files=[conf])
+    assert str(info.value).startswith(f"{conf}:{line}:") and fragment in str(info.value)
+
+
+def test_bad_environment_values_name_the_variable():
+    with pytest.raises(UsageError, match=r"\$DLAUNCH_MASTER_PORT: --master-port takes int"):
+        settled(["run", "s.py"], {"DLAUNCH_MASTER_PORT": "high"})
+
+
+def test_run_id_is_never_taken_from_the_rank_contract_variable():
+    assert settled(["run", "s.py"], {"DLAUNCH_RUN_ID": "inherited-from-a-parent-job"}).run_id is None
+
+
+def test_config_drives_a_real_run_and_config_show_explains_it(tmp_path):
+    conf = tmp_path / "job.yaml"
+    conf.write_text(f"script: {RANK_PROGRAM}\nranks: 2\nconsole: all\noutput-dir: {tmp_path / 'out'}\n"
+                    "args: [--print, '2']\n")
+    result = run_dlaunch("run", "--config", conf, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "[rank1]: rank 1 line 1" in result.stdout
+    shown = run_dlaunch("config", "show", "--config", conf, "--json", cwd=tmp_path, env={"DLAUNCH_RANKS": "4"})
+    settings = json.loads(shown.stdout)
+    assert settings["ranks"] == {"value": 4, "source": "$DLAUNCH_RANKS"}
+    assert settings["console"] == {"value": "all", "source": f"{conf}:3"}
+    assert settings["grace_period"] == {"value": 10.0, "source": "default"}
+
+
+def test_bad_config_exits_2_with_one_line(tmp_path):
+    conf = tmp_path / "bad.yaml"
+    conf.write_text("ranks: 2\nbogus: 1\n")
+    result = run_dlaunch("run", RANK_PROGRAM, "--config", conf, cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()]
+    assert f"{conf}:2: unknown option 'bogus'" in result.stderr
+
+
+def test_missing_script_is_a_usage_error(tmp_path):
+    result = run_dlaunch("run", "--ranks", "2", cwd=tmp_path)
+    assert result.returncode == 2 and "no SCRIPT given" in result.stderr
+
+
+@pytest.mark.parametrize("name", ["single_host_8dev", "two_hosts_16dev_ssh", "atlas_a2_relaxed", "slurm_job"])
+def test_bundled_configs_are_valid(name):
+    from tests.conftest import ROOT
+
+    command = "cluster" if name in ("two_hosts_16dev_ssh", "slurm_job") else "run"
+    result = run_dlaunch("config", "show", "--for", command, "--config", ROOT / "configs" / f"{name}.yaml",
+                         "--json", cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    settings = json.loads(result.stdout)
+    assert settings["script"]["value"] == "examples/train_cifar.py"
+
+
+def test_bundled_single_host_config_plans_8_ranks():
+    from tests.conftest import ROOT
+
+    result = run_dlaunch("run", "--config", ROOT / "configs" / "single_host_8dev.yaml", "--dry-run", cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    assert "8 rank(s)" in result.stdout and "--epochs 2" in result.stdout
