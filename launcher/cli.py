@@ -453,6 +453,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="whose settings (default run)")
     p.add_argument("--json", action="store_true", help="print as JSON")
     p.set_defaults(handler=cmd_config)
+    # Commands in modules of their own register here: each module's add_parser(sub, launch_args) adds its
+    # subparser with set_defaults(handler=...), importing nothing heavy at module level.
     parser.set_defaults(_launch_parsers=launch_parsers)
     return parser
 
