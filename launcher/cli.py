@@ -18,6 +18,7 @@ from .errors import UsageError
 
 EXIT_INVALID = 1
 LAUNCH_COMMANDS = ("run", "cluster")
+SCRIPT_ARG_COMMANDS = (*LAUNCH_COMMANDS, "script")  # everything after -- is the training script's
 
 
 def _profile_arg(parser: argparse.ArgumentParser) -> None:
@@ -464,7 +465,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     script_args: list[str] = []
     cut_at = None
-    if argv and argv[0] in LAUNCH_COMMANDS and "--" in argv:
+    if argv and argv[0] in SCRIPT_ARG_COMMANDS and "--" in argv:
         cut_at = argv.index("--")
         argv, script_args = argv[:cut_at], argv[cut_at + 1:]
     if argv == ["cluster", "--from-head"]:
@@ -474,8 +475,9 @@ def main(argv: list[str] | None = None) -> int:
         if not getattr(args, "handler", None):
             parser.print_help()
             return UsageError.exit_code
+        if args.command in SCRIPT_ARG_COMMANDS:
+            args.script_args, args.script_args_given = script_args, cut_at is not None
         if args.command in LAUNCH_COMMANDS:
-            args.script_args = script_args
             sub = args._launch_parsers[args.command]
             handler = lambda: args.handler(settle(args, sub, bool(cut_at)))  # noqa: E731
         else:

@@ -244,7 +244,8 @@ def _sshd_config(address: str, port: int, host_key: Path, authorized_keys: Path,
 
 def _ssh_config_entry(host: SshHost, user: str, client_key: Path, known_hosts: Path) -> str:
     return "\n".join([
-        f"Host {host.name}",
+        # Keyed by name and by address: rank tables name servers by address.
+        f"Host {host.name} {host.address}",
         f"    HostName {host.address}",
         f"    Port {host.port}",
         f"    User {user}",

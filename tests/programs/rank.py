@@ -26,6 +26,7 @@ parser.add_argument("--allreduce", action="store_true", help="gloo all_reduce of
 parser.add_argument("--print", dest="lines", type=int, default=0, help="print this many numbered lines")
 parser.add_argument("--torn-lines", action="store_true", help="write each line in three flushed pieces")
 parser.add_argument("--exit-early-rank", type=int, help="this rank exits 0 at once")
+parser.add_argument("--label", action="append", default=[], help="any text; recorded in labels.jsonl as received")
 args = parser.parse_args()
 
 rank = int(os.environ["RANK"])
@@ -47,6 +48,8 @@ for name in args.trap:
     signal.signal(getattr(signal, name), on_signal)
 
 note("pids.jsonl", {"pid": os.getpid(), "cwd": os.getcwd()})
+if args.label:
+    note("labels.jsonl", {"labels": args.label})
 if args.dump_env:
     with open(os.path.join(rank_dir, "env.json"), "w") as fh:
         json.dump(dict(os.environ), fh)
