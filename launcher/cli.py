@@ -227,6 +227,12 @@ def _options(args: argparse.Namespace, table, server_index: int, host_suffix: st
                    host_files_suffix=host_suffix)
 
 
+def _hang_timeout(args: argparse.Namespace) -> float | None:
+    if args.hang_timeout is not None and args.hang_timeout <= 0:
+        raise UsageError(f"--hang-timeout must be positive, not {args.hang_timeout}")
+    return args.hang_timeout
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     import os
 
@@ -243,7 +249,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         if not os.path.isdir(resume_from):
             raise UsageError(f"--resume: no run directory at {args.resume or opts.output_dir}")
     return launch(table, server_index, opts, dry_run=args.dry_run, shared_run_dir=bool(args.run_id),
-                  fixed_port=args.master_port is not None, resume_from=resume_from)
+                  fixed_port=args.master_port is not None, resume_from=resume_from,
+                  hang_timeout=_hang_timeout(args))
 
 
 CLUSTER_DEFAULT_PORT = 29500
@@ -266,7 +273,7 @@ def cmd_cluster(args: argparse.Namespace, control=None, on_started=None) -> int:
     suffix = "." + re.sub(r"[^A-Za-z0-9._-]", "_", server_id)
     opts = _options(args, table, server_index, host_suffix=suffix, default_port=CLUSTER_DEFAULT_PORT)
     return launch(table, server_index, opts, dry_run=args.dry_run, shared_run_dir=True, fixed_port=True,
-                  prefix_host=True, on_started=on_started, control=control)
+                  prefix_host=True, on_started=on_started, control=control, hang_timeout=_hang_timeout(args))
 
 
 def settle(args: argparse.Namespace, sub: argparse.ArgumentParser, script_args_given: bool,
@@ -349,6 +356,10 @@ def _launch_args(p: argparse.ArgumentParser) -> None:
                    help="after SIGTERM, how long ranks may take to exit (e.g. to save) before SIGKILL (default 10)")
     p.add_argument("--max-restarts", type=int, default=0, metavar="K",
                    help="restart all ranks up to K times after a failure (default 0)")
+    p.add_argument("--hang-timeout", type=float, metavar="SECONDS",
+                   help="stop the job as failed (exit 124) when a rank shows no sign of life (output, "
+                        "launcher.heartbeat.beat(), a checkpoint) for this long; every rank's stack is "
+                        "saved first (py-spy)")
     p.add_argument("--master-addr", help="MASTER_ADDR (default 127.0.0.1 on one host)")
     p.add_argument("--master-port", type=int, help="MASTER_PORT (default: a free port)")
     p.add_argument("--hccn-conf", default="/etc/hccn.conf", metavar="FILE",
@@ -456,6 +467,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=cmd_config)
     # Commands in modules of their own register here: each module's add_parser(sub, launch_args) adds its
     # subparser with set_defaults(handler=...), importing nothing heavy at module level.
+    from .watch import add_parser as add_watch_parser
+    add_watch_parser(sub, _launch_args)
+    from .report import add_parser as add_report_parser
+    add_report_parser(sub, _launch_args)
     parser.set_defaults(_launch_parsers=launch_parsers)
     return parser
 

@@ -106,10 +106,16 @@ def report(summary: dict, summary_path: str, out=sys.stderr) -> None:
     if summary["status"] == "succeeded":
         print(f"dlaunch: all {count} rank(s) exited 0 in {took:.1f} s; run directory {summary['run_dir']}", file=out)
         return
+    if cause and cause.get("hung"):
+        print(f"dlaunch: {cause['reason']}", file=out)
+        if cause.get("stack_file"):
+            print(f"dlaunch: stacks of this host's ranks: {cause['stack_file']} (and its peers')", file=out)
     if cause:
         how = f"died of {cause['signal']}" if cause["signal"] else f"exited with code {cause['exit_code']}"
         if cause.get("spawn_error"):
             how = cause["spawn_error"]
+        if cause.get("hung"):
+            how = f"hung and was stopped ({how})"
         print(f"dlaunch: rank {cause['rank']} (host {cause['host']}, device {cause['device_id']}) {how}; "
               f"log: {cause['log']}", file=out)
         if cause.get("error_file_message"):
@@ -128,7 +134,7 @@ def report(summary: dict, summary_path: str, out=sys.stderr) -> None:
 
 def launch(table: RankTable, server_index: int, opts: Options, *, dry_run: bool, shared_run_dir: bool,
            fixed_port: bool, prefix_host: bool = False, on_started=None, control=None,
-           resume_from: str | None = None) -> int:
+           resume_from: str | None = None, hang_timeout: float | None = None) -> int:
     """Run this host's share of ``table`` to the end; returns dlaunch's exit code.
 
     ``resume_from`` is an earlier run directory whose newest complete checkpoint step the ranks resume
@@ -152,8 +158,16 @@ def launch(table: RankTable, server_index: int, opts: Options, *, dry_run: bool,
     rundir.create(plan, dumps(table), shared=shared_run_dir)
     started = time.time()
     signals = SignalWatch(*control) if control else SignalWatch()
-    workers = LocalWorkers(signals, prefix_host=prefix_host)
-    workers.on_started = on_started
+    workers = LocalWorkers(signals, prefix_host=prefix_host, hang_timeout=hang_timeout)
+    pids_file = plan.host_file("pids", "json")
+
+    def publish_pids(ranks):
+        rundir.write_json(pids_file, {"launcher_pid": os.getpid(), "ranks": {
+            str(r.rank): {"pid": r.pid, "start": r.start, "attempt": plan.attempt} for r in ranks}})
+        if on_started:
+            on_started(ranks)
+
+    workers.on_started = publish_pids
     attempts: list[AttemptResult] = []
     try:
         for attempt in range(opts.max_restarts + 1):

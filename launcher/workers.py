@@ -19,11 +19,13 @@ import os
 import selectors
 import signal
 import subprocess
+import sys
 import time
 import uuid
 from dataclasses import dataclass, field
 
 from .environment import format_env
+from .hangs import HANG_EXIT_CODE, HangWatch, describe_hang, dump_stacks
 from .logs import ConsoleTee
 from .plan import LaunchPlan, RankSpec
 
@@ -45,6 +47,8 @@ class RankResult:
     end: float | None = None
     returncode: int | None = None   # as Popen: negative for "killed by signal"
     spawn_error: str | None = None
+    hang: str | None = None          # why dlaunch judged this rank hung, if it did
+    stack_file: str | None = None
 
     @property
     def exit_code(self) -> int | None:
@@ -66,7 +70,9 @@ class RankResult:
         return {"rank": self.rank, "local_rank": self.local_rank, "device_id": self.device_id,
                 "host": self.server_id, "pid": self.pid, "start": self.start, "end": self.end,
                 "exit_code": self.exit_code, "signal": self.signal_name, "log": self.log_file,
-                **({"spawn_error": self.spawn_error} if self.spawn_error else {})}
+                **({"spawn_error": self.spawn_error} if self.spawn_error else {}),
+                **({"hung": True, "reason": self.hang} if self.hang else {}),
+                **({"stack_file": self.stack_file} if self.stack_file else {})}
 
 
 @dataclass
@@ -81,7 +87,7 @@ class AttemptResult:
     @property
     def exit_code(self) -> int:
         if self.root_cause is not None:
-            return self.root_cause.exit_code or 1
+            return HANG_EXIT_CODE if self.root_cause.hang else (self.root_cause.exit_code or 1)
         if self.interrupted_by is not None:
             return 128 + self.interrupted_by
         return 0
@@ -247,8 +253,10 @@ class _Rank:
 class LocalWorkers:
     """Runs one attempt of a plan on this host and reports how every rank ended."""
 
-    def __init__(self, signals: SignalWatch, console_fd: int = 1, prefix_host: bool = False):
+    def __init__(self, signals: SignalWatch, console_fd: int = 1, prefix_host: bool = False,
+                 hang_timeout: float | None = None):
         self.signals = signals
+        self.hang_timeout = hang_timeout
         self.console_fd = console_fd
         self.prefix_host = prefix_host
         self.launcher_id = uuid.uuid4().hex
@@ -288,6 +296,7 @@ class LocalWorkers:
                 result.stopped_at = time.time()
             elif self.on_started:
                 self.on_started([r.result for r in ranks])
+            hangs = HangWatch(self.hang_timeout, time.time()) if self.hang_timeout else None
             while any(r.result.returncode is None and r.proc for r in ranks) or self._pipes(selector):
                 if all(r.result.returncode is not None or not r.proc for r in ranks):
                     self._kill_groups(ranks)  # leaders are gone: nothing of theirs may linger
@@ -298,7 +307,15 @@ class LocalWorkers:
                 timeout = None
                 if stopping_deadline is not None:
                     timeout = max(0.0, stopping_deadline - time.monotonic())
+                elif hangs:
+                    timeout = hangs.interval
                 events = self._dispatch(selector, tee, ranks, timeout)
+                if hangs and stopping_deadline is None:
+                    hung = self._check_hangs(hangs, ranks, plan.attempt)
+                    if hung:
+                        result.root_cause = hung
+                        result.stopped_at = time.time()
+                        stopping_deadline = self._stop(ranks, signal.SIGTERM, plan.grace_period)
                 for kind, value in events:
                     if kind == "exit" and stopping_deadline is None and value.returncode != 0:
                         result.root_cause = value
@@ -329,6 +346,22 @@ class LocalWorkers:
                 os.close(key.fd)
             selector.close()
         return result
+
+    def _check_hangs(self, hangs: HangWatch, ranks: list[_Rank], attempt: int) -> RankResult | None:
+        """If a rank has hung: record every live rank's stack, and return the hung rank's result."""
+        live = [r for r in ranks if r.proc and r.result.returncode is None]
+        found = hangs.find_hung([r.spec for r in live])
+        if not found:
+            return None
+        spec, silent_for = found
+        hung = next(r.result for r in live if r.spec is spec)
+        hung.hang = describe_hang(spec, silent_for)
+        files, why = dump_stacks([(r.spec, r.proc.pid) for r in live], attempt)
+        for rank in live:
+            rank.result.stack_file = files.get(rank.spec.rank)
+        if why:
+            print(f"dlaunch: {why}", file=sys.stderr)
+        return hung
 
     def _spawn(self, rank: _Rank, selector, tee: ConsoleTee) -> None:
         spec = rank.spec

@@ -26,6 +26,9 @@ parser.add_argument("--allreduce", action="store_true", help="gloo all_reduce of
 parser.add_argument("--print", dest="lines", type=int, default=0, help="print this many numbered lines")
 parser.add_argument("--torn-lines", action="store_true", help="write each line in three flushed pieces")
 parser.add_argument("--exit-early-rank", type=int, help="this rank exits 0 at once")
+parser.add_argument("--hang-in-allreduce", type=int, metavar="R",
+                    help="rank R never joins; the others block in a gloo all_reduce")
+parser.add_argument("--heartbeat-for", type=float, default=0.0, help="beat the heartbeat (silently) this long")
 parser.add_argument("--label", action="append", default=[], help="any text; recorded in labels.jsonl as received")
 args = parser.parse_args()
 
@@ -65,6 +68,23 @@ if args.allreduce:
     dist.all_reduce(tensor)
     note("allreduce.jsonl", {"sum": tensor.item(), "world": dist.get_world_size()})
     dist.destroy_process_group()
+if args.heartbeat_for:
+    from launcher import heartbeat
+
+    until = time.time() + args.heartbeat_for
+    while time.time() < until:
+        heartbeat.beat()
+        time.sleep(0.2)
+if args.hang_in_allreduce is not None:
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    print(f"rank {rank} ready", flush=True)
+    note("ready.jsonl", {"time": time.time()})
+    if rank == args.hang_in_allreduce:
+        time.sleep(3600)
+    dist.all_reduce(torch.ones(1))
 for i in range(args.lines):
     line = f"rank {rank} line {i} " + "x" * 50 + "\n"
     if args.torn_lines:

@@ -1,0 +1,99 @@
+"""Hang detection: a rank that shows no sign of life for too long is a failure, with its stack on record.
+
+A rank is alive while it writes output (its log file grows), touches its
+heartbeat file (``launcher.heartbeat.beat()``, e.g. once a step), or saves a
+checkpoint (its checkpoint directory changes).  All three are file times, so
+watching costs the launcher a few ``stat`` calls per rank per check, whatever
+the rank prints.  Before the job is stopped, the Python stack of every rank on
+this host goes into its rank directory (``py-spy dump``), so the blocking call
+(an all_reduce one rank never joined, a dead data loader) is on record.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+
+from .logs import tail_lines
+from .plan import RankSpec, attempt_file
+
+HEARTBEAT_FILE = "heartbeat"
+HANG_EXIT_CODE = 124  # as coreutils timeout: the job was stopped because it stopped making progress
+STACK_DUMP_SECONDS = 20.0
+
+
+def _mtime(path: str) -> float:
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return 0.0
+
+
+class HangWatch:
+    """Which rank, if any, has been silent for longer than ``timeout`` seconds."""
+
+    def __init__(self, timeout: float, started: float):
+        self.timeout = timeout
+        self.started = started
+        self.interval = min(0.5, timeout / 4)
+
+    def last_sign_of_life(self, spec: RankSpec) -> float:
+        return max(self.started, _mtime(spec.log_file), _mtime(os.path.join(spec.rank_dir, HEARTBEAT_FILE)),
+                   _mtime(spec.ckpt_dir))
+
+    def find_hung(self, live: list[RankSpec], now: float | None = None) -> tuple[RankSpec, float] | None:
+        """The live rank silent the longest, if it has been silent past the timeout."""
+        now = time.time() if now is None else now
+        silences = [(now - self.last_sign_of_life(spec), spec) for spec in live]
+        if not silences:
+            return None
+        silent_for, spec = max(silences, key=lambda pair: pair[0])
+        return (spec, silent_for) if silent_for >= self.timeout else None
+
+
+def describe_hang(spec: RankSpec, silent_for: float) -> str:
+    last = tail_lines(spec.log_file, 1)
+    said = f"its last line, {silent_for:.1f} s ago: {last[0]!r}" if last else "it printed nothing"
+    return (f"rank {spec.rank} hung: no output, heartbeat or checkpoint for {silent_for:.1f} s "
+            f"(--hang-timeout); {said}")
+
+
+def dump_stacks(specs_and_pids: list[tuple[RankSpec, int]], attempt: int) -> tuple[dict[int, str], str | None]:
+    """Write every rank's Python stack to ``rank_dir/stack.txt`` in parallel; (files, why none) ."""
+    py_spy = shutil.which("py-spy") or _beside_python("py-spy")
+    files = {}
+    if py_spy is None:
+        why = "no stack could be taken: py-spy is not installed (pip install py-spy, or dlaunch[torch])"
+        for spec, _ in specs_and_pids:
+            path = attempt_file(spec.rank_dir, "stack", "txt", attempt)
+            with open(path, "w", encoding="utf-8") as fh:
+                fh.write(why + "\n")
+            files[spec.rank] = path
+        return files, why
+    running = []
+    for spec, pid in specs_and_pids:
+        path = attempt_file(spec.rank_dir, "stack", "txt", attempt)
+        out = open(path, "wb")
+        running.append((spec, path, out, subprocess.Popen([py_spy, "dump", "--pid", str(pid)], stdout=out,
+                                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)))
+    deadline = time.monotonic() + STACK_DUMP_SECONDS
+    for spec, path, out, proc in running:
+        try:
+            proc.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            out.write(b"\ndlaunch: py-spy did not finish in time\n")
+        out.close()
+        files[spec.rank] = path
+    return files, None
+
+
+def _beside_python(name: str) -> str | None:
+    """Tools installed in the launcher's virtualenv are not always on PATH."""
+    import sys
+
+    candidate = os.path.join(os.path.dirname(sys.executable), name)
+    return candidate if os.access(candidate, os.X_OK) else None
