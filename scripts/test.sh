@@ -6,6 +6,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/_env.sh
-ensure_debian_packages openssh-server:/usr/sbin/sshd
+ensure_debian_packages openssh-server:/usr/sbin/sshd chromium:/usr/bin/chromium
 ensure_venv torch,test
 exec .venv/bin/python -m pytest "$@"
