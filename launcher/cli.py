@@ -467,6 +467,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=cmd_config)
     # Commands in modules of their own register here: each module's add_parser(sub, launch_args) adds its
     # subparser with set_defaults(handler=...), importing nothing heavy at module level.
+    from .scriptgen import add_parser as add_script_parser
+    add_script_parser(sub, _launch_args)
     from .watch import add_parser as add_watch_parser
     add_watch_parser(sub, _launch_args)
     from .report import add_parser as add_report_parser

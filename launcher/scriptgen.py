@@ -1,0 +1,444 @@
+"""``dlaunch script``: standalone launch scripts rendered from Jinja2 templates.
+
+``dlaunch script TEMPLATE SCRIPT [launch options] -o FILE [-- script arguments]``
+renders one of the templates shipped in ``launcher/templates/`` (or one of the
+user's, ``--template-dir``) into an executable shell script that runs
+``dlaunch run`` or ``dlaunch cluster`` with exactly the settings given now:
+
+* ``run.sh``          one host: ``dlaunch run``
+* ``run_cluster.sh``  one host of many: ``dlaunch cluster``
+* ``slurm``           a batch script: ``srun --ntasks-per-node=1 dlaunch cluster``, each node's
+                      share of the rank table chosen by its ``SLURM_NODEID``
+
+The launch options are the very options of ``run`` and ``cluster`` (cloned from
+their parsers, so a new flag appears here too) and are layered like theirs:
+flags > ``DLAUNCH_<OPTION>`` variables > ``--config`` files > defaults.  Every
+setting that did not come from a default is baked into the script as a flag,
+so the script depends on neither the config file nor the environment it was
+rendered in; its header records the dlaunch version, each setting with its
+source, and a command line that renders it again.
+
+Safety: templates render in an autoescape-free environment with
+``StrictUndefined``; every value reaches the shell through the ``q`` filter
+(``shlex.quote``), comments through ``comment`` (control characters escaped, so
+a newline in a value can never end a comment and start a command), and
+``#SBATCH`` lines through ``directive`` (quoted the way sbatch reads them;
+newlines, control characters and backslashes refused).  jinja2 is imported
+only when a script is rendered.
+
+Template context (for ``--template-dir`` authors): ``version``, ``template``,
+``command`` (``run``/``cluster``), ``dlaunch`` (argv of the rendering
+dlaunch), ``launch_groups`` (the script and each option with its value, one
+list of words per group), ``launch_options`` (the same, flat),
+``script_args``, ``settings`` (``words`` and ``source`` per setting),
+``remake`` (argv to render again), ``rank_table``, ``servers``,
+``world_size`` (``None`` when the table cannot be read now), ``run_id``,
+``output_name`` and the Slurm settings ``nodes``, ``time``, ``partition``,
+``account``, ``job_name``, ``exclusive``, ``sbatch``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import re
+import shlex
+import sys
+
+from .errors import UsageError
+
+TEMPLATE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
+SUFFIX = ".j2"
+SHIPPED_PREFIX = "shipped"
+SHIPPED = {
+    "run.sh": ("run", "one host: dlaunch run"),
+    "run_cluster.sh": ("cluster", "one host of a multi-host job: dlaunch cluster (run it on every host)"),
+    "slurm": ("cluster", "a Slurm batch script: srun starts one dlaunch cluster per node, whose share of the "
+                         "rank table is chosen by SLURM_NODEID"),
+}
+SLURM_OPTIONS = ("nodes", "time", "partition", "account", "job_name", "shared", "sbatch")
+TEMPLATE_OPTIONS = {"run.sh": (), "run_cluster.sh": (), "slurm": SLURM_OPTIONS}
+# Launch options a template cannot use, and why.
+REFUSED = {
+    "run_cluster.sh": {"ssh": "run_cluster.sh is one host's share; dlaunch cluster --ssh starts every host itself"},
+    "slurm": {"ssh": "Slurm starts one dlaunch per node (srun)",
+              "rank_start": "under Slurm each node's share comes from SLURM_NODEID",
+              "server_id": "under Slurm each node's share comes from SLURM_NODEID"},
+}
+NOT_RENDERED = {"help", "config"}  # config files are inlined as flags: the script needs none of them
+CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+# ----------------------------------------------------------------------------- filters
+
+def quote(value) -> str:
+    """One shell word, whatever the value holds (the ``q`` filter)."""
+    if value is None or isinstance(value, bool):
+        raise UsageError(f"a template quoted {value!r}: an option that is not set?")
+    return shlex.quote(str(value))
+
+
+def quote_join(values) -> str:
+    """Shell words separated by spaces (the ``qjoin`` filter)."""
+    if isinstance(values, (str, bytes)):
+        raise UsageError(f"qjoin takes a list of words, not the string {values!r}")
+    return " ".join(quote(value) for value in values)
+
+
+def comment(value) -> str:
+    """Text safe inside a ``#`` comment: control characters (newlines above all) shown escaped."""
+    return CONTROL.sub(lambda m: repr(m.group())[1:-1], str(value))
+
+
+def directive(value) -> str:
+    """A value for an ``#SBATCH`` line: quoted as sbatch unquotes it; what sbatch cannot read is refused."""
+    text = str(value)
+    if CONTROL.search(text) or "\\" in text:
+        raise UsageError(f"{text!r} cannot go on an #SBATCH line: sbatch reads no newlines, control "
+                         f"characters or backslashes there")
+    return shlex.quote(text)
+
+
+# ----------------------------------------------------------------------------- parser
+
+def _clone_options(target: argparse.ArgumentParser, source: argparse.ArgumentParser, title: str) -> None:
+    """Give ``target`` the optionals of ``source`` it lacks, with their real (pre-layering) defaults."""
+    have = {a.dest for a in target._actions}
+    defaults = source.get_default("_layer_defaults") or {}
+    exclusive = {id(a): g for g in source._mutually_exclusive_groups for a in g._group_actions}
+    group = target.add_argument_group(title)
+    made: dict[int, argparse._MutuallyExclusiveGroup] = {}
+    for action in source._actions:
+        if not action.option_strings or action.dest in have:
+            continue
+        kwargs = {"dest": action.dest, "help": action.help, "default": defaults.get(action.dest, action.default)}
+        if isinstance(action, argparse._StoreTrueAction):
+            kwargs["action"] = "store_true"
+        elif isinstance(action, argparse._AppendAction):
+            kwargs.update(action="append", type=action.type, choices=action.choices, metavar=action.metavar)
+        elif type(action) is argparse._StoreAction:
+            kwargs.update(nargs=action.nargs, const=action.const, type=action.type, choices=action.choices,
+                          metavar=action.metavar)
+        else:
+            continue
+        container = group
+        if id(action) in exclusive:
+            container = made.setdefault(id(exclusive[id(action)]), group.add_mutually_exclusive_group())
+        container.add_argument(*action.option_strings, **kwargs)
+
+
+class _IntermixedParser(argparse.ArgumentParser):
+    """TEMPLATE and SCRIPT may come before, between or after options (``script slurm -o job.sh train.py``).
+
+    Plain argparse binds both positionals in the first run of bare words, so a SCRIPT after an option
+    would be "unrecognized"; parse_known_intermixed_args reads options first, positionals after.
+    """
+
+    _intermixing = False
+
+    def parse_known_args(self, args=None, namespace=None):
+        if self._intermixing:
+            return super().parse_known_args(args, namespace)
+        self._intermixing = True
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._intermixing = False
+
+
+def add_parser(sub, launch_args) -> argparse.ArgumentParser:
+    """Register ``dlaunch script`` on the subparsers ``sub``; ``launch_args`` adds run/cluster's shared options."""
+    from .config import layerable
+
+    shipped = "; ".join(f"{name}: {what}" for name, (_, what) in SHIPPED.items())
+    parser_class, sub._parser_class = sub._parser_class, _IntermixedParser
+    try:
+        p = sub.add_parser(
+            "script", help="write a standalone launch script (run.sh, run_cluster.sh, a Slurm batch script)",
+            usage="dlaunch script TEMPLATE SCRIPT [launch options] -o FILE [-- script arguments]",
+            description="Render a launch script from a template: " + shipped + ". Launch options are those of "
+                        "dlaunch run and cluster, layered the same way (flags > DLAUNCH_<OPTION> > --config files > "
+                        "defaults); every one that is not a default is written into the script as a flag, and its "
+                        "header records the dlaunch version and each setting's source. Values are shell-quoted; "
+                        "the script is executable, runs this dlaunch (this Python, -m launcher) unless the DLAUNCH "
+                        "variable names another command, and passes its own arguments on to dlaunch (options, "
+                        "then -- and more script arguments).",
+            epilog="examples: dlaunch script run.sh train.py --ranks 8 -o run.sh -- --epochs 3;  "
+                   "dlaunch script slurm train.py --rank-table rt16.json --partition npu --time 2:00:00 -o job.sbatch")
+    finally:
+        sub._parser_class = parser_class
+    p.add_argument("template", metavar="TEMPLATE",
+                   help=f"{', '.join(SHIPPED)}, or the name of a template NAME{SUFFIX} in --template-dir")
+    launch_args(p)
+    _clone_options(p, sub.choices["run"], "dlaunch run only")
+    _clone_options(p, sub.choices["cluster"], "dlaunch cluster only")
+    out = p.add_argument_group("the script file")
+    out.add_argument("-o", "--output", metavar="FILE", help="the script to write (required; - for stdout)")
+    out.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
+    out.add_argument("--template-dir", metavar="DIR",
+                     help=f"your templates: NAME{SUFFIX} there is template NAME, and overrides a shipped one "
+                          f"of that name; it may {{%% extends \"{SHIPPED_PREFIX}/NAME{SUFFIX}\" %%}} to change "
+                          f"blocks of the shipped one")
+    out.add_argument("--launch", choices=("run", "cluster"),
+                     help="for your own templates: the dlaunch command they run (default: cluster with "
+                          "--rank-table, else run)")
+    slurm = p.add_argument_group("slurm template (#SBATCH lines)")
+    slurm.add_argument("--nodes", type=int, metavar="N", help="nodes (default: the rank table's server count)")
+    slurm.add_argument("--time", metavar="LIMIT", help="time limit, e.g. 2:00:00")
+    slurm.add_argument("--partition", help="partition")
+    slurm.add_argument("--account", help="account to charge")
+    slurm.add_argument("--job-name", metavar="NAME", help="job name (default: the training script's name)")
+    slurm.add_argument("--shared", action="store_true",
+                       help="let other jobs share the nodes (default: #SBATCH --exclusive)")
+    slurm.add_argument("--sbatch", action="append", default=[], metavar="OPTION",
+                       help="one more #SBATCH option, e.g. --sbatch=--gres=npu:8 (repeatable)")
+    p.set_defaults(handler=functools.partial(cmd_script, parser=p), script_args=[])
+    layerable(p)
+    return p
+
+
+# ----------------------------------------------------------------------------- settings to words
+
+def _words(action: argparse.Action, value) -> list[str]:
+    """The flag words that give ``action`` this value (``[]`` when it needs none)."""
+    flag = action.option_strings[-1]
+
+    def pair(text) -> list[str]:
+        text = str(text)
+        return [f"{flag}={text}"] if text.startswith("-") else [flag, text]
+
+    if isinstance(action, argparse._StoreTrueAction):
+        return [flag] if value else []
+    if isinstance(action, argparse._AppendAction):
+        return [word for item in value or [] for word in pair(item)]
+    if value is None:
+        return []
+    if action.nargs == "?" and value == action.const:
+        return [flag]
+    return pair(value)
+
+
+def _options(parser: argparse.ArgumentParser) -> list[argparse.Action]:
+    return [a for a in parser._actions if a.option_strings and a.dest not in NOT_RENDERED]
+
+
+def _given(args: argparse.Namespace, action: argparse.Action) -> str | None:
+    """Where the option's value came from, or None when it is a default."""
+    source = args._sources.get(action.dest)
+    if source is None:  # not layered (--dry-run): given when it differs from its default
+        return "command line" if getattr(args, action.dest) not in (None, False, action.default) else None
+    return None if source == "default" else source
+
+
+def _table_info(args) -> tuple[int | None, int | None]:
+    """(servers, ranks) of --rank-table when it can be read now, after checking it against --profile."""
+    if not args.rank_table or not os.path.exists(args.rank_table):
+        if args.rank_table:
+            print(f"dlaunch script: {args.rank_table} does not exist yet; it is read when the script runs",
+                  file=sys.stderr)
+        return None, None
+    from .ranktable import RankTableError, load
+    from .topology import require_valid
+
+    try:
+        table = load(args.rank_table)
+    except RankTableError as exc:
+        raise UsageError(f"rank table {args.rank_table}: {exc}") from None
+    require_valid(table, args.profile, f"rank table {args.rank_table}")
+    return len(table.servers), table.device_count
+
+
+def _drop_misfits(args: argparse.Namespace, parser: argparse.ArgumentParser, base: str, command: str,
+                  shipped: bool) -> list[str]:
+    """Options the template cannot use: an error when given on the command line, else dropped with a note.
+
+    A config file or DLAUNCH_<OPTION> variable may well be meant for another command (``ranks:`` for run),
+    so a lower layer's misfit is only noted.
+    """
+    launch_parsers = args._launch_parsers
+    launch_dests = {a.dest for p in launch_parsers.values() for a in p._actions if a.option_strings}
+    applicable = {a.dest for a in launch_parsers[command]._actions if a.option_strings}
+    unused = set(SLURM_OPTIONS) - set(TEMPLATE_OPTIONS[base]) if shipped else set()  # yours may use any
+    refused = REFUSED.get(base, {}) if shipped else {}
+    notes = []
+    for action in _options(parser):
+        source = _given(args, action)
+        flag = action.option_strings[-1]
+        if source is None:
+            continue
+        if action.dest in launch_dests:
+            why = f"dlaunch {command} has no {flag}" if action.dest not in applicable else refused.get(action.dest)
+        else:
+            why = f"{flag} is for the slurm template" if action.dest in unused else None
+        if why and source == "command line":
+            raise UsageError(f"{flag} does not fit the {base} template: {why}")
+        if why:
+            notes.append(f"ignored {flag} (from {source}): {why}")
+            setattr(args, action.dest, args._layer_defaults.get(action.dest))
+            args._sources[action.dest] = "default"
+    return notes
+
+
+def _recorded(args: argparse.Namespace, parser: argparse.ArgumentParser, command: str):
+    """(the dlaunch command's words in groups, the settings with their sources, the argv that renders again)."""
+    groups = [[args.script]]
+    for action in _options(args._launch_parsers[command]):
+        words = _words(action, getattr(args, action.dest)) if _given(args, action) else []
+        if words:
+            groups.append(words)
+    settings = [{"words": [args.script], "source": args._sources.get("script", "command line")}]
+    remake = ["dlaunch", "script", args.template, args.script]
+    for action in _options(parser):
+        source = _given(args, action)
+        words = _words(action, getattr(args, action.dest)) if source else []
+        if words:
+            settings.append({"words": words, "source": source})
+            remake += words
+    if args.script_args or args._sources.get("args", "default") != "default":
+        settings.append({"words": ["--", *args.script_args], "source": args._sources.get("args")})
+        remake += ["--", *args.script_args]
+    return groups, settings, remake
+
+
+def _slurm_settings(args: argparse.Namespace, servers: int | None, required: bool) -> dict:
+    """#SBATCH values, checked: --nodes against the table's servers, every value for what sbatch can read."""
+    nodes = args.nodes
+    if nodes is not None and nodes < 1:
+        raise UsageError(f"--nodes must be at least 1, not {nodes}")
+    if nodes is not None and servers is not None and nodes != servers:
+        raise UsageError(f"--nodes {nodes} but {args.rank_table} has {servers} server(s): Slurm starts one "
+                         f"dlaunch per node, one node per server")
+    nodes = nodes or servers
+    if required and nodes is None:
+        raise UsageError(f"cannot read {args.rank_table} now to count its servers: give --nodes")
+    for flag, value in (("--time", args.time), ("--partition", args.partition), ("--account", args.account),
+                        ("--job-name", args.job_name), *(("--sbatch", s) for s in args.sbatch or [])):
+        if value is not None:
+            try:
+                directive(value)
+            except UsageError as exc:
+                raise UsageError(f"{flag}: {exc}") from None
+    job_name = args.job_name
+    if job_name is None:
+        stem = args.script if args.module else os.path.splitext(os.path.basename(args.script.rstrip("/")))[0]
+        job_name = re.sub(r"[^A-Za-z0-9._-]", "_", stem) or "dlaunch"
+    return {"nodes": nodes, "time": args.time, "partition": args.partition, "account": args.account,
+            "job_name": job_name, "exclusive": not args.shared, "sbatch": list(args.sbatch or [])}
+
+
+def _resolve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> dict:
+    """Check the settled options against the template; the template's context."""
+    from . import __version__
+
+    name = args.template
+    base = name[len(SHIPPED_PREFIX) + 1:] if name.startswith(SHIPPED_PREFIX + "/") else name
+    shipped = base in SHIPPED
+    command = SHIPPED[base][0] if shipped else args.launch or ("cluster" if args.rank_table else "run")
+    if shipped and args.launch and args.launch != command:
+        raise UsageError(f"the {base} template runs dlaunch {command}, not {args.launch}")
+    notes = _drop_misfits(args, parser, base, command, shipped)
+    if not args.output:
+        raise UsageError("dlaunch script needs -o FILE (- for stdout)")
+    if command == "cluster" and not args.rank_table and not getattr(args, "ssh", False):
+        raise UsageError(f"the {name} template runs dlaunch cluster, which needs --rank-table FILE")
+    if args.script.startswith("-"):
+        raise UsageError(f"SCRIPT {args.script!r} looks like an option")
+    groups, settings, remake = _recorded(args, parser, command)
+    servers, world_size = _table_info(args)
+    slurm = _slurm_settings(args, servers, required=base == "slurm")
+    for note in notes:
+        print(f"dlaunch script: {note}", file=sys.stderr)
+    return {
+        "version": __version__, "template": name, "command": command,
+        "dlaunch": [sys.executable, "-m", "launcher"],
+        "launch_groups": groups, "launch_options": [w for g in groups for w in g],
+        "script_args": list(args.script_args), "settings": settings, "remake": remake,
+        "rank_table": args.rank_table, "servers": servers, "world_size": world_size, "run_id": args.run_id,
+        "output_name": "-" if args.output == "-" else os.path.basename(args.output), **slurm,
+    }
+
+
+# ----------------------------------------------------------------------------- rendering
+
+def environment(template_dir: str | None = None):
+    """The Jinja2 environment: user templates first, then the shipped ones (also as ``shipped/NAME``)."""
+    import jinja2
+
+    shipped = jinja2.FileSystemLoader(TEMPLATE_DIR)
+    loaders = [jinja2.FileSystemLoader(template_dir)] if template_dir else []
+    env = jinja2.Environment(
+        loader=jinja2.ChoiceLoader([*loaders, shipped, jinja2.PrefixLoader({SHIPPED_PREFIX: shipped})]),
+        autoescape=False, undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
+        trim_blocks=True, lstrip_blocks=True)
+    env.filters.update(q=quote, qjoin=quote_join, comment=comment, directive=directive)
+    return env
+
+
+def available(template_dir: str | None = None) -> list[str]:
+    names = set(SHIPPED)
+    if template_dir and os.path.isdir(template_dir):
+        names |= {f[:-len(SUFFIX)] for f in os.listdir(template_dir) if f.endswith(SUFFIX) and not f.startswith("_")}
+    return sorted(names)
+
+
+def render(name: str, context: dict, template_dir: str | None = None) -> str:
+    import jinja2
+
+    env = environment(template_dir)
+    try:
+        # The shipped directory also holds partials and other commands' templates: only SHIPPED are scripts.
+        mine = template_dir and os.path.isfile(os.path.join(template_dir, name + SUFFIX))
+        if not mine and name not in SHIPPED:
+            raise jinja2.TemplateNotFound(name)
+        template = env.get_template(name + SUFFIX)
+        return template.render(context)
+    except jinja2.TemplateNotFound:
+        raise UsageError(f"no template {name!r}; there are: {', '.join(available(template_dir))}"
+                         + ("" if template_dir else f" (your own: --template-dir DIR with {name}{SUFFIX})")) from None
+    except jinja2.TemplateSyntaxError as exc:
+        raise UsageError(f"template {exc.filename or exc.name}:{exc.lineno}: {exc.message}") from None
+    except jinja2.UndefinedError as exc:
+        raise UsageError(f"template {name}: {exc.message}") from None
+
+
+def write_script(path: str, text: str, force: bool) -> None:
+    """Write an executable script; an existing file only with ``force`` (then replaced atomically)."""
+    if path == "-":
+        sys.stdout.write(text)
+        return
+    if os.path.isdir(path):
+        raise UsageError(f"-o {path} is a directory")
+    try:
+        if not force:
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o755)
+            except FileExistsError:
+                raise UsageError(f"{path} exists; nothing was written (--force overwrites it)") from None
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(text)
+            os.chmod(path, 0o755)
+            return
+        tmp = os.path.join(os.path.dirname(os.path.abspath(path)), f".{os.path.basename(path)}.tmp.{os.getpid()}")
+        with open(tmp, "x", encoding="utf-8") as fh:
+            fh.write(text)
+        os.chmod(tmp, 0o755)
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror}") from None
+
+
+def cmd_script(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from .cli import settle
+
+    settle(args, parser, getattr(args, "script_args_given", False))
+    if args.template_dir and not os.path.isdir(args.template_dir):
+        raise UsageError(f"--template-dir {args.template_dir} is not a directory")
+    context = _resolve(args, parser)
+    text = render(args.template, context, args.template_dir)
+    write_script(args.output, text, args.force)
+    if args.output != "-":
+        where = f" on {context['nodes']} node(s)" if args.template == "slurm" else ""
+        print(f"wrote {args.output} (template {args.template}: dlaunch {context['command']}{where})",
+              file=sys.stderr)
+    return 0
