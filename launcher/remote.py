@@ -130,7 +130,7 @@ class SshPlan:
 
 def make_ssh_plan(args, environ=None) -> SshPlan:
     """Everything ``cluster --ssh`` will do, decided from the flags, the table and the SSH config; no network."""
-    from .cli import CLUSTER_DEFAULT_PORT, _options
+    from .cli import CLUSTER_DEFAULT_PORT, _hang_timeout, _options
     from .topology import require_valid
 
     _refuse_unsupported(args)
@@ -138,6 +138,7 @@ def make_ssh_plan(args, environ=None) -> SshPlan:
     require_valid(table, args.profile, f"rank table {args.rank_table}")
     server_ids = _server_ids(table)
     opts = _options(args, table, 0, default_port=CLUSTER_DEFAULT_PORT)
+    hang_timeout = _hang_timeout(args)
     if args.connect_timeout <= 0:
         raise UsageError(f"--connect-timeout must be positive, not {args.connect_timeout:g}")
     env = rank_env(os.environ if environ is None else environ, args.env, args.env_file)
@@ -146,7 +147,8 @@ def make_ssh_plan(args, environ=None) -> SshPlan:
     config = load_ssh_config(args.ssh_config)
     hosts = []
     for server, server_id in zip(table.servers, server_ids):
-        request = {"argv": host_argv(opts, server_id, args.profile), "script_args": list(args.script_args),
+        request = {"argv": host_argv(opts, server_id, args.profile, hang_timeout),
+                   "script_args": list(args.script_args),
                    "env": env, "rank_table": text}
         hosts.append(HostLaunch(resolve_target(config, server_id), tuple(sorted(d.rank for d in server.devices)),
                                 request))
@@ -207,14 +209,19 @@ def rank_env(environ, assignments: list[str], env_file: str | None) -> dict[str,
     return env
 
 
-def host_argv(opts, server_id: str, profile: str) -> list[str]:
-    """The ``cluster`` arguments of one host's launcher: what to run and every value all hosts must share."""
+def host_argv(opts, server_id: str, profile: str, hang_timeout: float | None = None) -> list[str]:
+    """The ``cluster`` arguments of one host's launcher: what to run and every value all hosts must share.
+
+    Values as the head settled them (flags, configs, DLAUNCH_* variables): the
+    remote launcher settles its arguments without its own environment or configs.
+    """
     command = opts.command
     what = ["--module"] if command.module else ["--no-python"] if command.no_python else []
+    hang = ["--hang-timeout", repr(float(hang_timeout))] if hang_timeout is not None else []
     return [command.target, *what, "--server-id", server_id, "--run-id", opts.run_id,
             "--master-addr", opts.master_addr, "--master-port", str(opts.master_port),
             "--output-dir", opts.output_dir, "--profile", profile, "--cwd", opts.cwd_mode,
-            "--console", opts.console, "--grace-period", repr(float(opts.grace_period))]
+            "--console", opts.console, "--grace-period", repr(float(opts.grace_period)), *hang]
 
 
 def remote_command(python: str, cwd: str, target_kind: str, target: str) -> str:
