@@ -200,7 +200,7 @@ def _options(args: argparse.Namespace, table, server_index: int, host_suffix: st
     import os
     import re
 
-    from .plan import Command, Options
+    from .plan import Command, Options, console_ranks
     from .rundir import check_run_id, new_run_id
     from .runner import free_port
     from .share import master_address
@@ -208,12 +208,9 @@ def _options(args: argparse.Namespace, table, server_index: int, host_suffix: st
     command = Command(target=args.script if args.module or args.no_python else os.path.abspath(args.script),
                       args=tuple(args.script_args), module=args.module, no_python=args.no_python)
     console = args.console.strip().lower()
-    if console not in ("all", "none") and not re.fullmatch(r"\d+(,\d+)*", console):
-        raise UsageError(f"bad --console {args.console!r}: use all, none or rank numbers such as 0,3")
-    if console not in ("all", "none"):
-        beyond = [r for r in map(int, console.split(",")) if r >= table.device_count]
-        if beyond:
-            raise UsageError(f"--console names rank {beyond[0]} but the job has {table.device_count} ranks")
+    beyond = [r for r in console_ranks(console, table.device_count) if r >= table.device_count]
+    if beyond:
+        raise UsageError(f"--console names rank {beyond[0]} but the job has {table.device_count} ranks")
     if args.grace_period < 0 or args.max_restarts < 0:
         raise UsageError("--grace-period and --max-restarts cannot be negative")
     master_addr = args.master_addr or master_address(table)
@@ -496,7 +493,7 @@ def main(argv: list[str] | None = None) -> int:
             args.script_args, args.script_args_given = script_args, cut_at is not None
         if args.command in LAUNCH_COMMANDS:
             sub = args._launch_parsers[args.command]
-            handler = lambda: args.handler(settle(args, sub, bool(cut_at)))  # noqa: E731
+            handler = lambda: args.handler(settle(args, sub, cut_at is not None))  # noqa: E731
         else:
             handler = lambda: args.handler(args)  # noqa: E731
     try:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import socket
 
+from . import numlists
 from .errors import UsageError
 from .ranktable import MISSING, Device, RankTable, Server, as_int, numbered_like
 
@@ -22,20 +23,7 @@ HCCN_CONF = "/etc/hccn.conf"
 
 def parse_devices(text: str) -> list[int]:
     """Devices from "0-7", "0,1,2,3" or "0-1,4"; order kept, duplicates refused."""
-    devices: list[int] = []
-    for part in str(text).split(","):
-        part = part.strip()
-        lo_hi = part.split("-")
-        if not part or len(lo_hi) > 2 or not all(x.strip().isdigit() for x in lo_hi):
-            raise UsageError(f"bad device list {text!r}: use ids and ranges such as 0-7 or 0,1,2,3")
-        lo, hi = int(lo_hi[0]), int(lo_hi[-1])
-        if hi < lo:
-            raise UsageError(f"bad device range {part!r}: the end is below the start")
-        devices.extend(range(lo, hi + 1))
-    duplicates = sorted({d for d in devices if devices.count(d) > 1})
-    if duplicates:
-        raise UsageError(f"device list {text!r} names device {duplicates[0]} more than once")
-    return devices
+    return numlists.parse(text, "device list", unique=True)
 
 
 def read_hccn_conf(path: str = HCCN_CONF) -> dict[int, str]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from dataclasses import asdict, dataclass, field
 
+from . import numlists
 from .environment import masked, rank_environment
 from .ranktable import RankTable
 
@@ -132,7 +133,7 @@ def console_ranks(spec: str, world_size: int) -> set[int]:
         return set(range(world_size))
     if spec in ("none", ""):
         return set()
-    return {int(part) for part in spec.split(",")}
+    return set(numlists.parse(spec, "--console"))
 
 
 def make_plan(table: RankTable, server_index: int, opts: Options, rank_table_file: str, inherited: dict,

@@ -24,6 +24,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+from . import numlists
 from .errors import UsageError
 
 FOLLOW_POLL_SECONDS = 0.1     # logs --follow: how often log sizes are checked
@@ -174,30 +175,13 @@ def select_ranks(run: Run, wanted: list[str] | None) -> list[RankRef]:
         return list(run.ranks)
     chosen: set[int] = set()
     for item in wanted:
-        for part in item.split(","):
-            part = part.strip()
-            match = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
-            if not match:
-                raise UsageError(f"bad --rank {item!r}: use numbers and ranges such as 0,3,5-7")
-            low, high = int(match.group(1)), int(match.group(2) or match.group(1))
-            chosen.update(range(low, high + 1))
+        chosen.update(numlists.parse(item, "--rank"))
     known = {ref.rank for ref in run.ranks}
     unknown = sorted(chosen - known)
     if unknown:
         raise UsageError(f"run {run.run_id} has no rank {unknown[0]} (its ranks: "
-                         f"{_ranges(sorted(known)) or 'none yet'})")
+                         f"{numlists.format_ranges(sorted(known)) or 'none yet'})")
     return [ref for ref in run.ranks if ref.rank in chosen]
-
-
-def _ranges(numbers: list[int]) -> str:
-    parts, start = [], None
-    for i, n in enumerate(numbers):
-        if start is None:
-            start = n
-        if i + 1 == len(numbers) or numbers[i + 1] != n + 1:
-            parts.append(str(start) if start == n else f"{start}-{n}")
-            start = None
-    return ",".join(parts)
 
 
 # --------------------------------------------------------------------------
