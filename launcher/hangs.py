@@ -38,6 +38,16 @@ class HangWatch:
         self.timeout = timeout
         self.started = started
         self.interval = min(0.5, timeout / 4)
+        self._next_check = 0.0
+
+    def due(self) -> bool:
+        """True at most once an interval: the launcher wakes for every chunk of console output, and
+        checking on each wake-up would cost more than the output itself."""
+        now = time.monotonic()
+        if now < self._next_check:
+            return False
+        self._next_check = now + self.interval
+        return True
 
     def last_sign_of_life(self, spec: RankSpec) -> float:
         return max(self.started, _mtime(spec.log_file), _mtime(os.path.join(spec.rank_dir, HEARTBEAT_FILE)),

@@ -310,7 +310,7 @@ class LocalWorkers:
                 elif hangs:
                     timeout = hangs.interval
                 events = self._dispatch(selector, tee, ranks, timeout)
-                if hangs and stopping_deadline is None:
+                if hangs and stopping_deadline is None and hangs.due():
                     hung = self._check_hangs(hangs, ranks, plan.attempt)
                     if hung:
                         result.root_cause = hung
