@@ -369,14 +369,14 @@ def normalize(images: torch.Tensor) -> torch.Tensor:
 
 
 def save_checkpoint(state: dict, directory: str, prefix: str, epoch: int, step: int) -> Path:
-    """Save ``state`` as ``{directory}/{prefix}-{epoch}_{step}.pt`` atomically.
+    """Save ``state`` as ``{directory}/{prefix}-{epoch}_{step}.pt`` with dlaunch's atomic save.
 
-    Same naming as MindSpore's ModelCheckpoint.  Kept self-contained so a
-    dlaunch library helper can replace it without touching the training loop.
+    Same naming as MindSpore's ModelCheckpoint; a rank killed mid-save leaves
+    its previous checkpoint intact and nothing that looks like a checkpoint.
     """
-    path = Path(directory) / f"{prefix}-{epoch}_{step}.pt"
-    atomic_write(path, lambda handle: torch.save(state, handle))
-    return path
+    from launcher import checkpoint
+
+    return Path(checkpoint.save(state, epoch, step, prefix=prefix, directory=directory))
 
 
 def format_loss(value: float) -> str:
@@ -481,10 +481,12 @@ def resume(net: nn.Module, optimizer: torch.optim.Optimizer) -> int:
     Checkpoints are taken at epoch ends and the data order depends only on
     (seed, epoch, rank), so a resumed run continues exactly where it stopped.
     """
+    from launcher import checkpoint
+
     path = os.environ.get("DLAUNCH_RESUME_FROM")
-    if not path:
+    state = checkpoint.load(path, weights_only=False) if path else None
+    if state is None:
         return 0
-    state = torch.load(path, map_location="cpu")
     net.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     log(f"resumed from {path}: epoch {state['epoch']} done, continuing at epoch {state['epoch'] + 1}")

@@ -1,0 +1,600 @@
+"""Checkpoints from inside a training script: atomic saves, rotation, breakpoints, resume, sliced saving.
+
+Training scripts import this module (``from launcher import checkpoint``); torch is imported only
+inside the functions that need it, so the launcher itself never pays for it.
+
+Every file is written the same way: ``torch.save`` into a hidden temporary file in the target
+directory, ``fsync``, ``os.replace`` onto the final name, ``fsync`` of the directory.  A file with a
+checkpoint's name (``{prefix}-{epoch}_{step}.pt``, see ``resume.py``) is therefore always whole,
+and a process killed mid-save leaves the previous checkpoint untouched and only a hidden
+temporary, which ``resume.scan`` ignores and the next save into that directory removes.
+
+Nothing is ever overwritten: saving a name that already exists (a restarted run re-saving a step
+an earlier attempt had saved on some ranks only) first moves the old file into ``superseded/``.
+
+Sliced (per-rank) saving writes, beside each rank's file, ``{prefix}-{epoch}_{step}.strategy.json``
+(format below); ``ckpttool.merge`` rebuilds full tensors from slice and strategy files alone::
+
+    {"format": 1, "checkpoint": "mp-2_10.pt", "rank": 1, "world_size": 4,
+     "sliced": {"model.fc1.weight": {"dim": 1, "index": 1, "count": 4, "full_shape": [32, 64],
+                                     "shape": [32, 16], "dtype": "float32"}},
+     "replicated": ["model.fc1.bias", "model.fc2.weight", ...]}
+
+Tensor names are the paths of the tensors in the saved object, keys joined by dots:
+``model.fc1.weight`` for ``{"model": net.state_dict()}``, ``optimizer.state.0.momentum_buffer``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import functools
+import json
+import os
+import re
+import signal
+import socket
+import sys
+import tempfile
+import threading
+import time
+
+from .resume import checkpoint_name, parse_name
+
+STRATEGY_SUFFIX = ".strategy.json"
+STRATEGY_FORMAT = 1
+BREAKPOINT_DIR = "breakpoint"
+SUPERSEDED_DIR = "superseded"
+INTEGRATED_DIR = "integrated"
+
+_HOST = socket.gethostname().replace("~", "-")
+_TEMP_SUFFIX = ".tmp"
+_FOREIGN_TEMP_AGE = 3600.0   # seconds: a temporary from another host is stale when untouched this long
+
+
+# --------------------------------------------------------------------------
+# where, who
+# --------------------------------------------------------------------------
+
+
+def ckpt_dir() -> str:
+    """This rank's checkpoint directory, created: ``DLAUNCH_CKPT_DIR``, else ``./ckpt_<rank>`` as in the seeds.
+
+    Under dlaunch every rank of every run has its own directory, so ranks and runs never share a path.
+    """
+    directory = os.environ.get("DLAUNCH_CKPT_DIR") or \
+        f"./ckpt_{os.environ.get('RANK') or os.environ.get('RANK_ID') or 0}"
+    os.makedirs(directory, exist_ok=True)
+    return directory
+
+
+def _rank_and_world() -> tuple[int, int]:
+    """The process group's view when one is initialised, else the launcher's env (torchrun, then MindSpore names)."""
+    if "torch" in sys.modules:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank(), dist.get_world_size()
+
+    def first(names, default):
+        for name in names:
+            if os.environ.get(name):
+                return int(os.environ[name])
+        return default
+
+    return first(("RANK", "RANK_ID"), 0), first(("WORLD_SIZE", "RANK_SIZE"), 1)
+
+
+def _checked_name(prefix: str, epoch: int, step: int) -> str:
+    name = checkpoint_name(prefix, epoch, step)
+    if (not isinstance(epoch, int) or not isinstance(step, int) or os.sep in prefix
+            or parse_name(name) != (prefix, epoch, step)):
+        raise ValueError(f"cannot name a checkpoint prefix={prefix!r} epoch={epoch!r} step={step!r}: "
+                         "epoch and step must be non-negative integers and the prefix a plain file name "
+                         "not starting with '.'")
+    return name
+
+
+# --------------------------------------------------------------------------
+# atomic writing
+# --------------------------------------------------------------------------
+
+
+def _fsync_path(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@functools.lru_cache(maxsize=None)
+def _start_writeback():
+    """Linux's ``sync_file_range(fd, offset, nbytes, SYNC_FILE_RANGE_WRITE)``, or None elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        call = ctypes.CDLL(None, use_errno=True).sync_file_range
+    except (OSError, AttributeError):
+        return None
+    call.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    return lambda fd, offset, nbytes: call(fd, offset, nbytes, 2)   # 2 = SYNC_FILE_RANGE_WRITE
+
+
+class _EarlyWriteback:
+    """While a save writes, keep asking the kernel to start writing the file's new bytes to disk.
+
+    torch.save releases the GIL while it writes, so this thread runs alongside it; the final fsync
+    then waits for the last few megabytes only, and a durable save costs about what a plain
+    ``torch.save`` (which leaves everything in the page cache) does.  Without this, the fsync of a
+    500 MB checkpoint adds half the save's time again.
+    """
+
+    INTERVAL = 0.01        # seconds between looks at the file size
+    CHUNK = 16 << 20       # bytes written before asking for their writeback
+    LAG = 8 << 20          # stay this far behind the write head: pages still being written are left alone
+
+    def __init__(self, fd: int):
+        self.fd, self.done, self.start = fd, 0, _start_writeback()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="dlaunch-writeback", daemon=True)
+
+    def _run(self):
+        while not self.stop.wait(self.INTERVAL):
+            try:
+                size = os.fstat(self.fd).st_size
+            except OSError:
+                return
+            end = (size - self.LAG) & ~((1 << 20) - 1)
+            if end - self.done >= self.CHUNK:
+                self.start(self.fd, self.done, end - self.done)
+                self.done = end
+
+    def __enter__(self):
+        if self.start is not None:
+            self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        if self.thread.is_alive():
+            self.thread.join()
+        return False
+
+
+def _write_temp(path: str, write) -> str:
+    """``write(tmp)`` into a hidden, fsynced temporary beside ``path``; the temporary's name says host and pid."""
+    directory, name = os.path.split(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}~{_HOST}~{os.getpid()}~", suffix=_TEMP_SUFFIX, dir=directory or ".")
+    try:
+        with _EarlyWriteback(fd):
+            write(tmp)
+        os.fsync(fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    finally:
+        os.close(fd)
+    return tmp
+
+
+def _commit(tmp: str, path: str) -> None:
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    _fsync_path(os.path.dirname(path) or ".")
+
+
+def _write_atomically(path: str, write) -> None:
+    """Readers see no file or a whole one at ``path``, never a torn one, even if this process is killed."""
+    _commit(_write_temp(path, write), path)
+
+
+def _torch_writer(state):
+    import torch
+
+    # A path (not a Python file object) lets torch write through its own C++ writer: as fast as torch.save.
+    return lambda tmp: torch.save(state, tmp)
+
+
+def _text_writer(text: str):
+    def write(tmp):
+        with open(tmp, "w", encoding="utf-8") as handle:
+            handle.write(text)
+    return write
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _clean_stale_temps(directory: str) -> None:
+    """Remove temporaries that killed saves left here: from a dead pid of this host, or untouched for an hour.
+
+    A live process's temporary is kept whatever its age: a save of a huge state may take minutes.
+    """
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    now = time.time()
+    for name in names:
+        if not (name.startswith(".") and name.endswith(_TEMP_SUFFIX)):
+            continue
+        parts = name[1:].rsplit("~", 3)
+        if len(parts) != 4 or not parts[2].isdigit():
+            continue
+        path = os.path.join(directory, name)
+        _, host, pid, _ = parts
+        try:
+            if host == _HOST:
+                stale = int(pid) != os.getpid() and not _pid_alive(int(pid))
+            else:
+                stale = now - os.stat(path).st_mtime > _FOREIGN_TEMP_AGE
+            if stale:
+                os.unlink(path)
+        except OSError:
+            continue
+
+
+def _companion(path: str) -> str:
+    """The strategy file that belongs to a checkpoint file."""
+    return path[:-len(".pt")] + STRATEGY_SUFFIX
+
+
+def _supersede(path: str) -> str:
+    """Move an existing checkpoint (and its strategy file) into ``superseded/`` instead of overwriting it."""
+    directory, name = os.path.split(path)
+    aside = os.path.join(directory, SUPERSEDED_DIR)
+    os.makedirs(aside, exist_ok=True)
+    label = name[:-len(".pt")]
+    target, n = os.path.join(aside, name), 0
+    while os.path.lexists(target) or os.path.lexists(_companion(target)):
+        n += 1
+        target = os.path.join(aside, f"{label}.{n}.pt")
+    os.replace(path, target)
+    if os.path.lexists(_companion(path)):
+        os.replace(_companion(path), _companion(target))
+    print(f"dlaunch checkpoint: {path} already existed; moved it to {target}", file=sys.stderr, flush=True)
+    return target
+
+
+def _rotate(directory: str, prefix: str, keep_max: int, just_saved: str) -> None:
+    """Delete all but the newest ``keep_max`` checkpoints of ``prefix`` (by epoch, step), never the one just saved."""
+    found = []
+    for name in os.listdir(directory):
+        parsed = parse_name(name)
+        if parsed and parsed[0] == prefix:
+            found.append((parsed[1], parsed[2], name))
+    found.sort()
+    for _, _, name in found[:max(len(found) - keep_max, 0)]:
+        if name == just_saved:
+            continue
+        path = os.path.join(directory, name)
+        for victim in (path, _companion(path)):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(victim)
+
+
+def _save(state, directory: str, name: str, prefix: str, keep_max: int | None = None,
+          strategy_text: str | None = None) -> str:
+    """The one save path: temporary first (the slow part), then move aside, strategy file, rename, rotate."""
+    if keep_max is not None and (not isinstance(keep_max, int) or keep_max < 1):
+        raise ValueError(f"keep_max must be a positive integer, not {keep_max!r}")
+    os.makedirs(directory, exist_ok=True)
+    _clean_stale_temps(directory)
+    path = os.path.join(directory, name)
+    tmp = _write_temp(path, _torch_writer(state))
+    try:
+        if os.path.lexists(path):
+            _supersede(path)
+        if strategy_text is not None:
+            # Before the checkpoint itself: once the .pt is visible, its strategy file is there too.
+            _write_atomically(_companion(path), _text_writer(strategy_text))
+        elif os.path.lexists(_companion(path)):
+            os.unlink(_companion(path))   # left by a sliced save killed before its .pt appeared
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    _commit(tmp, path)
+    if keep_max is not None:
+        _rotate(directory, prefix, keep_max, name)
+    return path
+
+
+# --------------------------------------------------------------------------
+# public: save, load, breakpoints
+# --------------------------------------------------------------------------
+
+
+def save(state, epoch: int, step: int, prefix: str = "ckpt", keep_max: int | None = None,
+         directory: str | None = None) -> str:
+    """Save ``state`` atomically as ``{directory}/{prefix}-{epoch}_{step}.pt`` (default: ``ckpt_dir()``).
+
+    The name is the seeds' (MindSpore ModelCheckpoint) and what ``dlaunch run --resume`` looks for.
+    An existing file of that name is moved into ``superseded/``, never overwritten.  ``keep_max=N``
+    then keeps only the newest N checkpoints of this prefix here; keep at least 2 if ranks may die
+    mid-save, so that a step every rank finished survives.  Returns the path.
+    """
+    return _save(state, directory or ckpt_dir(), _checked_name(prefix, epoch, step), prefix, keep_max)
+
+
+def load(path: str | None = None, map_location="cpu", weights_only: bool = True):
+    """Load a checkpoint; by default the one ``dlaunch run --resume`` gave this rank (``DLAUNCH_RESUME_FROM``).
+
+    Returns None when there is nothing to resume, so a script can start fresh or resume with one call.
+    ``weights_only`` (torch's safe loader) accepts tensors, state dicts and plain Python values.
+    """
+    path = path or os.environ.get("DLAUNCH_RESUME_FROM")
+    if not path:
+        return None
+    import torch
+
+    return torch.load(path, map_location=map_location, weights_only=weights_only)
+
+
+def resume_step() -> tuple[int, int] | None:
+    """(epoch, step) of the checkpoint being resumed (``DLAUNCH_RESUME_STEP="3_156"``), or None."""
+    value = os.environ.get("DLAUNCH_RESUME_STEP")
+    if not value:
+        return None
+    match = re.fullmatch(r"(\d+)_(\d+)", value.strip())
+    if not match:
+        raise ValueError(f"DLAUNCH_RESUME_STEP={value!r} is not EPOCH_STEP (for example 3_156)")
+    return int(match[1]), int(match[2])
+
+
+def _failed(kind, exc) -> bool:
+    if kind is None or issubclass(kind, GeneratorExit):
+        return False
+    if issubclass(kind, SystemExit):
+        return exc.code not in (0, None)
+    return True
+
+
+class saving_on_exception:
+    """Context manager: if the block fails, save ``state_fn()`` as a breakpoint, then let the error propagate.
+
+    The breakpoint goes to ``<ckpt_dir>/breakpoint/{prefix}_breakpoint-{epoch}_{step}.pt``: kept
+    apart, so ``--resume`` never picks a possibly inconsistent mid-step state and rotation never
+    deletes it.  Update ``.epoch`` and ``.step`` as training advances::
+
+        with checkpoint.saving_on_exception(lambda: {"model": net.state_dict()}) as here:
+            for epoch in ...:
+                for step in ...:
+                    here.epoch, here.step = epoch, step
+                    ...
+
+    Failures are exceptions, Ctrl-C and non-zero ``sys.exit``.  Inside the block, ``signals``
+    (default SIGTERM, which dlaunch sends before its grace period ends in SIGKILL) whose handler is
+    still the default raise ``SystemExit(128 + signum)``, so a stopped job saves a breakpoint too.
+    """
+
+    def __init__(self, state_fn, epoch: int = 0, step: int = 0, prefix: str = "ckpt",
+                 directory: str | None = None, signals=(signal.SIGTERM,)):
+        self.state_fn, self.epoch, self.step, self.prefix = state_fn, epoch, step, prefix
+        self.directory, self.signals = directory, tuple(signals)
+        self.path: str | None = None   # the breakpoint saved, if any
+        self._previous: dict = {}
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for signum in self.signals:
+                if signal.getsignal(signum) is signal.SIG_DFL:
+                    self._previous[signum] = signal.signal(signum, self._on_signal)
+        return self
+
+    @staticmethod
+    def _on_signal(signum, frame):
+        raise SystemExit(128 + signum)
+
+    def __exit__(self, kind, exc, tb):
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous.clear()
+        if not _failed(kind, exc):
+            return False
+        name = _checked_name(f"{self.prefix}_breakpoint", self.epoch, self.step)
+        try:
+            directory = os.path.join(self.directory or ckpt_dir(), BREAKPOINT_DIR)
+            self.path = _save(self.state_fn(), directory, name, f"{self.prefix}_breakpoint")
+        except Exception as error:  # the original failure matters more than the breakpoint
+            print(f"dlaunch checkpoint: could not save a breakpoint after {kind.__name__}: {error}",
+                  file=sys.stderr, flush=True)
+            return False
+        print(f"dlaunch checkpoint: {kind.__name__} at epoch {self.epoch} step {self.step}; "
+              f"breakpoint saved to {self.path}", file=sys.stderr, flush=True)
+        return False
+
+
+# --------------------------------------------------------------------------
+# sliced and integrated saving
+# --------------------------------------------------------------------------
+
+
+def _join(path: str, key) -> str:
+    return f"{path}.{key}" if path else str(key)
+
+
+def _leaves(obj, path: str = ""):
+    """(path, leaf) for every leaf of nested dicts, lists and tuples."""
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            yield from _leaves(value, _join(path, key))
+    elif type(obj) in (list, tuple):
+        for index, value in enumerate(obj):
+            yield from _leaves(value, _join(path, index))
+    else:
+        yield path, obj
+
+
+def _map_leaves(obj, fn, path: str = ""):
+    """A copy of ``obj`` with every leaf replaced by ``fn(path, leaf)``; dict types (and their
+    ``_metadata``, which ``load_state_dict`` reads) are kept."""
+    if isinstance(obj, dict):
+        out = copy.copy(obj)
+        for key, value in obj.items():
+            out[key] = _map_leaves(value, fn, _join(path, key))
+        return out
+    if type(obj) in (list, tuple):
+        return type(obj)(_map_leaves(value, fn, _join(path, index)) for index, value in enumerate(obj))
+    return fn(path, obj)
+
+
+def _slicing(strategy: dict, rank: int, world: int) -> dict[str, tuple[int, int, int]]:
+    """name -> (dim, index, count).  An int dim means sliced across all ranks in rank order; a
+    (dim, index, count) triple allows hybrid layouts (sliced over a group, replicated across groups)."""
+    spec = {}
+    for name, value in strategy.items():
+        if isinstance(value, int) and not isinstance(value, bool):
+            spec[name] = (value, rank, world)
+        elif isinstance(value, (tuple, list)) and len(value) == 3 and all(isinstance(v, int) for v in value):
+            spec[name] = tuple(value)
+        else:
+            raise ValueError(f"strategy[{name!r}] = {value!r}: expected a split dim or (dim, index, count)")
+        dim, index, count = spec[name]
+        if count < 1 or not 0 <= index < count:
+            raise ValueError(f"strategy[{name!r}]: slice index {index} is not in 0..{count - 1}")
+    return spec
+
+
+def _strategy_doc(state, spec: dict, rank: int, world: int, name: str):
+    """The strategy file for one rank's slice file, and the state to save (slices copied out of any
+    larger storage, since torch.save writes a view's whole storage)."""
+    import torch
+
+    sliced, replicated = {}, []
+    for path, leaf in _leaves(state):
+        if not torch.is_tensor(leaf):
+            if path in spec:
+                raise ValueError(f"strategy names {path!r}, which is a {type(leaf).__name__}, not a tensor")
+            continue
+        if path not in spec:
+            replicated.append(path)
+            continue
+        dim, index, count = spec[path]
+        if not -leaf.dim() <= dim < leaf.dim():
+            raise ValueError(f"strategy splits {path!r} along dim {dim}, but it has {leaf.dim()} dims")
+        dim %= leaf.dim()
+        full = list(leaf.shape)
+        full[dim] *= count
+        sliced[path] = {"dim": dim, "index": index, "count": count, "full_shape": full,
+                        "shape": list(leaf.shape), "dtype": str(leaf.dtype).removeprefix("torch.")}
+    unknown = sorted(set(spec) - set(sliced))
+    if unknown:
+        raise ValueError(f"strategy names tensors the state does not have: {', '.join(unknown)}")
+
+    def own_storage(path, leaf):
+        if path in sliced and leaf.untyped_storage().nbytes() > leaf.numel() * leaf.element_size():
+            return leaf.detach().clone()
+        return leaf
+
+    doc = {"format": STRATEGY_FORMAT, "checkpoint": name, "rank": rank, "world_size": world,
+           "sliced": sliced, "replicated": replicated}
+    return doc, _map_leaves(state, own_storage)
+
+
+def _save_sliced(state, spec, rank: int, world: int, directory: str, name: str, prefix: str,
+                 keep_max: int | None = None) -> str:
+    doc, state = _strategy_doc(state, spec, rank, world, name)
+    text = re.sub(r"\[\s*([-\d,\s]*?)\s*\]", lambda m: "[" + re.sub(r"\s+", " ", m[1]) + "]",
+                  json.dumps(doc, indent=1))   # shapes on one line
+    return _save(state, directory, name, prefix, keep_max, text + "\n")
+
+
+def save_sliced(state_dict, strategy: dict, epoch: int, step: int, prefix: str = "ckpt",
+                keep_max: int | None = None, directory: str | None = None) -> str:
+    """Each rank saves its own slices (the seeds' ``integrated_save=False``), with a strategy file beside.
+
+    ``strategy`` maps tensor name -> split dim for tensors sliced across ranks, in rank order
+    (absent: replicated, identical on every rank); a ``(dim, index, count)`` triple instead says
+    this rank holds slice ``index`` of ``count`` (hybrid layouts: sliced within a group of ranks,
+    replicated across groups).  The slice file is a normal checkpoint (same
+    name, same atomic save), so ``--resume`` hands every rank its own slices back; ``dlaunch ckpt
+    merge`` joins the slices into one full checkpoint, ``dlaunch ckpt reshard`` re-slices them for
+    another number of ranks.  Slices must be of equal size, as shard strategies require.
+    """
+    rank, world = _rank_and_world()
+    return _save_sliced(state_dict, _slicing(strategy, rank, world), rank, world, directory or ckpt_dir(),
+                        _checked_name(prefix, epoch, step), prefix, keep_max)
+
+
+def _gather_sliced(state, spec: dict, world: int):
+    """Every rank's copy of ``state`` with the sliced tensors joined (a collective: every rank calls it)."""
+    import torch
+    import torch.distributed as dist
+
+    names = sorted(spec)
+    mine = torch.tensor([spec[name][1] for name in names], dtype=torch.long)
+    gathered = [torch.empty_like(mine) for _ in range(world)]
+    dist.all_gather(gathered, mine)    # every rank's slice index of every sliced tensor
+    indices = [dict(zip(names, ranks_indices.tolist())) for ranks_indices in gathered]
+
+    def join(path, leaf):
+        if path not in spec:
+            return leaf
+        dim, _, count = spec[path]
+        parts = [torch.empty_like(leaf) for _ in range(world)]
+        dist.all_gather(parts, leaf.contiguous())
+        by_index = {}
+        for rank, part in enumerate(parts):
+            by_index.setdefault(indices[rank][path], part)
+        return torch.cat([by_index[i] for i in range(count)], dim=dim % leaf.dim())
+
+    return _map_leaves(state, join)
+
+
+def save_integrated(state, epoch: int, step: int, prefix: str = "ckpt", strategy: dict | None = None,
+                    keep_max: int | None = None) -> str | None:
+    """Save one full checkpoint for the whole job (the seeds' ``integrated_save=True``), from global rank 0.
+
+    It goes to ``$DLAUNCH_RUN_DIR/integrated/{prefix}-{epoch}_{step}.pt`` (``./integrated`` outside
+    dlaunch), apart from the per-rank files ``--resume`` uses.  Without ``strategy``, ``state`` must
+    already be full; only rank 0 writes, the others return None at once.  With ``strategy`` (as for
+    ``save_sliced``) the sliced tensors are first all-gathered, so every rank must call it.  There is
+    no barrier at the end: call ``dist.barrier()`` if other ranks must wait for the file.
+    """
+    rank, world = _rank_and_world()
+    if strategy and world > 1:
+        import torch.distributed as dist
+
+        if not dist.is_initialized():
+            raise RuntimeError(f"save_integrated with a strategy on {world} ranks needs an initialised "
+                               "process group to gather the slices")
+        state = _gather_sliced(state, _slicing(strategy, rank, world), world)
+    if rank != 0:
+        return None
+    directory = os.path.join(os.environ.get("DLAUNCH_RUN_DIR") or ".", INTEGRATED_DIR)
+    return _save(state, directory, _checked_name(prefix, epoch, step), prefix, keep_max)
+
+
+def broadcast_parameters(model, src: int = 0, skip=()) -> None:
+    """Copy rank ``src``'s parameters and buffers to every rank (the seeds' ``parameter_broadcast``).
+
+    Ranks that initialise or load differently then start from identical replicas.  ``skip`` names
+    parameters that differ by design (slices in model parallelism).  A no-op without an initialised
+    process group or with one rank, so single-process runs need no special case.
+    """
+    import torch
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return
+    skip = set(skip)
+    with torch.no_grad():
+        for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
+            if name not in skip:
+                dist.broadcast(tensor.data, src)

@@ -1,0 +1,337 @@
+"""What ``dlaunch ckpt list|merge|reshard`` do: look at a run's checkpoints, join slices, re-slice.
+
+``list_run`` reads names and sizes only (no torch).  ``merge`` and ``reshard`` read the per-rank
+slice files and the strategy files ``checkpoint.save_sliced`` writes beside them, and nothing else:
+a sliced tensor is rebuilt by concatenating its slices in slice-index order along the split dim;
+every other tensor and value must be identical on every rank.  Bad input raises ``UsageError``
+with a one-line message.
+"""
+
+from __future__ import annotations
+
+import copy
+import glob
+import json
+import os
+
+from . import checkpoint, resume
+from .errors import UsageError
+from .plan import rank_dir_name
+
+_KIND_ORDER = {"per-rank": 0, "integrated": 1, "breakpoint": 2}
+
+
+# --------------------------------------------------------------------------
+# list
+# --------------------------------------------------------------------------
+
+
+def _world_size(run_dir: str, ranks: list[int]) -> int:
+    """The run's world size from its plan (so a rank with no directory at all still counts as missing)."""
+    for path in sorted(glob.glob(os.path.join(run_dir, "plan*.json"))):
+        try:
+            with open(path, encoding="utf-8") as handle:
+                return int(json.load(handle)["world_size"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return max(ranks) + 1 if ranks else 0
+
+
+def _require_run(run_dir: str) -> None:
+    if not os.path.isdir(run_dir):
+        raise UsageError(f"no run directory at {run_dir}")
+
+
+def _row(kind: str, label: str, files: dict[int, str], world: int) -> dict:
+    prefix, epoch, step = resume.parse_name(label + ".pt")
+    missing = sorted(set(range(world)) - set(files)) if kind != "integrated" else []
+    strategies = [checkpoint._companion(path) for path in files.values()]
+    sliced = bool(strategies) and all(os.path.exists(path) for path in strategies)
+    size = sum(os.path.getsize(path) for path in files.values())
+    return {"kind": kind, "label": label, "prefix": prefix, "epoch": epoch, "step": step,
+            "ranks": sorted(files), "missing": missing, "complete": not missing, "sliced": sliced,
+            "bytes": size, "files": dict(sorted(files.items()))}
+
+
+def list_run(run_dir: str) -> list[dict]:
+    """Every checkpoint of a run: per-rank steps (which ranks have them, complete or not, sliced or
+    not), integrated checkpoints under ``integrated/``, and breakpoints; each a dict, oldest first per kind."""
+    _require_run(run_dir)
+    steps, ranks = resume.scan(run_dir)
+    world = _world_size(run_dir, ranks)
+    rows = [_row("per-rank", step.label, step.files, world) for step in steps]
+    integrated = os.path.join(run_dir, checkpoint.INTEGRATED_DIR)
+    for name in sorted(os.listdir(integrated)) if os.path.isdir(integrated) else ():
+        if resume.parse_name(name):
+            rows.append(_row("integrated", name[:-len(".pt")], {0: os.path.join(integrated, name)}, world))
+    breakpoints: dict[str, dict[int, str]] = {}
+    for rank, directory in resume.rank_dirs(run_dir).items():
+        where = os.path.join(directory, "ckpt", checkpoint.BREAKPOINT_DIR)
+        for name in os.listdir(where) if os.path.isdir(where) else ():
+            if resume.parse_name(name):
+                breakpoints.setdefault(name[:-len(".pt")], {})[rank] = os.path.join(where, name)
+    rows += [_row("breakpoint", label, files, world) for label, files in breakpoints.items()]
+    rows.sort(key=lambda row: (_KIND_ORDER[row["kind"]], row["epoch"], row["step"], row["prefix"]))
+    return rows
+
+
+def _ranges(ranks: list[int]) -> str:
+    """[0, 1, 2, 5, 7, 8] -> "0-2,5,7-8"."""
+    parts, start = [], None
+    for i, rank in enumerate(ranks):
+        if start is None:
+            start = rank
+        if i + 1 == len(ranks) or ranks[i + 1] != rank + 1:
+            parts.append(str(start) if start == rank else f"{start}-{rank}")
+            start = None
+    return ",".join(parts) or "-"
+
+
+def _size(count: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if count < 1024 or unit == "GB":
+            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+        count /= 1024
+    return ""
+
+
+def format_list(rows: list[dict]) -> str:
+    """The rows of ``list_run`` as an aligned table for people."""
+    if not rows:
+        return "no checkpoints"
+    table = [("KIND", "CHECKPOINT", "RANKS", "SIZE", "STATUS")]
+    for row in rows:
+        if row["kind"] == "integrated":
+            status = "full checkpoint"
+        elif row["complete"]:
+            status = "complete" + (", sliced" if row["sliced"] else "")
+        else:
+            status = f"incomplete: ranks {_ranges(row['missing'])} missing"
+        ranks = "-" if row["kind"] == "integrated" else _ranges(row["ranks"])
+        table.append((row["kind"], row["label"], ranks, _size(row["bytes"]), status))
+    widths = [max(len(line[i]) for line in table) for i in range(4)]
+    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(line, widths)) + "  " + line[4]
+                     for line in table)
+
+
+# --------------------------------------------------------------------------
+# reading a sliced step
+# --------------------------------------------------------------------------
+
+
+def _pick_step(run_dir: str, label: str | None) -> tuple[resume.Step, int]:
+    """The step to merge: ``label`` ("ckpt-3_156", "3_156", with or without .pt), else the newest complete one."""
+    _require_run(run_dir)
+    steps, ranks = resume.scan(run_dir)
+    world = _world_size(run_dir, ranks)
+    if label is None:
+        step, _ = resume.resume_point(run_dir, world)
+        if step is None:
+            raise UsageError(f"{run_dir} has no checkpoint step that every one of its {world} rank(s) saved")
+        return step, world
+    label = label.removesuffix(".pt")
+    found = [s for s in steps if label in (s.label, f"{s.epoch}_{s.step}")]
+    if not found:
+        known = ", ".join(s.label for s in steps[-8:]) or "none"
+        raise UsageError(f"no checkpoint {label!r} in {run_dir} (newest: {known})")
+    if len(found) > 1:
+        raise UsageError(f"{label!r} is ambiguous in {run_dir}: {', '.join(s.label for s in found)}")
+    step = found[0]
+    missing = sorted(set(range(world)) - set(step.files))
+    if missing:
+        raise UsageError(f"{step.label} is incomplete: ranks {_ranges(missing)} of {world} have no file of it")
+    return step, world
+
+
+def _read_step(step: resume.Step, world: int) -> tuple[dict, dict]:
+    """rank -> strategy doc and rank -> loaded state (memory-mapped) for every rank of the step."""
+    import torch
+
+    missing = [r for r in range(world) if not os.path.exists(checkpoint._companion(step.files[r]))]
+    if missing:
+        raise UsageError(f"{step.label}: ranks {_ranges(missing)} have no strategy file "
+                         f"({os.path.basename(checkpoint._companion(step.files[missing[0]]))}); merge needs "
+                         "checkpoints saved with checkpoint.save_sliced")
+    docs, states = {}, {}
+    for rank in range(world):
+        path = step.files[rank]
+        try:
+            with open(checkpoint._companion(path), encoding="utf-8") as handle:
+                doc = json.load(handle)
+            if doc.get("format") != checkpoint.STRATEGY_FORMAT or not isinstance(doc.get("sliced"), dict):
+                raise ValueError(f"unknown strategy format {doc.get('format')!r}")
+        except (OSError, ValueError) as error:
+            raise UsageError(f"cannot read {checkpoint._companion(path)}: {error}") from None
+        if doc.get("rank") != rank or doc.get("world_size") != world:
+            raise UsageError(f"{checkpoint._companion(path)} says rank {doc.get('rank')} of "
+                             f"{doc.get('world_size')}, but it is rank {rank}'s file in a run of {world}")
+        try:
+            states[rank] = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
+        except Exception as error:
+            first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise UsageError(f"cannot load {path}: {first}") from None
+        docs[rank] = doc
+    return docs, states
+
+
+def _same(a, b) -> bool:
+    import torch
+
+    if torch.is_tensor(a) or torch.is_tensor(b):
+        if not (torch.is_tensor(a) and torch.is_tensor(b)) or a.dtype != b.dtype or a.shape != b.shape:
+            return False
+        if torch.equal(a, b):
+            return True
+        return a.is_floating_point() and torch.equal(a.isnan(), b.isnan()) and \
+            torch.equal(a.nan_to_num(0.0), b.nan_to_num(0.0))
+    try:
+        return bool(a == b) or (a != a and b != b)   # NaN == NaN here
+    except Exception:
+        return False
+
+
+class _Merger:
+    """Walks every rank's state in step, joining sliced tensors and checking replicated values."""
+
+    def __init__(self, docs: dict, states: dict):
+        self.docs, self.states = docs, states
+        self.ranks = sorted(states)
+        self.sliced: dict[str, dict] = {}     # name -> strategy entry (dim, count, full_shape)
+        self.replicated = 0
+
+    def run(self):
+        merged = self._node("", [self.states[r] for r in self.ranks])
+        unseen = sorted(set(self.docs[self.ranks[0]]["sliced"]) - set(self.sliced))
+        if unseen:
+            raise UsageError(f"the strategy files name tensors the checkpoints do not have: {', '.join(unseen)}")
+        return merged
+
+    def _differs(self, what: str, path: str, values: list, test) -> None:
+        bad = [r for r, value in zip(self.ranks[1:], values[1:]) if not test(values[0], value)]
+        if bad:
+            raise UsageError(f"{what} {path or '(top level)'!r} differs across ranks: rank(s) "
+                             f"{', '.join(map(str, bad))} do not match rank {self.ranks[0]}")
+
+    def _node(self, path: str, values: list):
+        import torch
+
+        first = values[0]
+        if isinstance(first, dict):
+            self._differs("structure at", path, values, lambda a, b: isinstance(b, dict) and a.keys() == b.keys())
+            out = copy.copy(first)
+            for key in first:
+                out[key] = self._node(checkpoint._join(path, key), [v[key] for v in values])
+            return out
+        if type(first) in (list, tuple):
+            self._differs("structure at", path, values, lambda a, b: type(a) is type(b) and len(a) == len(b))
+            return type(first)(self._node(checkpoint._join(path, i), [v[i] for v in values])
+                               for i in range(len(first)))
+        if torch.is_tensor(first) and path in self.docs[self.ranks[0]]["sliced"]:
+            return self._join_slices(path, values)
+        self._differs("replicated tensor" if torch.is_tensor(first) else "replicated value", path, values, _same)
+        if torch.is_tensor(first):
+            self.replicated += 1
+        return first
+
+    def _join_slices(self, path: str, values: list):
+        import torch
+
+        entries = {}
+        for rank, value in zip(self.ranks, values):
+            entry = self.docs[rank]["sliced"].get(path)
+            if entry is None:
+                raise UsageError(f"tensor {path!r} is sliced on rank {self.ranks[0]} but not on rank {rank}")
+            if list(value.shape) != entry["shape"]:
+                raise UsageError(f"rank {rank}'s slice of {path!r} has shape {list(value.shape)}, its strategy "
+                                 f"file says {entry['shape']}")
+            entries[rank] = entry
+        reference = entries[self.ranks[0]]
+        layout = ("dim", "count", "full_shape")
+        for rank, entry in entries.items():
+            if any(entry[key] != reference[key] for key in layout):
+                raise UsageError(f"tensor {path!r} is sliced differently on ranks {self.ranks[0]} and {rank}: "
+                                 + ", ".join(f"{k} {reference[k]} vs {entry[k]}" for k in layout))
+        by_index: dict[int, tuple[int, object]] = {}
+        for rank, value in zip(self.ranks, values):
+            index = entries[rank]["index"]
+            if index in by_index:   # the same slice on several ranks (hybrid layouts): replicas must agree
+                owner, kept = by_index[index]
+                if not _same(kept, value):
+                    raise UsageError(f"slice {index} of {path!r} differs between ranks {owner} and {rank}")
+            else:
+                by_index[index] = (rank, value)
+        absent = sorted(set(range(reference["count"])) - set(by_index))
+        if absent:
+            raise UsageError(f"tensor {path!r}: no rank holds slice(s) {_ranges(absent)} of {reference['count']}")
+        full = torch.cat([by_index[i][1] for i in range(reference["count"])], dim=reference["dim"])
+        if list(full.shape) != reference["full_shape"]:
+            raise UsageError(f"tensor {path!r}: slices join to shape {list(full.shape)}, the strategy says "
+                             f"{reference['full_shape']}")
+        self.sliced[path] = reference
+        return full
+
+
+def _merged(run_dir: str, step: str | None):
+    chosen, world = _pick_step(run_dir, step)
+    docs, states = _read_step(chosen, world)
+    merger = _Merger(docs, states)
+    return chosen, world, merger.run(), merger
+
+
+# --------------------------------------------------------------------------
+# merge, reshard
+# --------------------------------------------------------------------------
+
+
+def merge(run_dir: str, output: str, step: str | None = None) -> dict:
+    """Join every rank's slices of one step into one full checkpoint at ``output`` (written atomically).
+
+    Default step: the newest one every rank saved.  Replicated tensors must be identical on every
+    rank.  ``output`` must not exist yet.  Returns {step, ranks, tensors, sliced, replicated, bytes, output}.
+    """
+    if os.path.lexists(output):
+        raise UsageError(f"{output} already exists; merge never overwrites, choose another output")
+    chosen, world, state, merger = _merged(run_dir, step)
+    os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
+    checkpoint._clean_stale_temps(os.path.dirname(os.path.abspath(output)))   # of an earlier, killed merge
+    checkpoint._write_atomically(output, checkpoint._torch_writer(state))
+    return {"step": chosen.label, "ranks": world, "tensors": len(merger.sliced) + merger.replicated,
+            "sliced": len(merger.sliced), "replicated": merger.replicated, "bytes": os.path.getsize(output),
+            "output": output}
+
+
+def reshard(run_dir: str, ranks: int, output_dir: str, step: str | None = None) -> dict:
+    """Re-slice a step saved by N ranks for ``ranks`` ranks, as a run directory of its own.
+
+    Writes ``output_dir/rank_NNN/ckpt/{label}.pt`` plus strategy files, exactly as ``save_sliced``
+    would have on ``ranks`` ranks, so the result can be merged, listed, or resumed with
+    ``dlaunch run --resume output_dir --ranks M``.  Every sliced dim must divide by ``ranks``.
+    """
+    if not isinstance(ranks, int) or ranks < 1:
+        raise UsageError(f"--ranks must be a positive integer, not {ranks!r}")
+    chosen, world, state, merger = _merged(run_dir, step)
+    for path, entry in merger.sliced.items():
+        size = entry["full_shape"][entry["dim"]]
+        if size % ranks:
+            raise UsageError(f"cannot reshard {path!r} for {ranks} ranks: its split dim {entry['dim']} has size "
+                             f"{size}, not divisible by {ranks}")
+    name = chosen.label + ".pt"
+    targets = [os.path.join(output_dir, rank_dir_name(r, ranks), "ckpt") for r in range(ranks)]
+    taken = [os.path.join(t, n) for t in targets for n in (name, chosen.label + checkpoint.STRATEGY_SUFFIX)
+             if os.path.lexists(os.path.join(t, n))]
+    if taken:
+        raise UsageError(f"{taken[0]} already exists; reshard never overwrites, choose another output directory")
+    spec = {path: entry["dim"] for path, entry in merger.sliced.items()}
+    written, total = [], 0
+    for rank, target in enumerate(targets):
+        width = {path: merger.sliced[path]["full_shape"][dim] // ranks for path, dim in spec.items()}
+
+        def cut(path, leaf, rank=rank, width=width):
+            return leaf.narrow(spec[path], rank * width[path], width[path]) if path in spec else leaf
+
+        part = checkpoint._map_leaves(state, cut)
+        slicing = {path: (dim, rank, ranks) for path, dim in spec.items()}
+        written.append(checkpoint._save_sliced(part, slicing, rank, ranks, target, name, chosen.prefix))
+        total += os.path.getsize(written[-1])
+    return {"step": chosen.label, "from_ranks": world, "ranks": ranks, "sliced": len(spec),
+            "files": written, "bytes": total, "output_dir": output_dir}

@@ -1,0 +1,249 @@
+"""launcher.checkpoint with real torch files and real processes: atomic saves under SIGKILL, no overwrites,
+rotation, breakpoints (on exceptions and on SIGTERM), resume from the launcher's env, sliced saving."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+import torch
+
+from launcher import checkpoint, ckpttool, resume
+from tests.launching import ROOT
+
+
+@pytest.fixture
+def run(tmp_path, monkeypatch):
+    """A run directory laid out as dlaunch makes it, this process being rank 0 of 1."""
+    ckpt = tmp_path / "run" / "rank_000" / "ckpt"
+    ckpt.mkdir(parents=True)
+    for name in ("DLAUNCH_RESUME_FROM", "DLAUNCH_RESUME_STEP", "RANK", "RANK_ID", "WORLD_SIZE", "RANK_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("DLAUNCH_CKPT_DIR", str(ckpt))
+    monkeypatch.setenv("DLAUNCH_RUN_DIR", str(tmp_path / "run"))
+    return tmp_path / "run"
+
+
+def ckpt_of(run):
+    return run / "rank_000" / "ckpt"
+
+
+def labels(run):
+    return [step.label for step in resume.scan(str(run))[0]]
+
+
+def python(script, *args, **popen):
+    """A fresh interpreter running ``script`` (this checkout on its path), as a training process would."""
+    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(script), *map(str, args)],
+                            env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, **popen)
+
+
+def test_save_names_loads_and_leaves_no_temporary(run):
+    path = checkpoint.save({"w": torch.arange(4.0), "epoch": 3}, 3, 156)
+    assert path == str(ckpt_of(run) / "ckpt-3_156.pt")
+    assert sorted(os.listdir(ckpt_of(run))) == ["ckpt-3_156.pt"]
+    assert torch.equal(checkpoint.load(path)["w"], torch.arange(4.0))
+    assert labels(run) == ["ckpt-3_156"]
+    with pytest.raises(ValueError, match="non-negative integers"):
+        checkpoint.save({}, -1, 2)
+    with pytest.raises(ValueError, match="plain file name"):
+        checkpoint.save({}, 1, 2, prefix=".hidden")
+
+
+def test_sigkill_during_a_save_keeps_the_previous_checkpoint(run):
+    # The second save's state pickles slowly: the process is killed while torch.save is writing it.
+    proc = python("""
+        import sys, time
+        import torch
+        from launcher import checkpoint
+
+        class SlowToPickle:
+            def __reduce__(self):
+                print("pickling", flush=True)
+                time.sleep(60)
+                return (int, (0,))
+
+        checkpoint.save({"w": torch.ones(1000), "epoch": 1}, 1, 10)
+        checkpoint.save({"w": torch.zeros(1000), "slow": SlowToPickle()}, 2, 20)
+    """)
+    try:
+        assert proc.stdout.readline() == "pickling\n", proc.stderr.read()
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+    finally:
+        proc.kill()
+    assert proc.returncode == -signal.SIGKILL
+    names = os.listdir(ckpt_of(run))
+    temps = [name for name in names if name.startswith(".ckpt-2_20.pt~")]
+    assert len(temps) == 1 and set(names) == {"ckpt-1_10.pt", *temps}   # the partial file is hidden
+    assert labels(run) == ["ckpt-1_10"]
+    rows = ckpttool.list_run(str(run))
+    assert [(row["label"], row["complete"]) for row in rows] == [("ckpt-1_10", True)]
+    assert torch.equal(checkpoint.load(str(ckpt_of(run) / "ckpt-1_10.pt"))["w"], torch.ones(1000))
+    # the next save into the directory removes the dead process's temporary
+    checkpoint.save({"w": torch.zeros(1000)}, 2, 20)
+    assert sorted(os.listdir(ckpt_of(run))) == ["ckpt-1_10.pt", "ckpt-2_20.pt"]
+
+
+def test_stale_temporaries_only_of_dead_or_long_gone_writers_are_removed(run):
+    directory = ckpt_of(run)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    host = checkpoint._HOST
+    names = {"dead": f".ckpt-1_1.pt~{host}~{dead.pid}~abc.tmp",
+             "alive": f".ckpt-1_1.pt~{host}~{os.getppid()}~abc.tmp",       # a slow save in another process
+             "foreign_old": ".ckpt-1_1.pt~otherhost~123~abc.tmp",
+             "foreign_new": ".ckpt-1_1.pt~otherhost~124~abc.tmp",
+             "unrelated": ".notes.tmp"}
+    for name in names.values():
+        (directory / name).write_bytes(b"partial")
+    two_hours_ago = time.time() - 7200
+    os.utime(directory / names["foreign_old"], (two_hours_ago, two_hours_ago))
+    checkpoint.save({}, 1, 1)
+    left = set(os.listdir(directory))
+    assert left == {"ckpt-1_1.pt", names["alive"], names["foreign_new"], names["unrelated"]}
+
+
+def test_an_existing_checkpoint_is_moved_aside_never_overwritten(run, capsys):
+    first = checkpoint.save({"attempt": 0}, 2, 20)
+    second = checkpoint.save({"attempt": 1}, 2, 20)   # a restarted run re-saving the same step
+    assert first == second
+    assert checkpoint.load(second) == {"attempt": 1}
+    aside = ckpt_of(run) / "superseded" / "ckpt-2_20.pt"
+    assert checkpoint.load(str(aside)) == {"attempt": 0}
+    checkpoint.save({"attempt": 2}, 2, 20)
+    assert checkpoint.load(str(ckpt_of(run) / "superseded" / "ckpt-2_20.1.pt")) == {"attempt": 1}
+    assert "already existed; moved it to" in capsys.readouterr().err
+    assert labels(run) == ["ckpt-2_20"]
+
+
+def test_keep_max_keeps_the_newest_of_its_prefix(run):
+    checkpoint.save({}, 1, 5, prefix="other")
+    for epoch in range(1, 4):
+        for step in (5, 10):
+            checkpoint.save({"at": (epoch, step)}, epoch, step, keep_max=3)
+    assert labels(run) == ["other-1_5", "ckpt-2_10", "ckpt-3_5", "ckpt-3_10"]
+    # an older step saved after a restart is not deleted by the save that wrote it
+    checkpoint.save({}, 1, 5, keep_max=3)
+    assert "ckpt-1_5" in labels(run)
+    with pytest.raises(ValueError, match="keep_max"):
+        checkpoint.save({}, 9, 9, keep_max=0)
+
+
+def test_rotation_takes_strategy_files_along(run):
+    for step in (1, 2, 3):
+        checkpoint.save_sliced({"w": torch.ones(2, 2)}, {"w": 0}, 1, step, keep_max=1)
+    assert sorted(os.listdir(ckpt_of(run))) == ["ckpt-1_3.pt", "ckpt-1_3.strategy.json"]
+
+
+def test_breakpoint_on_exception_is_kept_apart(run):
+    model = torch.nn.Linear(3, 2)
+    with pytest.raises(RuntimeError, match="boom"):
+        with checkpoint.saving_on_exception(lambda: {"model": model.state_dict()}) as here:
+            here.epoch, here.step = 2, 7
+            raise RuntimeError("boom")
+    path = ckpt_of(run) / "breakpoint" / "ckpt_breakpoint-2_7.pt"
+    assert here.path == str(path)
+    assert torch.equal(checkpoint.load(str(path))["model"]["weight"], model.weight.detach())
+    # never picked for resume, never rotated away
+    for step in (1, 2, 3):
+        checkpoint.save({}, 3, step, keep_max=1)
+    assert labels(run) == ["ckpt-3_3"]
+    assert path.exists()
+    assert [(row["kind"], row["label"]) for row in ckpttool.list_run(str(run))] == \
+        [("per-rank", "ckpt-3_3"), ("breakpoint", "ckpt_breakpoint-2_7")]
+    # a block that ends normally, or by sys.exit(0), saves nothing
+    with checkpoint.saving_on_exception(lambda: {}, 5, 5):
+        pass
+    with pytest.raises(SystemExit):
+        with checkpoint.saving_on_exception(lambda: {}, 6, 6):
+            sys.exit(0)
+    assert os.listdir(path.parent) == [path.name]
+
+
+def test_sigterm_inside_the_block_saves_a_breakpoint(run):
+    proc = python("""
+        import time
+        from launcher import checkpoint
+        with checkpoint.saving_on_exception(lambda: {"state": 42}, 4, 99, prefix="job"):
+            print("ready", flush=True)
+            time.sleep(60)
+    """)
+    try:
+        assert proc.stdout.readline() == "ready\n", proc.stderr.read()
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM, stderr
+    path = ckpt_of(run) / "breakpoint" / "job_breakpoint-4_99.pt"
+    assert checkpoint.load(str(path)) == {"state": 42}
+    assert "breakpoint saved to" in stderr
+
+
+def test_load_and_resume_step_follow_the_launcher_env(run, monkeypatch):
+    assert checkpoint.load() is None and checkpoint.resume_step() is None
+    path = checkpoint.save({"w": torch.ones(2)}, 3, 156)
+    monkeypatch.setenv("DLAUNCH_RESUME_FROM", path)
+    monkeypatch.setenv("DLAUNCH_RESUME_STEP", "3_156")
+    assert torch.equal(checkpoint.load()["w"], torch.ones(2))
+    assert checkpoint.resume_step() == (3, 156)
+    monkeypatch.setenv("DLAUNCH_RESUME_STEP", "3-156")
+    with pytest.raises(ValueError, match="EPOCH_STEP"):
+        checkpoint.resume_step()
+
+
+def test_ckpt_dir_defaults_to_the_seeds_per_rank_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DLAUNCH_CKPT_DIR", raising=False)
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.setenv("RANK_ID", "5")
+    assert checkpoint.ckpt_dir() == "./ckpt_5" and (tmp_path / "ckpt_5").is_dir()
+
+
+def test_save_sliced_writes_a_strategy_beside_each_slice(run, monkeypatch):
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    full = torch.arange(48.0).reshape(3, 16)
+    mine = full[:, 4:8]            # a view: only these 12 numbers may reach the file, not full's storage
+    state = {"model": {"w": mine, "b": torch.ones(3)}, "optimizer": {"state": {0: {"buf": mine * 2}}}, "epoch": 1}
+    path = checkpoint.save_sliced(state, {"model.w": 1, "optimizer.state.0.buf": -1}, 1, 10)
+    doc = json.loads((ckpt_of(run) / "ckpt-1_10.strategy.json").read_text())
+    assert doc == {"format": 1, "checkpoint": "ckpt-1_10.pt", "rank": 1, "world_size": 4,
+                   "sliced": {name: {"dim": 1, "index": 1, "count": 4, "full_shape": [3, 16], "shape": [3, 4],
+                                     "dtype": "float32"} for name in ("model.w", "optimizer.state.0.buf")},
+                   "replicated": ["model.b"]}
+    loaded = checkpoint.load(path)
+    assert torch.equal(loaded["model"]["w"], mine)
+    assert loaded["model"]["w"].untyped_storage().nbytes() == 12 * 4
+    assert labels(run) == ["ckpt-1_10"]
+    with pytest.raises(ValueError, match="does not have: model.nope"):
+        checkpoint.save_sliced(state, {"model.nope": 0}, 1, 11)
+    with pytest.raises(ValueError, match="not a tensor"):
+        checkpoint.save_sliced(state, {"epoch": 0}, 1, 11)
+
+
+def test_integrated_save_goes_to_the_run_directory_from_rank_0_only(run, monkeypatch):
+    path = checkpoint.save_integrated({"w": torch.ones(2)}, 1, 10)
+    assert path == str(run / "integrated" / "ckpt-1_10.pt")
+    monkeypatch.setenv("RANK", "2")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    assert checkpoint.save_integrated({"w": torch.ones(2)}, 1, 20) is None
+    assert os.listdir(run / "integrated") == ["ckpt-1_10.pt"]
+
+
+def test_broadcast_parameters_without_a_process_group_is_a_no_op():
+    model = torch.nn.Linear(2, 2)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    checkpoint.broadcast_parameters(model)
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_importing_the_module_does_not_import_torch():
+    code = "import sys, launcher.checkpoint, launcher.ckpttool; sys.exit('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(ROOT)}).returncode == 0
