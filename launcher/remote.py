@@ -760,8 +760,8 @@ def root_cause(runs: list[HostRun]) -> dict | None:
     causes = []
     for run in runs:
         cause = (run.summary or {}).get("root_cause")
-        if cause:
-            causes.append({**cause, "host": run.server_id})
+        if cause:  # the host launcher's own exit code says how it judged the cause (124: a hang)
+            causes.append({**cause, "host": run.server_id, "launcher_exit_code": run.summary.get("exit_code")})
         elif run.told is None and run.exit_code not in (0, None):
             reason = run.lost or f"its launcher exited with code {run.exit_code}"
             last = [line for line in run.stderr_tail if line.strip()]
@@ -790,7 +790,7 @@ def head_summary(plan: SshPlan, runs: list[HostRun], interrupted_by: int | None,
     starts = [run.started_at for run in runs if run.started_at is not None]
     spread = max(starts) - min(starts) if len(starts) == len(runs) and starts else None
     if cause is not None:
-        exit_code, status = cause.get("exit_code") or 1, "failed"
+        exit_code, status = cause.get("launcher_exit_code") or cause.get("exit_code") or 1, "failed"
     elif interrupted_by is not None:
         exit_code, status = 128 + interrupted_by, "interrupted"
     else:
@@ -824,9 +824,13 @@ def report(summary: dict, path: str, out=None) -> None:
         print(f"dlaunch: all {summary['world_size']} rank(s) on {len(hosts)} host(s) exited 0 in "
               f"{summary['ended'] - summary['started']:.1f} s; summary {path}", file=out)
         return
+    if cause and cause.get("hung"):
+        print(f"dlaunch: on host {cause['host']}: {cause['reason']}", file=out)
     if cause and cause.get("rank") is not None:
         how = (f"died of {cause['signal']}" if cause.get("signal") else cause.get("spawn_error")
                or f"exited with code {cause['exit_code']}")
+        if cause.get("hung"):
+            how = f"hung and was stopped ({how})"
         print(f"dlaunch: rank {cause['rank']} on host {cause['host']} (device {cause.get('device_id')}) {how}; "
               f"log on that host: {cause.get('log')}", file=out)
         for line in cause.get("log_tail") or []:

@@ -237,6 +237,20 @@ def test_rank_failing_on_host_2_stops_host_1_with_its_exit_code(ssh_cluster, tmp
     assert wait_until(lambda: processes_of_run("fail") == [], timeout=5), processes_of_run("fail")
 
 
+def test_a_hang_on_host_2_stops_every_host(ssh_cluster, tmp_path, out):
+    table = write_table(tmp_path / "rt.json", 2)
+    result = run_dlaunch(*cluster_args(ssh_cluster, table, out, "--hang-timeout", "4", run_id="hang"), "--",
+                         "--heartbeat-for", "60", "--heartbeat-ranks", "0,1", "--sleep", "60", cwd=tmp_path,
+                         timeout=90)
+    assert result.returncode == 124, result.stderr
+    head = summary(out / "hang", "summary.head.json")
+    cause = head["root_cause"]
+    assert cause["host"] == "127.0.0.3" and cause["rank"] in (2, 3) and cause.get("hung") is True
+    assert {h["host"]: h["status"] for h in head["hosts"]} == {"127.0.0.2": "stopped", "127.0.0.3": "failed"}
+    assert (out / "hang" / f"rank_{cause['rank']:03d}" / "stack.txt").exists()
+    assert wait_until(lambda: processes_of_run("hang") == [], timeout=5), processes_of_run("hang")
+
+
 def test_head_sigkilled_leaves_no_rank_alive_on_any_host(ssh_cluster, tmp_path, out):
     table = write_table(tmp_path / "rt.json", 2)
     proc = start_dlaunch(*cluster_args(ssh_cluster, table, out, run_id="headkill"), "--", "--sleep", "120",

@@ -29,6 +29,7 @@ parser.add_argument("--exit-early-rank", type=int, help="this rank exits 0 at on
 parser.add_argument("--hang-in-allreduce", type=int, metavar="R",
                     help="rank R never joins; the others block in a gloo all_reduce")
 parser.add_argument("--heartbeat-for", type=float, default=0.0, help="beat the heartbeat (silently) this long")
+parser.add_argument("--heartbeat-ranks", help="only these ranks beat (comma list; default all)")
 parser.add_argument("--label", action="append", default=[], help="any text; recorded in labels.jsonl as received")
 args = parser.parse_args()
 
@@ -68,7 +69,7 @@ if args.allreduce:
     dist.all_reduce(tensor)
     note("allreduce.jsonl", {"sum": tensor.item(), "world": dist.get_world_size()})
     dist.destroy_process_group()
-if args.heartbeat_for:
+if args.heartbeat_for and (args.heartbeat_ranks is None or str(rank) in args.heartbeat_ranks.split(",")):
     from launcher import heartbeat
 
     until = time.time() + args.heartbeat_for
