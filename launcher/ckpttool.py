@@ -14,7 +14,7 @@ import glob
 import json
 import os
 
-from . import checkpoint, resume
+from . import checkpoint, numlists, resume
 from .errors import UsageError
 from .plan import rank_dir_name
 
@@ -75,16 +75,8 @@ def list_run(run_dir: str) -> list[dict]:
     return rows
 
 
-def _ranges(ranks: list[int]) -> str:
-    """[0, 1, 2, 5, 7, 8] -> "0-2,5,7-8"."""
-    parts, start = [], None
-    for i, rank in enumerate(ranks):
-        if start is None:
-            start = rank
-        if i + 1 == len(ranks) or ranks[i + 1] != rank + 1:
-            parts.append(str(start) if start == rank else f"{start}-{rank}")
-            start = None
-    return ",".join(parts) or "-"
+def _ranges_or_dash(ranks: list[int]) -> str:
+    return numlists.format_ranges(ranks) or "-"
 
 
 def _size(count: int) -> str:
@@ -106,8 +98,8 @@ def format_list(rows: list[dict]) -> str:
         elif row["complete"]:
             status = "complete" + (", sliced" if row["sliced"] else "")
         else:
-            status = f"incomplete: ranks {_ranges(row['missing'])} missing"
-        ranks = "-" if row["kind"] == "integrated" else _ranges(row["ranks"])
+            status = f"incomplete: ranks {_ranges_or_dash(row['missing'])} missing"
+        ranks = "-" if row["kind"] == "integrated" else _ranges_or_dash(row["ranks"])
         table.append((row["kind"], row["label"], ranks, _size(row["bytes"]), status))
     widths = [max(len(line[i]) for line in table) for i in range(4)]
     return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(line, widths)) + "  " + line[4]
@@ -139,7 +131,7 @@ def _pick_step(run_dir: str, label: str | None) -> tuple[resume.Step, int]:
     step = found[0]
     missing = sorted(set(range(world)) - set(step.files))
     if missing:
-        raise UsageError(f"{step.label} is incomplete: ranks {_ranges(missing)} of {world} have no file of it")
+        raise UsageError(f"{step.label} is incomplete: ranks {_ranges_or_dash(missing)} of {world} have no file of it")
     return step, world
 
 
@@ -149,7 +141,7 @@ def _read_step(step: resume.Step, world: int) -> tuple[dict, dict]:
 
     missing = [r for r in range(world) if not os.path.exists(checkpoint._companion(step.files[r]))]
     if missing:
-        raise UsageError(f"{step.label}: ranks {_ranges(missing)} have no strategy file "
+        raise UsageError(f"{step.label}: ranks {_ranges_or_dash(missing)} have no strategy file "
                          f"({os.path.basename(checkpoint._companion(step.files[missing[0]]))}); merge needs "
                          "checkpoints saved with checkpoint.save_sliced")
     docs, states = {}, {}
@@ -262,7 +254,7 @@ class _Merger:
                 by_index[index] = (rank, value)
         absent = sorted(set(range(reference["count"])) - set(by_index))
         if absent:
-            raise UsageError(f"tensor {path!r}: no rank holds slice(s) {_ranges(absent)} of {reference['count']}")
+            raise UsageError(f"tensor {path!r}: no rank holds slice(s) {_ranges_or_dash(absent)} of {reference['count']}")
         full = torch.cat([by_index[i][1] for i in range(reference["count"])], dim=reference["dim"])
         if list(full.shape) != reference["full_shape"]:
             raise UsageError(f"tensor {path!r}: slices join to shape {list(full.shape)}, the strategy says "

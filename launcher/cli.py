@@ -195,7 +195,7 @@ def _apply_env(args: argparse.Namespace) -> None:
     os.environ.update(dict(pairs))
 
 
-def _options(args: argparse.Namespace, table, server_index: int, host_suffix: str = "",
+def launch_options(args: argparse.Namespace, table, server_index: int, host_suffix: str = "",
              default_port: int | None = None):
     import os
     import re
@@ -224,7 +224,7 @@ def _options(args: argparse.Namespace, table, server_index: int, host_suffix: st
                    host_files_suffix=host_suffix)
 
 
-def _hang_timeout(args: argparse.Namespace) -> float | None:
+def hang_timeout(args: argparse.Namespace) -> float | None:
     if args.hang_timeout is not None and args.hang_timeout <= 0:
         raise UsageError(f"--hang-timeout must be positive, not {args.hang_timeout}")
     return args.hang_timeout
@@ -237,7 +237,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     _apply_env(args)
     table, server_index, _ = _launch_table(args)
-    opts = _options(args, table, server_index)
+    opts = launch_options(args, table, server_index)
     resume_from = None
     if args.resume is not None:
         from .rundir import resolve
@@ -247,7 +247,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise UsageError(f"--resume: no run directory at {args.resume or opts.output_dir}")
     return launch(table, server_index, opts, dry_run=args.dry_run, shared_run_dir=bool(args.run_id),
                   fixed_port=args.master_port is not None, resume_from=resume_from,
-                  hang_timeout=_hang_timeout(args))
+                  hang_timeout=hang_timeout(args))
 
 
 CLUSTER_DEFAULT_PORT = 29500
@@ -268,9 +268,9 @@ def cmd_cluster(args: argparse.Namespace, control=None, on_started=None) -> int:
     table, server_index, _ = _launch_table(args)
     server_id = str(table.servers[server_index].server_id)
     suffix = "." + re.sub(r"[^A-Za-z0-9._-]", "_", server_id)
-    opts = _options(args, table, server_index, host_suffix=suffix, default_port=CLUSTER_DEFAULT_PORT)
+    opts = launch_options(args, table, server_index, host_suffix=suffix, default_port=CLUSTER_DEFAULT_PORT)
     return launch(table, server_index, opts, dry_run=args.dry_run, shared_run_dir=True, fixed_port=True,
-                  prefix_host=True, on_started=on_started, control=control, hang_timeout=_hang_timeout(args))
+                  prefix_host=True, on_started=on_started, control=control, hang_timeout=hang_timeout(args))
 
 
 def settle(args: argparse.Namespace, sub: argparse.ArgumentParser, script_args_given: bool,

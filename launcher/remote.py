@@ -130,15 +130,16 @@ class SshPlan:
 
 def make_ssh_plan(args, environ=None) -> SshPlan:
     """Everything ``cluster --ssh`` will do, decided from the flags, the table and the SSH config; no network."""
-    from .cli import CLUSTER_DEFAULT_PORT, _hang_timeout, _options
+    from .cli import CLUSTER_DEFAULT_PORT, launch_options
+    from .cli import hang_timeout as checked_hang_timeout
     from .topology import require_valid
 
     _refuse_unsupported(args)
     text, table = _read_table(args.rank_table)
     require_valid(table, args.profile, f"rank table {args.rank_table}")
     server_ids = _server_ids(table)
-    opts = _options(args, table, 0, default_port=CLUSTER_DEFAULT_PORT)
-    hang_timeout = _hang_timeout(args)
+    opts = launch_options(args, table, 0, default_port=CLUSTER_DEFAULT_PORT)
+    hang_timeout = checked_hang_timeout(args)
     if args.connect_timeout <= 0:
         raise UsageError(f"--connect-timeout must be positive, not {args.connect_timeout:g}")
     env = rank_env(os.environ if environ is None else environ, args.env, args.env_file)
