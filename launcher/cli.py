@@ -196,9 +196,8 @@ def _apply_env(args: argparse.Namespace) -> None:
 
 
 def launch_options(args: argparse.Namespace, table, server_index: int, host_suffix: str = "",
-             default_port: int | None = None):
+                   default_port: int | None = None):
     import os
-    import re
 
     from .plan import Command, Options, console_ranks
     from .rundir import check_run_id, new_run_id

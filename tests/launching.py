@@ -79,3 +79,14 @@ def kill_run(run_id: str) -> None:
             proc.send_signal(signal.SIGKILL)
         except psutil.NoSuchProcess:
             pass
+
+
+def write_rank_table(path: Path, hosts=("127.0.0.2", "127.0.0.3"), devices_per_host: int = 8) -> Path:
+    """A version 1.0 table: servers by address, ranks in server order, unique (never contacted) device IPs."""
+    servers = [{"server_id": host, "host_nic_ip": "reserve",
+                "device": [{"device_id": str(d), "device_ip": f"192.0.{s + 2}.{d + 10}",
+                            "rank_id": str(s * devices_per_host + d)} for d in range(devices_per_host)]}
+               for s, host in enumerate(hosts)]
+    path.write_text(json.dumps({"version": "1.0", "server_count": str(len(hosts)), "server_list": servers,
+                                "status": "completed"}))
+    return path

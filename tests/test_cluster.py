@@ -8,16 +8,11 @@ import pytest
 from launcher import ranktable
 from launcher.errors import UsageError
 from launcher.share import master_address, select_server
-from tests.launching import RANK_PROGRAM, processes_of_run, records, run_dlaunch, summary
+from tests.launching import RANK_PROGRAM, processes_of_run, records, run_dlaunch, summary, write_rank_table
 
 
 def two_host_table(path, ids=("127.0.0.2", "127.0.0.3")):
-    servers = [{"server_id": sid, "host_nic_ip": "reserve",
-                "device": [{"device_id": str(d), "device_ip": f"192.0.{s}.{d + 1}", "rank_id": str(8 * s + d)}
-                           for d in range(8)]} for s, sid in enumerate(ids)]
-    path.write_text(json.dumps({"version": "1.0", "server_count": "2", "server_list": servers,
-                                "status": "completed"}))
-    return path
+    return write_rank_table(path, ids, 8)
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ import pytest
 
 from sshd_hosts import cluster_fixture, require_sshd, start_cluster
 from tests.launching import (RANK_PROGRAM, ROOT, kill_run, pid_alive, processes_of_run, records, run_dlaunch,
-                             start_dlaunch, summary, wait_until)
+                             start_dlaunch, summary, wait_until, write_rank_table)
 
 HOSTS = ("127.0.0.2", "127.0.0.3")
 
@@ -30,15 +30,7 @@ ssh_cluster = cluster_fixture(2)
 
 
 def write_table(path, devices_per_host, hosts=HOSTS):
-    """A version 1.0 table: servers by address, ranks in server order, unique (never contacted) device IPs."""
-    servers = []
-    for s, host in enumerate(hosts):
-        devices = [{"device_id": str(d), "device_ip": f"192.0.{s + 2}.{d + 10}",
-                    "rank_id": str(s * devices_per_host + d)} for d in range(devices_per_host)]
-        servers.append({"server_id": host, "device": devices})
-    path.write_text(json.dumps({"version": "1.0", "server_count": str(len(hosts)), "server_list": servers,
-                                "status": "completed"}))
-    return path
+    return write_rank_table(path, hosts, devices_per_host)
 
 
 def free_port():

@@ -1,6 +1,5 @@
 """Hang detection with real processes: a gloo all_reduce one rank never joins; heartbeats keep ranks alive."""
 
-import json
 import os
 import time
 

@@ -17,7 +17,7 @@ import threading
 import pytest
 
 from launcher import __version__
-from tests.launching import RANK_PROGRAM, ROOT, run_dlaunch
+from tests.launching import RANK_PROGRAM, ROOT, run_dlaunch, write_rank_table
 
 SCRIPTS = ROOT / "scripts"
 # Every shell metacharacter we could think of; the empty string and a newline too.
@@ -53,12 +53,7 @@ sys.exit(max(p.wait() for p in procs))
 
 def two_server_table(path, ids=("127.0.0.2", "127.0.0.3")):
     """Two servers of two devices: valid under --profile a2, light enough to launch twice side by side."""
-    servers = [{"server_id": sid, "host_nic_ip": "reserve",
-                "device": [{"device_id": str(d), "device_ip": f"192.0.{s}.{d + 1}", "rank_id": str(2 * s + d)}
-                           for d in range(2)]} for s, sid in enumerate(ids)]
-    path.write_text(json.dumps({"version": "1.0", "server_count": "2", "server_list": servers,
-                                "status": "completed"}))
-    return path
+    return write_rank_table(path, ids, 2)
 
 
 @pytest.fixture
