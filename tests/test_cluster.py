@@ -1,14 +1,14 @@
 """dlaunch cluster per host (the seeds' run_cluster.sh): share selection, shared run directories, a 16-rank job."""
 
 import json
-import threading
 
 import pytest
 
 from launcher import ranktable
 from launcher.errors import UsageError
 from launcher.share import master_address, select_server
-from tests.launching import RANK_PROGRAM, processes_of_run, records, run_dlaunch, summary, write_rank_table
+from tests.launching import (RANK_PROGRAM, processes_of_run, records, run_dlaunch, side_by_side, summary,
+                             write_rank_table)
 
 
 def two_host_table(path, ids=("127.0.0.2", "127.0.0.3")):
@@ -22,18 +22,13 @@ def table_file(tmp_path):
 
 def test_two_per_host_launchers_form_one_16_rank_gloo_job(tmp_path, table_file):
     out = tmp_path / "shared_nfs"
-    results = {}
 
     def host(start):
-        results[start] = run_dlaunch("cluster", RANK_PROGRAM, "--rank-table", table_file, "--rank-start", start,
-                                     "--run-id", "job16", "--master-port", "29611", "--output-dir", out, "--",
-                                     "--allreduce", "--dump-env", cwd=tmp_path, timeout=240)
+        return run_dlaunch("cluster", RANK_PROGRAM, "--rank-table", table_file, "--rank-start", start,
+                           "--run-id", "job16", "--master-port", "29611", "--output-dir", out, "--",
+                           "--allreduce", "--dump-env", cwd=tmp_path, timeout=240)
 
-    threads = [threading.Thread(target=host, args=(start,)) for start in (0, 8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    results = side_by_side(host, 0, 8)
     assert results[0].returncode == 0, results[0].stderr
     assert results[8].returncode == 0, results[8].stderr
     run_dir = out / "job16"

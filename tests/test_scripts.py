@@ -12,12 +12,11 @@ import shutil
 import stat
 import subprocess
 import sys
-import threading
 
 import pytest
 
 from launcher import __version__
-from tests.launching import RANK_PROGRAM, ROOT, run_dlaunch, write_rank_table
+from tests.launching import RANK_PROGRAM, ROOT, run_dlaunch, side_by_side, write_rank_table
 
 SCRIPTS = ROOT / "scripts"
 # Every shell metacharacter we could think of; the empty string and a newline too.
@@ -182,16 +181,10 @@ def test_run_sh_launches_ranks_that_see_exactly_the_hostile_values(tmp_path, pro
 def test_run_cluster_sh_twice_side_by_side_makes_one_job(tmp_path, probe, table):
     args, _, out = hostile_case("run_cluster.sh", tmp_path, probe, table)
     script = render(tmp_path, "run_cluster.sh", *args, "--", *HOSTILE)
-    results = {}
-
     def host(start):
-        results[start] = run_script(script, "--rank-start", str(start), "--", "host extra", cwd=tmp_path)
+        return run_script(script, "--rank-start", str(start), "--", "host extra", cwd=tmp_path)
 
-    threads = [threading.Thread(target=host, args=(start,)) for start in (0, 2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    results = side_by_side(host, 0, 2)
     for result in results.values():
         assert result.returncode == 0, result.stderr
     for rank, seen in enumerate(probes(tmp_path / out / "job", range(4))):
@@ -376,17 +369,11 @@ def test_seeds_run_sh_usage(tmp_path):
 
 
 def test_seeds_run_cluster_sh_two_hosts_side_by_side(tmp_path, table):
-    results = {}
-
     def host(start):
-        results[start] = run_script(SCRIPTS / "run_cluster.sh", "/data", table, "4", str(start), "--profile", "a2",
+        return run_script(SCRIPTS / "run_cluster.sh", "/data", table, "4", str(start), "--profile", "a2",
                                     "--run-id", "job", "--", "--dump-env", cwd=tmp_path, env=seeds_env())
 
-    threads = [threading.Thread(target=host, args=(start,)) for start in (0, 2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    results = side_by_side(host, 0, 2)
     for result in results.values():
         assert result.returncode == 0, result.stderr
         assert "training success" in result.stdout
