@@ -1,31 +1,46 @@
-"""Checkpoint throughput on this machine: atomic ``checkpoint.save`` vs plain ``torch.save``, and merge.
+"""Checkpoint saves on this machine: how long training stalls, how fast the file reaches the disk; and merge.
 
-1. save    A 512 MiB state (8 float32 tensors of 64 MiB) saved by ``torch.save(state, path)`` and by
-           ``checkpoint.save(state, ...)`` (hidden temporary, fsync, rename, fsync of the directory),
-           alternately (the order flips each repetition), each into a fresh file.  Before every
-           timed save the page cache's dirty pages are flushed (``os.sync``) and the disk gets
-           0.5 s to settle, untimed, so no save pays for another's writeback.  For context, plain
-           ``torch.save`` followed by an fsync (the durability atomic saving buys) is timed too.
-           Reported: median and best MB/s of each; the ratio atomic/plain of the medians, of the
-           bests, and the median of the per-repetition ratios ("paired").  On a shared VM every
-           variant is bimodal (a fast mode, and a 2-3x slower one that comes and goes with the
-           machine), so the goal is judged on the bests: interference only ever slows a save down.
-           Goal: best-of ratio >= 0.9.
-2. merge   A 4-rank sliced checkpoint written with ``checkpoint.save_sliced``: two 128 MiB weights
-           split along dim 0 and dim 1, a 32 MiB replicated embedding and a bias, 384 MiB on disk
-           in all (4 x 96 MiB).  ``ckpttool.merge`` reads the four slice files and strategy files,
-           checks the replicated tensors equal and writes the 288 MiB full checkpoint atomically.
-           Reported: MB read per second and MB written per second (median).
+1. save   A 1 GiB state (16 float32 tensors of 64 MiB) saved, in one run, by every way there is,
+          each into a fresh file in the same directory, in a new (seeded) order each
+          repetition.  Before every timed save the page cache's dirty pages are flushed
+          (``os.sync``) and the machine gets ``--settle`` seconds (default 3), untimed, so no save
+          pays for another's writeback or profits from the memory another just freed.
+            floor        the in-memory copy an asynchronous save cannot avoid: cloning the state
+                         (CPU); the copy into preallocated pinned host memory (GPU)
+            copy         the copy into preallocated buffers (what a save that reuses its buffers pays)
+            raw          the state's bytes written sequentially (64 MiB writes) and fsynced: the disk
+            torch.save   plain, into the page cache (not durable), and followed by an fsync
+            dcp          ``torch.distributed.checkpoint.save``, and ``async_save`` (stall = until it
+                         returns, end = until its future is done), one rank of a gloo group
+            sync         ``checkpoint.save`` (atomic: temporary, fsync, rename, directory fsync)
+            async        ``checkpoint.save(async_save=True)``: stall = until it returns, end = until
+                         ``handle.wait()`` returns (the same atomic file)
+          and, to see where torch.save's time goes: ``torch.save`` into a sink that discards
+          (pickling, its zip writer and CRC-32, no disk), torch's zip writer with the CRC off into
+          the same sink, ``ckptfile.write_torch`` (torch.save's archive without the CRC) into the
+          page cache, and followed by an fsync without the early writeback.
+          Reported per way: median (of ``--repeat``) stall and end-to-end seconds, GiB/s at the
+          end; then the goals' ratios: async stall / floor (goal <= 2) and sync and async
+          throughput / raw (goal >= 0.8).  With a GPU (``--device cuda``, default when one is
+          there) the state lives on the GPU and the floor is the pinned device-to-host copy.
+2. merge  A 4-rank sliced checkpoint written with ``checkpoint.save_sliced`` (384 MiB on disk):
+          ``ckpttool.merge`` reads the slice and strategy files and writes the 288 MiB full
+          checkpoint atomically.  Reported: MB read and written per second (median).
 
-Files live in a temporary directory under TMPDIR (default /tmp), deleted at the end.
+Files live in a temporary directory under TMPDIR (default /tmp), deleted at the end.  On this
+project's VM a write's speed depends on whether the memory it fills was freed moments before
+(still mapped: fast) or long enough ago for the VM to have handed it back (slow); the settling
+time puts every way in the same, slow, case.  Takes about 6 minutes.
 
-Run:  .venv/bin/python benchmarks/bench_checkpoint.py [--repeat N] [--only save|merge]
+Run:  .venv/bin/python benchmarks/bench_checkpoint.py [--repeat N] [--only save|merge] [--device cpu|cuda]
+      [--settle SECONDS]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import random
 import shutil
 import statistics
 import sys
@@ -37,9 +52,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from launcher import checkpoint, ckpttool  # noqa: E402
+from launcher import checkpoint, ckptfile  # noqa: E402
+
+from launcher.observe import ckpt as ckpttool  # noqa: E402
 
 MB = 1e6
+GIB = 1 << 30
 
 
 def fsync_file(path):
@@ -50,53 +68,184 @@ def fsync_file(path):
         os.close(fd)
 
 
-def timed(fn, settle=0.5):
+class Discard:
+    """A file object that throws its bytes away: serialization cost without a disk."""
+
+    def write(self, data):
+        return len(data)
+
+    def flush(self):
+        pass
+
+
+SETTLE = 3.0
+
+
+def settle():
+    """Flush, then wait until the disk has written (and discarded deleted files) and the VM has taken
+    back the memory the previous save freed: with 0.5 s, a save that came soon enough after another
+    reused its still-mapped pages and ran 3-4x faster, whichever way it was."""
     os.sync()
-    time.sleep(settle)   # let the disk finish the sync (and the discards of deleted files) first
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
+    time.sleep(SETTLE)
 
 
-def bench_save(work: Path, repeat: int) -> None:
-    state = {f"layer{i}.weight": torch.randn(4096, 4096) for i in range(8)}
-    size = sum(t.numel() * t.element_size() for t in state.values())
-    times = {"plain": [], "plain+fsync": [], "atomic": []}
+def synchronize(device):
+    if device != "cpu":
+        torch.accelerator.synchronize()
 
-    def plain(n):
-        path = work / f"plain-{n}.pt"
-        return timed(lambda: torch.save(state, path)), path
 
-    def plain_fsync(n):
+def init_one_rank_group(work: Path) -> None:
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        dist.init_process_group("gloo", init_method=f"file://{work / 'pg'}", rank=0, world_size=1)
+
+
+def ways(state, work: Path, device: str):
+    """name -> function(n >= 0) that saves once and returns (stall seconds, end-to-end seconds)."""
+    pinned = None
+
+    def timed(fn, finish=None):
+        """``fn()`` stalls training; ``finish(fn's result)``, if given, waits for the file."""
+        settle()
+        start = time.perf_counter()
+        started = fn()
+        stall = time.perf_counter() - start
+        if finish is not None:
+            finish(started)
+        return stall, time.perf_counter() - start
+
+    def floor(n):
+        if device == "cpu":
+            return timed(lambda: {k: v.clone() for k, v in state.items()})
+        return reused(n)
+
+    def reused(n):
+        nonlocal pinned
+        if pinned is None:   # preallocated and reused, as a good asynchronous save does
+            pinned = {k: torch.empty(v.shape, dtype=v.dtype, pin_memory=device != "cpu") for k, v in state.items()}
+
+        def copy():
+            for k, v in state.items():
+                pinned[k].copy_(v, non_blocking=device != "cpu")
+            synchronize(device)
+        return timed(copy)
+
+    host = {k: v.detach().cpu() for k, v in state.items()}   # the raw write's bytes, copied beforehand
+
+    def raw(n):
+        path = work / f"raw-{n}.bin"
+
+        def write():
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                for tensor in host.values():
+                    view = memoryview(tensor.numpy()).cast("B")
+                    done = 0
+                    while done < len(view):
+                        done += os.write(fd, view[done:done + (64 << 20)])
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        return timed(write)
+
+    def torch_save(n):
+        return timed(lambda: torch.save(state, work / f"plain-{n}.pt"))
+
+    def torch_save_fsync(n):
         path = work / f"plainsync-{n}.pt"
-        return timed(lambda: (torch.save(state, path), fsync_file(path))), path
+        return timed(lambda: (torch.save(state, path), fsync_file(path)))
 
-    def atomic(n):
-        result = {}
-        elapsed = timed(lambda: result.setdefault("path", checkpoint.save(state, n, 0, directory=str(work))))
-        return elapsed, Path(result["path"])
+    def dcp_save(n):
+        import torch.distributed.checkpoint as dcp
 
-    kinds = [("plain", plain), ("atomic", atomic), ("plain+fsync", plain_fsync)]
-    plain(-1)[1].unlink()   # warm-up: first-touch costs land on no one
-    for n in range(repeat):
-        order = kinds if n % 2 == 0 else list(reversed(kinds))
-        for name, run in order:
-            elapsed, path = run(n)
-            assert path.stat().st_size >= size
-            times[name].append(elapsed)
+        init_one_rank_group(work)
+        return timed(lambda: dcp.save(state, checkpoint_id=str(work / f"dcp-{n}")))
+
+    def dcp_async(n):
+        import torch.distributed.checkpoint as dcp
+
+        init_one_rank_group(work)
+        return timed(lambda: dcp.async_save(state, checkpoint_id=str(work / f"dcpa-{n}")), lambda f: f.result())
+
+    def torch_save_null(n):
+        return timed(lambda: torch.save(state, Discard()))
+
+    def write_torch_null(n):   # the same C++ writer, CRC off, into the same sink
+        def write():
+            writer = torch._C.PyTorchFileWriter(Discard(), False, ckptfile.STORAGE_ALIGNMENT)
+            for key, tensor in host.items():
+                writer.write_record(key, tensor.untyped_storage(), tensor.untyped_storage().nbytes())
+            writer.write_end_of_file()
+        return timed(write)
+
+    def write_torch(n):
+        return timed(lambda: ckptfile.write_torch(state, str(work / f"wt-{n}.pt")))
+
+    def write_torch_fsync(n):
+        path = str(work / f"wtsync-{n}.pt")
+        return timed(lambda: (ckptfile.write_torch(state, path), fsync_file(path)))
+
+    def sync(n):
+        return timed(lambda: checkpoint.save(state, n, 0, prefix="sync", directory=str(work)))
+
+    def asynchronous(n):
+        return timed(lambda: checkpoint.save(state, n, 0, prefix="async", directory=str(work), async_save=True),
+                     lambda handle: handle.wait())
+
+    return {"floor": floor, "copy (reused)": reused, "raw": raw, "torch.save": torch_save, "torch.save+fsync": torch_save_fsync,
+            "dcp.save": dcp_save, "dcp.async_save": dcp_async, "dlaunch sync": sync, "dlaunch async": asynchronous,
+            "torch.save->null": torch_save_null, "no-CRC writer->null": write_torch_null,
+            "write_torch": write_torch, "write_torch+fsync": write_torch_fsync}
+
+
+def clear(work: Path) -> None:
+    for path in work.iterdir():
+        if path.name == "pg":
+            continue
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
             path.unlink()
-    median = {name: statistics.median(values) for name, values in times.items()}
-    print(f"save: {size / MB:.0f} MB state, {repeat} repetitions each")
-    for name in ("plain", "atomic", "plain+fsync"):
-        each = ", ".join(f"{size / MB / t:.0f}" for t in times[name])
-        print(f"  {name:12s} median {size / MB / median[name]:5.0f} MB/s, best {size / MB / min(times[name]):5.0f} "
-              f"MB/s   (each: {each})")
-    paired = statistics.median(p / a for p, a in zip(times["plain"], times["atomic"]))
-    ratios = {"median": median["plain"] / median["atomic"], "best": min(times["plain"]) / min(times["atomic"]),
-              "paired": paired}
-    print("  atomic/plain throughput ratio: " + ", ".join(f"{k} {v:.3f}" for k, v in ratios.items())
-          + f"  (goal >= 0.9 on the bests: {'met' if ratios['best'] >= 0.9 else 'NOT met'})")
-    print(f"  atomic/(plain+fsync) ratio of medians: {median['plain+fsync'] / median['atomic']:.2f}")
+
+
+def bench_save(work: Path, repeat: int, device: str) -> None:
+    state = {f"layer{i}.weight": torch.randn(4096, 4096, device=device) for i in range(16)}
+    size = sum(t.numel() * t.element_size() for t in state.values())
+    runs = ways(state, work, device)
+    results = {name: [] for name in runs}
+    for name in ("copy (reused)", "dcp.save", "dcp.async_save", "dlaunch async"):
+        runs[name](repeat)   # warm-up: allocations kept for reuse, imports, threads land on no one
+        clear(work)
+    names = list(runs)
+    for n in range(repeat):
+        order = names[:]
+        random.Random(n).shuffle(order)   # a new order each time: no way always follows the same one
+        for name in order:
+            results[name].append(runs[name](n))
+            clear(work)
+    if "torch.distributed" in sys.modules and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()   # save_sliced (merge below) would take it for the job's
+    print(f"save: {size / GIB:.2f} GiB of {device} tensors, median of {repeat}, order shuffled")
+    print(f"  {'how':18s} {'stall s':>8s} {'end s':>8s} {'GiB/s':>7s}   (each: stall/end)")
+    median = {}
+    for name in names:
+        stall = statistics.median(s for s, _ in results[name])
+        end = statistics.median(e for _, e in results[name])
+        median[name] = stall, end
+        each = ", ".join(f"{s:.2f}/{e:.2f}" for s, e in results[name])
+        print(f"  {name:18s} {stall:8.3f} {end:8.3f} {size / GIB / end:7.2f}   ({each})")
+    floor, raw = median["floor"][0], median["raw"][1]
+    stall_ratio = median["dlaunch async"][0] / floor
+    if device == "cpu":
+        print(f"  async stall / copy into reused buffers: {median['dlaunch async'][0] / median['copy (reused)'][0]:.2f}")
+    sync_ratio, async_ratio = raw / median["dlaunch sync"][1], raw / median["dlaunch async"][1]
+    print(f"  async stall / floor: {stall_ratio:.2f} (goal <= 2: {'met' if stall_ratio <= 2 else 'NOT met'})")
+    for label, ratio in (("sync", sync_ratio), ("async", async_ratio)):
+        print(f"  {label} throughput / raw write+fsync: {ratio:.2f} (goal >= 0.8: {'met' if ratio >= 0.8 else 'NOT met'})")
+    print(f"  dlaunch sync vs torch.save+fsync: {median['torch.save+fsync'][1] / median['dlaunch sync'][1]:.2f}x "
+          f"faster; async stall vs dcp.async_save stall: "
+          f"{median['dcp.async_save'][0] / median['dlaunch async'][0]:.1f}x shorter")
 
 
 def bench_merge(work: Path, repeat: int) -> None:
@@ -120,7 +269,10 @@ def bench_merge(work: Path, repeat: int) -> None:
     times, written = [], 0
     for n in range(repeat):
         output = work / f"merged-{n}.pt"
-        times.append(timed(lambda: ckpttool.merge(str(run), str(output))))
+        settle()
+        start = time.perf_counter()
+        ckpttool.merge(str(run), str(output))
+        times.append(time.perf_counter() - start)
         written = output.stat().st_size
         merged = torch.load(output, mmap=True)
         assert torch.equal(merged["model"]["up.weight"], full["up.weight"])
@@ -135,15 +287,18 @@ def bench_merge(work: Path, repeat: int) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--only", choices=("save", "merge"))
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--settle", type=float, default=SETTLE, help="seconds of rest before each timed save")
     args = parser.parse_args()
+    globals()["SETTLE"] = args.settle
     work = Path(tempfile.mkdtemp(prefix="bench_checkpoint_"))
     try:
         if args.only in (None, "save"):
-            bench_save(work, args.repeat)
+            bench_save(work, args.repeat, args.device)
         if args.only in (None, "merge"):
-            bench_merge(work, max(args.repeat - 2, 1))
+            bench_merge(work, args.repeat)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0

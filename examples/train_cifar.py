@@ -22,8 +22,8 @@ and ``test_batch.bin``; each record is 1 label byte followed by 3072 pixel bytes
 ``--data-path`` or ``DATA_PATH`` (the directory itself or its parent).  With
 neither, a small, learnable synthetic dataset is written in exactly that format
 (deterministic, so every rank produces byte-identical files and can write them
-concurrently with an atomic rename) under ``$DLAUNCH_RUN_DIR/synthetic-cifar``
-or the user cache directory, and the same parser reads it back.
+concurrently with an atomic rename) once, under the user's cache directory
+(``$XDG_CACHE_HOME/dlaunch/synthetic-cifar``), and the same parser reads it back.
 
 Like MindSpore's ``num_shards=RANK_SIZE, shard_id=RANK_ID``, every rank keeps
 only its strided shard of the records and reshuffles that shard each epoch with
@@ -276,10 +276,7 @@ def atomic_write(path: Path, write: Callable) -> None:
 
 
 def default_cache_root() -> Path:
-    """Per-run cache when launched by dlaunch, else the user's cache directory."""
-    run_dir = os.environ.get("DLAUNCH_RUN_DIR")
-    if run_dir:
-        return Path(run_dir) / "synthetic-cifar"
+    """The user's cache directory ($XDG_CACHE_HOME, else ~/.cache): made once, reused by every later run."""
     cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(cache) / "dlaunch" / "synthetic-cifar"
 
@@ -368,15 +365,19 @@ def normalize(images: torch.Tensor) -> torch.Tensor:
 # --------------------------------------------------------------------------
 
 
-def save_checkpoint(state: dict, directory: str, prefix: str, epoch: int, step: int) -> Path:
+def save_checkpoint(state: dict, directory: str, prefix: str, epoch: int, step: int,
+                    async_save: bool = False) -> Path:
     """Save ``state`` as ``{directory}/{prefix}-{epoch}_{step}.pt`` with dlaunch's atomic save.
 
     Same naming as MindSpore's ModelCheckpoint; a rank killed mid-save leaves
     its previous checkpoint intact and nothing that looks like a checkpoint.
+    With ``async_save`` the state is copied and training goes on while the file
+    is written in the background.
     """
     from launcher import checkpoint
 
-    return Path(checkpoint.save(state, epoch, step, prefix=prefix, directory=directory))
+    saved = checkpoint.save(state, epoch, step, prefix=prefix, directory=directory, async_save=async_save)
+    return Path(saved.path if async_save else saved)
 
 
 def format_loss(value: float) -> str:
@@ -444,6 +445,8 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                         help="torch.set_num_threads (default: as OMP_NUM_THREADS says)")
     parser.add_argument("--width", type=int, default=16, help="channels of the first stage")
     parser.add_argument("--ckpt-prefix", default="resnet")
+    parser.add_argument("--async-save", action="store_true",
+                        help="write checkpoints in the background (checkpoint.save(..., async_save=True))")
     parser.add_argument("--crash-at-epoch", type=int, default=0, metavar="E",
                         help="simulate a node failure: --crash-rank SIGKILLs itself as epoch E starts "
                              "(first attempt only, so --max-restarts can recover)")
@@ -515,6 +518,9 @@ def train(args: argparse.Namespace, env: DistEnv) -> None:
     for epoch in range(start_epoch, args.epochs + 1):
         if (epoch == args.crash_at_epoch and env.rank == args.crash_rank
                 and os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"):
+            from launcher import checkpoint
+
+            checkpoint.wait_for_saves()   # the crash strikes once the previous epoch's file is on disk
             log(f"rank {env.rank} simulates a crash at the start of epoch {epoch}")
             os.kill(os.getpid(), signal.SIGKILL)
         order = epoch_order(len(labels), args.seed, epoch, env.rank)
@@ -527,7 +533,11 @@ def train(args: argparse.Namespace, env: DistEnv) -> None:
             if step % args.log_every == 0:
                 log(f"epoch: {epoch} step: {step}, loss is {format_loss(loss.item())}")
         state = {"model": net.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch}
-        save_checkpoint(state, ckpt_dir, args.ckpt_prefix, epoch, steps)
+        save_checkpoint(state, ckpt_dir, args.ckpt_prefix, epoch, steps, args.async_save)
+    if args.async_save:
+        from launcher import checkpoint
+
+        checkpoint.wait_for_saves()   # a failed background save fails the job
 
     # Evaluate the bare module: test shards differ in size and DDP's forward
     # may issue collectives, which would then hang.

@@ -3,14 +3,19 @@
 Training scripts import this module (``from launcher import checkpoint``); torch is imported only
 inside the functions that need it, so the launcher itself never pays for it.
 
-Every file is written the same way: ``torch.save`` into a hidden temporary file in the target
-directory, ``fsync``, ``os.replace`` onto the final name, ``fsync`` of the directory.  A file with a
-checkpoint's name (``{prefix}-{epoch}_{step}.pt``, see ``resume.py``) is therefore always whole,
-and a process killed mid-save leaves the previous checkpoint untouched and only a hidden
-temporary, which ``resume.scan`` ignores and the next save into that directory removes.
+Every file is written the same way: a ``torch.save`` archive (``ckptfile.write_torch``, at about
+the disk's speed) into a hidden temporary file in the target directory, ``fsync``, ``os.replace``
+onto the final name, ``fsync`` of the directory.  A file with a checkpoint's name
+(``{prefix}-{epoch}_{step}.pt``, see ``resume.py``) is therefore always whole, and a process killed
+mid-save leaves the previous checkpoint untouched and only a hidden temporary, which
+``resume.scan`` ignores and the next save into that directory removes.
+
+``async_save=True`` does exactly that in a background thread (``ckptwriter``) after capturing the
+state (``ckptstage``: one memory copy), and returns a ``SaveHandle`` at once.
 
 Nothing is ever overwritten: saving a name that already exists (a restarted run re-saving a step
-an earlier attempt had saved on some ranks only) first moves the old file into ``superseded/``.
+an earlier attempt had saved on some ranks only) keeps the old file in ``superseded/`` (a second
+name, given before the new file replaces it in one rename, so the step stays listed throughout).
 
 Sliced (per-rank) saving writes, beside each rank's file, ``{prefix}-{epoch}_{step}.strategy.json``
 (format below); ``ckpttool.merge`` rebuilds full tensors from slice and strategy files alone::
@@ -28,10 +33,10 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import functools
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import sys
@@ -39,7 +44,9 @@ import tempfile
 import threading
 import time
 
-from .resume import checkpoint_name, parse_name
+from launcher import ckptwriter
+from launcher.ckptfile import EarlyWriteback, write_torch
+from launcher.resume import checkpoint_name, parse_name
 
 STRATEGY_SUFFIX = ".strategy.json"
 STRATEGY_FORMAT = 1
@@ -108,68 +115,12 @@ def _fsync_path(path: str) -> None:
         os.close(fd)
 
 
-@functools.lru_cache(maxsize=None)
-def _start_writeback():
-    """Linux's ``sync_file_range(fd, offset, nbytes, SYNC_FILE_RANGE_WRITE)``, or None elsewhere."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        import ctypes
-
-        call = ctypes.CDLL(None, use_errno=True).sync_file_range
-    except (OSError, AttributeError):
-        return None
-    call.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
-    return lambda fd, offset, nbytes: call(fd, offset, nbytes, 2)   # 2 = SYNC_FILE_RANGE_WRITE
-
-
-class _EarlyWriteback:
-    """While a save writes, keep asking the kernel to start writing the file's new bytes to disk.
-
-    torch.save releases the GIL while it writes, so this thread runs alongside it; the final fsync
-    then waits for the last few megabytes only, and a durable save costs about what a plain
-    ``torch.save`` (which leaves everything in the page cache) does.  Without this, the fsync of a
-    500 MB checkpoint adds half the save's time again.
-    """
-
-    INTERVAL = 0.01        # seconds between looks at the file size
-    CHUNK = 16 << 20       # bytes written before asking for their writeback
-    LAG = 8 << 20          # stay this far behind the write head: pages still being written are left alone
-
-    def __init__(self, fd: int):
-        self.fd, self.done, self.start = fd, 0, _start_writeback()
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, name="dlaunch-writeback", daemon=True)
-
-    def _run(self):
-        while not self.stop.wait(self.INTERVAL):
-            try:
-                size = os.fstat(self.fd).st_size
-            except OSError:
-                return
-            end = (size - self.LAG) & ~((1 << 20) - 1)
-            if end - self.done >= self.CHUNK:
-                self.start(self.fd, self.done, end - self.done)
-                self.done = end
-
-    def __enter__(self):
-        if self.start is not None:
-            self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop.set()
-        if self.thread.is_alive():
-            self.thread.join()
-        return False
-
-
 def _write_temp(path: str, write) -> str:
     """``write(tmp)`` into a hidden, fsynced temporary beside ``path``; the temporary's name says host and pid."""
     directory, name = os.path.split(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{name}~{_HOST}~{os.getpid()}~", suffix=_TEMP_SUFFIX, dir=directory or ".")
     try:
-        with _EarlyWriteback(fd):
+        with EarlyWriteback(fd):
             write(tmp)
         os.fsync(fd)
     except BaseException:
@@ -196,11 +147,8 @@ def _write_atomically(path: str, write) -> None:
     _commit(_write_temp(path, write), path)
 
 
-def _torch_writer(state):
-    import torch
-
-    # A path (not a Python file object) lets torch write through its own C++ writer: as fast as torch.save.
-    return lambda tmp: torch.save(state, tmp)
+def _torch_writer(state, locations: dict | None = None):
+    return lambda tmp: write_torch(state, tmp, locations)
 
 
 def _text_writer(text: str):
@@ -254,20 +202,36 @@ def _companion(path: str) -> str:
     return path[:-len(".pt")] + STRATEGY_SUFFIX
 
 
-def _supersede(path: str) -> str:
-    """Move an existing checkpoint (and its strategy file) into ``superseded/`` instead of overwriting it."""
+def _link_or_copy(source: str, target: str) -> None:
+    """``target`` becomes another name of ``source`` (a hard link), or a whole copy where links are not allowed."""
+    try:
+        os.link(source, target)
+    except OSError:
+        _write_atomically(target, lambda tmp: shutil.copyfile(source, tmp))
+
+
+def _keep_aside(path: str) -> str:
+    """Give the existing ``path`` (and its strategy file) a second name in ``superseded/``; returns it.
+
+    ``path`` itself stays listed until the new file replaces it in one rename, so a process killed
+    at any point of a re-save leaves a whole checkpoint of that step listed, and the earlier one
+    kept.  A name left there by an attempt killed before its rename is used again, not doubled.
+    """
     directory, name = os.path.split(path)
     aside = os.path.join(directory, SUPERSEDED_DIR)
     os.makedirs(aside, exist_ok=True)
     label = name[:-len(".pt")]
     target, n = os.path.join(aside, name), 0
     while os.path.lexists(target) or os.path.lexists(_companion(target)):
+        with contextlib.suppress(OSError):
+            if os.path.samefile(target, path):
+                return target
         n += 1
         target = os.path.join(aside, f"{label}.{n}.pt")
-    os.replace(path, target)
     if os.path.lexists(_companion(path)):
-        os.replace(_companion(path), _companion(target))
-    print(f"dlaunch checkpoint: {path} already existed; moved it to {target}", file=sys.stderr, flush=True)
+        _link_or_copy(_companion(path), _companion(target))
+    _link_or_copy(path, target)
+    _fsync_path(aside)
     return target
 
 
@@ -288,18 +252,23 @@ def _rotate(directory: str, prefix: str, keep_max: int, just_saved: str) -> None
                 os.unlink(victim)
 
 
-def _save(state, directory: str, name: str, prefix: str, keep_max: int | None = None,
-          strategy_text: str | None = None) -> str:
-    """The one save path: temporary first (the slow part), then move aside, strategy file, rename, rotate."""
+def _check_keep_max(keep_max) -> None:
     if keep_max is not None and (not isinstance(keep_max, int) or keep_max < 1):
         raise ValueError(f"keep_max must be a positive integer, not {keep_max!r}")
+
+
+def _store(state, directory: str, name: str, prefix: str, keep_max: int | None = None,
+           strategy_text: str | None = None, locations: dict | None = None) -> str:
+    """The one way a checkpoint reaches the disk: temporary first (the slow part), then the old file
+    kept aside, the strategy file, the rename that makes the new one visible, rotation."""
     os.makedirs(directory, exist_ok=True)
     _clean_stale_temps(directory)
     path = os.path.join(directory, name)
-    tmp = _write_temp(path, _torch_writer(state))
+    tmp = _write_temp(path, _torch_writer(state, locations))
+    kept = None
     try:
         if os.path.lexists(path):
-            _supersede(path)
+            kept = _keep_aside(path)
         if strategy_text is not None:
             # Before the checkpoint itself: once the .pt is visible, its strategy file is there too.
             _write_atomically(_companion(path), _text_writer(strategy_text))
@@ -310,9 +279,27 @@ def _save(state, directory: str, name: str, prefix: str, keep_max: int | None = 
             os.unlink(tmp)
         raise
     _commit(tmp, path)
+    if kept is not None:   # only now: a stderr that blocks must not hold a step unlisted
+        print(f"dlaunch checkpoint: {path} already existed; kept the earlier file as {kept}",
+              file=sys.stderr, flush=True)
     if keep_max is not None:
         _rotate(directory, prefix, keep_max, name)
     return path
+
+
+def _save(state, directory: str, name: str, prefix: str, keep_max: int | None = None,
+          strategy_text: str | None = None, async_save: bool = False):
+    """A save now (after any in the background, whose failure it raises first), or queued for the background."""
+    _check_keep_max(keep_max)
+    if not async_save:
+        writer = ckptwriter.active()
+        if writer is not None:
+            writer.settle()
+        return _store(state, directory, name, prefix, keep_max, strategy_text)
+    os.makedirs(directory, exist_ok=True)
+    return ckptwriter.writer().submit(
+        os.path.join(directory, name), state,
+        lambda snapshot: _store(snapshot.state, directory, name, prefix, keep_max, strategy_text, snapshot.locations))
 
 
 # --------------------------------------------------------------------------
@@ -321,15 +308,38 @@ def _save(state, directory: str, name: str, prefix: str, keep_max: int | None = 
 
 
 def save(state, epoch: int, step: int, prefix: str = "ckpt", keep_max: int | None = None,
-         directory: str | None = None) -> str:
+         directory: str | None = None, async_save: bool = False):
     """Save ``state`` atomically as ``{directory}/{prefix}-{epoch}_{step}.pt`` (default: ``ckpt_dir()``).
 
     The name is the seeds' (MindSpore ModelCheckpoint) and what ``dlaunch run --resume`` looks for.
-    An existing file of that name is moved into ``superseded/``, never overwritten.  ``keep_max=N``
+    An existing file of that name is kept in ``superseded/``, never overwritten.  ``keep_max=N``
     then keeps only the newest N checkpoints of this prefix here; keep at least 2 if ranks may die
     mid-save, so that a step every rank finished survives.  Returns the path.
+
+    ``async_save=True`` returns a ``SaveHandle`` as soon as ``state`` is copied (training may change
+    it at once); the file is written in the background with the same guarantees, listed only when
+    whole.  ``handle.wait()`` returns the path or raises what failed; a failure nobody waited for
+    is raised by the next save (either kind) or ``wait_for_saves()``.  A new save first waits for
+    the one in flight (``configure_async``).  The interpreter's exit waits for saves in flight, and
+    SIGTERM lets them finish first.
     """
-    return _save(state, directory or ckpt_dir(), _checked_name(prefix, epoch, step), prefix, keep_max)
+    return _save(state, directory or ckpt_dir(), _checked_name(prefix, epoch, step), prefix, keep_max,
+                 async_save=async_save)
+
+
+def wait_for_saves() -> None:
+    """Wait until every background save of this process is written; raise the first failure not yet raised."""
+    writer = ckptwriter.active()
+    if writer is not None:
+        writer.settle()
+
+
+def configure_async(max_in_flight: int | None = None, buffer_bytes: int | None = None) -> None:
+    """Limits of background saves in this process: how many may be captured and not yet written
+    (default 1: a new save waits for the previous), and how many bytes of host buffers (pinned for
+    device tensors) are kept for reuse between saves (default: a quarter of the host's memory over
+    ``LOCAL_WORLD_SIZE``; a larger state is partly staged in memory allocated for that save only)."""
+    ckptwriter.writer().configure(max_in_flight, buffer_bytes)
 
 
 def load(path: str | None = None, map_location="cpu", weights_only: bool = True):
@@ -393,8 +403,9 @@ class saving_on_exception:
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
             for signum in self.signals:
-                if signal.getsignal(signum) is signal.SIG_DFL:
-                    self._previous[signum] = signal.signal(signum, self._on_signal)
+                if ckptwriter.handler_below(signum) is signal.SIG_DFL:   # below a background save's guard
+                    ckptwriter.set_handler_below(signum, self._on_signal)
+                    self._previous[signum] = signal.SIG_DFL
         return self
 
     @staticmethod
@@ -403,14 +414,18 @@ class saving_on_exception:
 
     def __exit__(self, kind, exc, tb):
         for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
+            if ckptwriter.handler_below(signum) is self._on_signal:
+                ckptwriter.set_handler_below(signum, handler)
         self._previous.clear()
         if not _failed(kind, exc):
             return False
         name = _checked_name(f"{self.prefix}_breakpoint", self.epoch, self.step)
+        writer = ckptwriter.active()
+        if writer is not None:
+            writer.drain()   # background saves finish first; their failures are reported as usual, not here
         try:
             directory = os.path.join(self.directory or ckpt_dir(), BREAKPOINT_DIR)
-            self.path = _save(self.state_fn(), directory, name, f"{self.prefix}_breakpoint")
+            self.path = _store(self.state_fn(), directory, name, f"{self.prefix}_breakpoint")
         except Exception as error:  # the original failure matters more than the breakpoint
             print(f"dlaunch checkpoint: could not save a breakpoint after {kind.__name__}: {error}",
                   file=sys.stderr, flush=True)
@@ -508,15 +523,15 @@ def _strategy_doc(state, spec: dict, rank: int, world: int, name: str):
 
 
 def _save_sliced(state, spec, rank: int, world: int, directory: str, name: str, prefix: str,
-                 keep_max: int | None = None) -> str:
+                 keep_max: int | None = None, async_save: bool = False):
     doc, state = _strategy_doc(state, spec, rank, world, name)
     text = re.sub(r"\[\s*([-\d,\s]*?)\s*\]", lambda m: "[" + re.sub(r"\s+", " ", m[1]) + "]",
                   json.dumps(doc, indent=1))   # shapes on one line
-    return _save(state, directory, name, prefix, keep_max, text + "\n")
+    return _save(state, directory, name, prefix, keep_max, text + "\n", async_save=async_save)
 
 
 def save_sliced(state_dict, strategy: dict, epoch: int, step: int, prefix: str = "ckpt",
-                keep_max: int | None = None, directory: str | None = None) -> str:
+                keep_max: int | None = None, directory: str | None = None, async_save: bool = False):
     """Each rank saves its own slices (the seeds' ``integrated_save=False``), with a strategy file beside.
 
     ``strategy`` maps tensor name -> split dim for tensors sliced across ranks, in rank order
@@ -526,10 +541,11 @@ def save_sliced(state_dict, strategy: dict, epoch: int, step: int, prefix: str =
     name, same atomic save), so ``--resume`` hands every rank its own slices back; ``dlaunch ckpt
     merge`` joins the slices into one full checkpoint, ``dlaunch ckpt reshard`` re-slices them for
     another number of ranks.  Slices must be of equal size, as shard strategies require.
+    ``async_save=True``: as for ``save``.
     """
     rank, world = _rank_and_world()
     return _save_sliced(state_dict, _slicing(strategy, rank, world), rank, world, directory or ckpt_dir(),
-                        _checked_name(prefix, epoch, step), prefix, keep_max)
+                        _checked_name(prefix, epoch, step), prefix, keep_max, async_save)
 
 
 def _gather_sliced(state, spec: dict, world: int):
@@ -558,7 +574,7 @@ def _gather_sliced(state, spec: dict, world: int):
 
 
 def save_integrated(state, epoch: int, step: int, prefix: str = "ckpt", strategy: dict | None = None,
-                    keep_max: int | None = None) -> str | None:
+                    keep_max: int | None = None, async_save: bool = False):
     """Save one full checkpoint for the whole job (the seeds' ``integrated_save=True``), from global rank 0.
 
     It goes to ``$DLAUNCH_RUN_DIR/integrated/{prefix}-{epoch}_{step}.pt`` (``./integrated`` outside
@@ -566,6 +582,7 @@ def save_integrated(state, epoch: int, step: int, prefix: str = "ckpt", strategy
     already be full; only rank 0 writes, the others return None at once.  With ``strategy`` (as for
     ``save_sliced``) the sliced tensors are first all-gathered, so every rank must call it.  There is
     no barrier at the end: call ``dist.barrier()`` if other ranks must wait for the file.
+    ``async_save=True``: as for ``save`` (the gather stays synchronous; rank 0 writes in the background).
     """
     rank, world = _rank_and_world()
     if strategy and world > 1:
@@ -578,7 +595,7 @@ def save_integrated(state, epoch: int, step: int, prefix: str = "ckpt", strategy
     if rank != 0:
         return None
     directory = os.path.join(os.environ.get("DLAUNCH_RUN_DIR") or ".", INTEGRATED_DIR)
-    return _save(state, directory, _checked_name(prefix, epoch, step), prefix, keep_max)
+    return _save(state, directory, _checked_name(prefix, epoch, step), prefix, keep_max, async_save=async_save)
 
 
 def broadcast_parameters(model, src: int = 0, skip=()) -> None:

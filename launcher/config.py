@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from .errors import UsageError
+from launcher.errors import UsageError
 
 ENV_PREFIX = "DLAUNCH_"
 # Names the rank environment contract already uses for something else: never read as options.
@@ -26,6 +26,9 @@ NOT_FROM_ENV = {"run_id", "config"}
 NOT_LAYERED = {"help", "config", "dry_run"}
 EXCLUSIVE = ({"ranks", "devices", "rank_table"}, {"module", "no_python"})
 TRUE_WORDS, FALSE_WORDS = {"1", "true", "yes", "on"}, {"0", "false", "no", "off", ""}
+MAX_CONFIG_BYTES = 1 << 20
+MAX_CONFIG_NODES = 10000
+MAX_CONFIG_DEPTH = 32
 
 
 class _Unset:
@@ -64,7 +67,7 @@ def convert(action: argparse.Action, value, where: str):
             return value
         if from_text and value.strip().lower() in TRUE_WORDS | FALSE_WORDS:
             return value.strip().lower() in TRUE_WORDS
-        raise UsageError(f"{where}: {flag} must be true or false, not {value!r}")
+        raise UsageError(f"{where}: {flag} must be true or false, not {short(value)}")
     if isinstance(action, argparse._AppendAction):
         items = value.splitlines() if from_text else value
         if isinstance(items, str) or not isinstance(items, list):
@@ -78,35 +81,70 @@ def convert(action: argparse.Action, value, where: str):
 def _scalar(action: argparse.Action, value, where: str, flag: str):
     kind = action.type or str
     if isinstance(value, bool) or isinstance(value, (list, dict)) or value is None:
-        raise UsageError(f"{where}: {flag} takes {getattr(kind, '__name__', 'a value')}, not {value!r}")
+        kinds = {int: "int", float: "float", str: "str"}
+        raise UsageError(f"{where}: {flag} takes {kinds.get(kind, 'a single value')}, not {short(value)}")
     if kind is int and isinstance(value, float):
-        raise UsageError(f"{where}: {flag} takes a whole number, not {value!r}")
+        raise UsageError(f"{where}: {flag} takes a whole number, not {short(value)}")
     try:
-        converted = kind(value) if kind in (int, float) else str(value)
+        converted = str(value) if kind is str else kind(value)
+    except argparse.ArgumentTypeError as exc:   # an option's own type checker: its message says it all
+        raise UsageError(f"{where}: {flag}: {exc}") from None
     except (TypeError, ValueError):
-        raise UsageError(f"{where}: {flag} takes {kind.__name__}, not {value!r}") from None
+        raise UsageError(f"{where}: {flag} takes {kind.__name__}, not {short(value)}") from None
     if action.choices is not None and converted not in action.choices:
-        raise UsageError(f"{where}: {flag} must be one of {', '.join(map(str, action.choices))}, not {value!r}")
+        raise UsageError(f"{where}: {flag} must be one of {', '.join(map(str, action.choices))}, not "
+                         f"{short(value)}")
     return converted
+
+
+def short(value) -> str:
+    """A value quoted in a message: its repr cut short (a message never expands a whole hostile document)."""
+    import reprlib
+
+    shown = reprlib.Repr()
+    shown.maxlevel, shown.maxlist, shown.maxdict, shown.maxstring, shown.maxother = 2, 4, 4, 40, 40
+    shown.maxlong = 40
+    return shown.repr(value)
+
+
+def _check_size(root, path: str) -> None:
+    """Refuse a document whose nodes, counted as aliases expand them, exceed what any config needs.
+
+    This bounds a "billion laughs" document (anchors referring to anchors) before anything expands it.
+    """
+    seen, stack = 0, [(root, 0)]
+    while stack:
+        node, depth = stack.pop()
+        seen += 1
+        if seen > MAX_CONFIG_NODES or depth > MAX_CONFIG_DEPTH:
+            raise UsageError(f"{path}: too large or too deeply nested for a config (at most {MAX_CONFIG_NODES} "
+                             f"values and {MAX_CONFIG_DEPTH} levels, anchors counted as they expand)")
+        children = node.value if isinstance(node.value, list) else []
+        for child in children:
+            if isinstance(child, tuple):
+                stack.extend((part, depth + 1) for part in child)
+            else:
+                stack.append((child, depth + 1))
 
 
 def read_file(path: str, actions: dict[str, argparse.Action]) -> dict[str, tuple[object, str]]:
     """A YAML config as {dest: (value, "file:line")}; unknown keys and wrong types name key, file and line."""
     import yaml
 
-    try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot read config {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    from launcher.userfiles import read_text
+
+    text = read_text(path, "config", MAX_CONFIG_BYTES)
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark else path
         raise UsageError(f"{where}: not valid YAML: {getattr(exc, 'problem', None) or exc}") from None
+    except RecursionError:
+        raise UsageError(f"{path}: nested too deeply to be a config") from None
     if root is None:
         return {}
+    _check_size(root, path)
     if not isinstance(root, yaml.MappingNode):
         raise UsageError(f"{path}:{root.start_mark.line + 1}: a config is a mapping of option: value")
     values = {}
@@ -115,11 +153,17 @@ def read_file(path: str, actions: dict[str, argparse.Action]) -> dict[str, tuple
         key = option_key(str(key_node.value))
         if key not in actions and key not in ("script", "args"):
             known = ", ".join(sorted(k.replace("_", "-") for k in actions))
-            raise UsageError(f"{where}: unknown option {key_node.value!r} (known: script, args, {known})")
-        value = yaml.safe_load(yaml.serialize(value_node))
+            raise UsageError(f"{where}: unknown option {short(key_node.value)} (known: script, args, {known})")
+        try:
+            value = yaml.safe_load(yaml.serialize(value_node))
+        except yaml.YAMLError as exc:   # e.g. a !!python/object tag, which a safe loader refuses
+            raise UsageError(f"{where}: {key_node.value}: {getattr(exc, 'problem', None) or 'not a plain value'}"
+                             f" (configs hold plain YAML values only)") from None
+        except ValueError as exc:       # e.g. an integer of thousands of digits
+            raise UsageError(f"{where}: {key_node.value}: unusable value ({str(exc)[:80]})") from None
         if key == "script":
             if not isinstance(value, str):
-                raise UsageError(f"{where}: script must be a path or module name, not {value!r}")
+                raise UsageError(f"{where}: script must be a path or module name, not {short(value)}")
         elif key == "args":
             if not isinstance(value, list) or not all(isinstance(v, (str, int, float)) for v in value):
                 raise UsageError(f"{where}: args must be a list of script arguments")

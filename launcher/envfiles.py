@@ -4,27 +4,26 @@ from __future__ import annotations
 
 import re
 
-from .errors import UsageError
+from launcher.errors import UsageError
 
 NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+MAX_ENV_FILE_BYTES = 1 << 20
 
 
 def parse_assignment(text: str, where: str) -> tuple[str, str]:
     name, sep, value = text.partition("=")
     name = name.strip()
     if not sep or not NAME.match(name):
-        raise UsageError(f"{where}: expected KEY=VALUE with a variable name, got {text!r}")
+        raise UsageError(f"{where}: expected KEY=VALUE with a variable name, got {text[:60]!r}")
     return name, value
 
 
 def read_env_file(path: str) -> list[tuple[str, str]]:
     """KEY=VALUE lines; blank lines and # comments skipped; ``export`` allowed; values taken literally
     except that one pair of surrounding quotes is removed."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            lines = fh.read().splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot read --env-file {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    from launcher.userfiles import read_text
+
+    lines = read_text(path, "--env-file", MAX_ENV_FILE_BYTES).splitlines()
     pairs = []
     for number, line in enumerate(lines, 1):
         stripped = line.strip()

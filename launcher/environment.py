@@ -13,19 +13,30 @@ from __future__ import annotations
 import re
 
 SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|KEY|CREDENTIAL|AUTH|PRIVATE|COOKIE|SESSION", re.IGNORECASE)
+# PASS, PWD, PW as a whole part of a name (DB_PASS, SMTP_PWD), but not the shell's PWD/OLDPWD (directories)
+SECRET_PART = re.compile(r"(?:^|_)(?:PASS|PWD|PW)(?:_|$)(?<!^PWD)", re.IGNORECASE)
+ASSIGNMENT = re.compile(r"(^|[\s,;'\"])([A-Za-z_][A-Za-z0-9_]*)=([^\s,;'\"]*)")
 MASK = "****"
 ROLE_NAME = "default"
+SIGNALS_TO_HANDLE = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"   # what dlaunch forwards to ranks, named as torchrun names them
 
 
 def rank_environment(*, rank: int, local_rank: int, world_size: int, local_world_size: int, group_rank: int,
-                     group_world_size: int, device_id: int, local_devices: list[int], rank_table_file: str,
+                     group_world_size: int, device_id: int, cuda_visible: str | None, rank_table_file: str,
                      master_addr: str, master_port: int, run_id: str, run_dir: str, rank_dir: str, ckpt_dir: str,
                      error_file: str, restart_count: int, max_restarts: int, inherited: dict) -> dict[str, str]:
     """The variables dlaunch sets for one rank (inherited ones excluded, except where it fills a default).
 
-    ``CUDA_VISIBLE_DEVICES`` lists this host's devices in local-rank order, as
-    DeepSpeed does, so a torch script that picks ``cuda:LOCAL_RANK`` lands on the
-    physical device the rank table names; MindSpore keeps using ``DEVICE_ID``.
+    ``device_id`` is what the rank's runtime calls its device (``devices.DeviceView.device_id``) and
+    ``cuda_visible`` its ``CUDA_VISIBLE_DEVICES`` (None: not set), both worked out by the plan from the
+    devices this host allows.
+
+    Against torchrun 2.13's worker environment, two variables differ on purpose:
+    ``TORCHELASTIC_USE_AGENT_STORE`` is "False" because dlaunch hosts no
+    rendezvous store (torch's ``env://`` then lets rank 0 host it; "True" would
+    make every rank wait for an agent's store that does not exist), and
+    ``MASTER_ADDR`` is 127.0.0.1 on one host, not "localhost", which can resolve
+    to ::1 first where the store listens on IPv4 only.
     """
     env = {
         # MindSpore / HCCL
@@ -49,13 +60,18 @@ def rank_environment(*, rank: int, local_rank: int, world_size: int, local_world
         "TORCHELASTIC_MAX_RESTARTS": str(max_restarts),
         "TORCHELASTIC_RUN_ID": run_id,
         "TORCHELASTIC_ERROR_FILE": error_file,
-        "CUDA_VISIBLE_DEVICES": ",".join(map(str, local_devices)),
+        "TORCHELASTIC_USE_AGENT_STORE": "False",
+        "TORCHELASTIC_SIGNALS_TO_HANDLE": SIGNALS_TO_HANDLE,
         # dlaunch
         "DLAUNCH_RUN_ID": run_id,
         "DLAUNCH_RUN_DIR": run_dir,
         "DLAUNCH_RANK_DIR": rank_dir,
         "DLAUNCH_CKPT_DIR": ckpt_dir,
     }
+    if cuda_visible is not None:
+        env["CUDA_VISIBLE_DEVICES"] = cuda_visible
+    if "TORCH_NCCL_ASYNC_ERROR_HANDLING" not in inherited:
+        env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "1"  # as torchrun: a failed NCCL collective raises, not hangs
     if "OMP_NUM_THREADS" not in inherited and local_world_size > 1:
         env["OMP_NUM_THREADS"] = "1"  # as torchrun: N ranks x all cores each would thrash the CPU
     if "PYTHONUNBUFFERED" not in inherited:
@@ -63,13 +79,52 @@ def rank_environment(*, rank: int, local_rank: int, world_size: int, local_world
     return env
 
 
+def mindspore_worker_environment(*, rank: int, world_size: int, master_addr: str, master_port: int,
+                                 topo_timeout: float) -> dict[str, str]:
+    """What ``--ms-scheduler`` adds for a rank: msrun's worker contract, the node id pinned to dlaunch's rank.
+
+    ``MS_NODE_ID`` makes MindSpore's rank equal dlaunch's (without it ranks are numbered by arrival); the
+    caller drops ``RANK_TABLE_FILE``, which would make ``init()`` take the rank-table path and rewrite RANK_ID.
+    """
+    return {**_mindspore_cluster(world_size, master_addr, master_port, topo_timeout),
+            "MS_ROLE": "MS_WORKER", "MS_NODE_ID": str(rank)}
+
+
+def mindspore_scheduler_environment(*, world_size: int, master_addr: str, master_port: int, topo_timeout: float,
+                                    run_id: str, run_dir: str, scheduler_dir: str, inherited: dict) -> dict[str, str]:
+    """The scheduler's environment, as msrun gives it: the cluster's size and address, RANK_ID 0, RANK_SIZE; no
+    node id and no device (it is not a rank).  ``DLAUNCH_RANK_DIR`` is its own directory, by which ``status``
+    knows its process."""
+    env = {**_mindspore_cluster(world_size, master_addr, master_port, topo_timeout), "MS_ROLE": "MS_SCHED",
+           "RANK_ID": "0", "RANK_SIZE": str(world_size), "DLAUNCH_RUN_ID": run_id, "DLAUNCH_RUN_DIR": run_dir,
+           "DLAUNCH_RANK_DIR": scheduler_dir}
+    if "PYTHONUNBUFFERED" not in inherited:
+        env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def _mindspore_cluster(world_size: int, master_addr: str, master_port: int, topo_timeout: float) -> dict[str, str]:
+    return {"MS_WORKER_NUM": str(world_size), "MS_SCHED_HOST": master_addr, "MS_SCHED_PORT": str(master_port),
+            "MS_TOPO_TIMEOUT": f"{topo_timeout:g}"}
+
+
 def is_secret(name: str) -> bool:
-    return bool(SECRET_NAME.search(name))
+    return bool(SECRET_NAME.search(name) or SECRET_PART.search(name))
+
+
+def mask_value(name: str, value: str) -> str:
+    """``value`` as it may be shown: masked whole when ``name`` looks secret, and inside it every
+    ``KEY=VALUE`` whose KEY looks secret (``DLAUNCH_ENV="X_TOKEN=..."``, an ``--env`` list in a config)."""
+    if is_secret(name) and value:
+        return MASK
+    if "=" not in value:
+        return value
+    return ASSIGNMENT.sub(lambda m: m[1] + m[2] + "=" + (MASK if is_secret(m[2]) and m[3] else m[3]), value)
 
 
 def masked(env: dict[str, str]) -> dict[str, str]:
-    """A copy safe to write to env.log or print: values of secret-looking names replaced by ****."""
-    return {k: (MASK if is_secret(k) and v else v) for k, v in env.items()}
+    """A copy safe to write to env.log or print: secret-looking values replaced by ****."""
+    return {k: mask_value(k, v) for k, v in env.items()}
 
 
 def format_env(env: dict[str, str]) -> str:

@@ -8,27 +8,40 @@ from __future__ import annotations
 
 import re
 
-from .errors import UsageError
+from launcher.errors import UsageError
 
 _ITEM = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")
 
 
+MAX_NUMBER_DIGITS = 6    # device and rank numbers below a million
+MAX_COUNT = 65536        # no list dlaunch reads names more (devices, ranks of one host's console)
+
+
 def parse(text: str, what: str, unique: bool = False) -> list[int]:
-    """Numbers in the order written; ``what`` names the option in errors; ``unique`` refuses repeats."""
+    """Numbers in the order written; ``what`` names the option in errors; ``unique`` refuses repeats.
+
+    Numbers have at most MAX_NUMBER_DIGITS digits and a list at most MAX_COUNT items, so ``0-999999999``
+    is an error, not a billion-item list.
+    """
+    shown = str(text) if len(str(text)) <= 40 else str(text)[:40] + "..."
     numbers: list[int] = []
     for part in str(text).split(","):
         match = _ITEM.match(part)
         if not match or not match[1].isascii() or (match[2] and not match[2].isascii()):
-            raise UsageError(f"bad {what} {text!r}: use numbers and ranges such as 0-7 or 0,3,5-7")
+            raise UsageError(f"bad {what} {shown!r}: use numbers and ranges such as 0-7 or 0,3,5-7")
+        if len(match[1]) > MAX_NUMBER_DIGITS or len(match[2] or "") > MAX_NUMBER_DIGITS:
+            raise UsageError(f"bad {what} {shown!r}: numbers have at most {MAX_NUMBER_DIGITS} digits")
         low, high = int(match[1]), int(match[2] or match[1])
         if high < low:
-            raise UsageError(f"bad {what} {text!r}: range {part.strip()} ends below its start")
+            raise UsageError(f"bad {what} {shown!r}: range {part.strip()[:20]} ends below its start")
+        if len(numbers) + high - low + 1 > MAX_COUNT:
+            raise UsageError(f"bad {what} {shown!r}: more than {MAX_COUNT} numbers")
         numbers.extend(range(low, high + 1))
     if unique:
         seen: set[int] = set()
         for number in numbers:
             if number in seen:
-                raise UsageError(f"{what} {text!r} names {number} more than once")
+                raise UsageError(f"{what} {shown!r} names {number} more than once")
             seen.add(number)
     return numbers
 

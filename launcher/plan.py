@@ -13,12 +13,15 @@ from __future__ import annotations
 import os
 from dataclasses import asdict, dataclass, field
 
-from . import numlists
-from .environment import masked, rank_environment
-from .ranktable import RankTable
+from launcher import numlists
+from launcher.console import printable
+from launcher.host import DeviceView
+from launcher.environment import masked, mindspore_scheduler_environment, mindspore_worker_environment, rank_environment
+from launcher.table.model import RankTable
 
+CWD_LAUNCH = "launch"  # every rank runs where dlaunch was started, as torchrun and msrun do (the default)
 CWD_RANK = "rank"      # each rank runs in its own rank directory, as the seeds' run.sh does
-CWD_LAUNCH = "launch"  # every rank runs where dlaunch was started, as torchrun does
+SCHEDULER_DIR = "scheduler"   # MindSpore's scheduler's own directory in the run directory (output.log, env.log)
 
 
 @dataclass(frozen=True)
@@ -47,13 +50,18 @@ class Options:
     output_dir: str
     launch_dir: str
     python: str
-    cwd_mode: str = CWD_RANK
+    cwd_mode: str = CWD_LAUNCH
     console: str = "0"           # "all", "none" or a comma list of global ranks
     grace_period: float = 10.0
     max_restarts: int = 0
     master_addr: str = "127.0.0.1"
     master_port: int = 29500
     host_files_suffix: str = ""   # "" for a one-host run; ".<server_id>" when hosts share a run directory
+    devices: DeviceView = DeviceView()   # what this host allows or shows: maps plan devices to the ranks' ids
+    extra_env: dict = field(default_factory=dict)   # --env-file, --env (and the head's, over SSH): every rank
+    waiting_notice: float = 30.0  # silent ranks and missing peers this long: say so (0: never)
+    ms_scheduler: bool = False    # MindSpore's dynamic cluster (msrun's contract): a scheduler beside rank 0
+    ms_topo_timeout: float = 600.0
 
 
 @dataclass(frozen=True)
@@ -69,9 +77,11 @@ class ResumePoint:
 
 @dataclass(frozen=True)
 class RankSpec:
-    rank: int
-    local_rank: int
-    device_id: int
+    """One process of the plan: a rank, or (``role`` "scheduler") MindSpore's scheduler, which has no rank."""
+
+    rank: int | None
+    local_rank: int | None
+    device_id: int | None
     server_id: str
     argv: list[str]
     cwd: str
@@ -79,9 +89,10 @@ class RankSpec:
     rank_dir: str
     log_file: str
     env_log: str
-    ckpt_dir: str
-    error_file: str
+    ckpt_dir: str | None
+    error_file: str | None
     console: bool
+    role: str = "rank"
 
 
 @dataclass(frozen=True)
@@ -103,6 +114,10 @@ class LaunchPlan:
     host_files_suffix: str
     ranks: list[RankSpec] = field(default_factory=list)
     resume: ResumePoint | None = None
+    peers: list[dict] = field(default_factory=list)   # the other servers: server_id, suffix, ranks ("8-15")
+    is_master: bool = True                            # this host runs rank 0
+    waiting_notice: float = 30.0
+    scheduler: RankSpec | None = None                 # MindSpore's scheduler, on the master host only
 
     def host_file(self, name: str, ext: str) -> str:
         """This host's own file in the run directory (plan, summary): distinct per host on a shared filesystem."""
@@ -111,14 +126,25 @@ class LaunchPlan:
     def to_dict(self) -> dict:
         """JSON-ready, with secret-looking env values masked."""
         data = asdict(self)
-        for spec in data["ranks"]:
+        for spec in data["ranks"] + ([data["scheduler"]] if data["scheduler"] else []):
             spec["env"] = masked(spec["env"])
         return data
+
+    def processes(self) -> list[RankSpec]:
+        """Everything this host starts: the scheduler first (the ranks register with it), then the ranks."""
+        return ([self.scheduler] if self.scheduler else []) + list(self.ranks)
 
 
 def attempt_file(directory: str, stem: str, ext: str, attempt: int) -> str:
     """``output.log`` for the first attempt, ``output.1.log`` after the first restart: nothing overwritten."""
     return os.path.join(directory, f"{stem}.{ext}" if attempt == 0 else f"{stem}.{attempt}.{ext}")
+
+
+def host_suffix(server_id: str) -> str:
+    """What a host's own files in a shared run directory carry: ``plan.<server_id>.json``."""
+    import re
+
+    return "." + re.sub(r"[^A-Za-z0-9._-]", "_", str(server_id))
 
 
 def rank_dir_name(rank: int, world_size: int) -> str:
@@ -145,6 +171,7 @@ def make_plan(table: RankTable, server_index: int, opts: Options, rank_table_fil
     """
     server = table.servers[server_index]
     world_size = table.device_count
+    inherited = {**inherited, **opts.extra_env}   # what a rank inherits, as the defaults below must see it
     run_dir = os.path.join(opts.output_dir, opts.run_id)
     shown = console_ranks(opts.console, world_size)
     devices = sorted(server.devices, key=lambda dev: dev.rank)
@@ -158,11 +185,17 @@ def make_plan(table: RankTable, server_index: int, opts: Options, rank_table_fil
         error_file = attempt_file(rank_dir, "error", "json", attempt)
         env = rank_environment(
             rank=rank, local_rank=local_rank, world_size=world_size, local_world_size=len(devices),
-            group_rank=server_index, group_world_size=len(table.servers), device_id=dev.device,
-            local_devices=local_devices, rank_table_file=rank_table_file, master_addr=opts.master_addr,
+            group_rank=server_index, group_world_size=len(table.servers),
+            device_id=opts.devices.device_id(dev.device),
+            cuda_visible=opts.devices.cuda_visible(local_devices, inherited), rank_table_file=rank_table_file, master_addr=opts.master_addr,
             master_port=opts.master_port, run_id=opts.run_id, run_dir=run_dir, rank_dir=rank_dir,
             ckpt_dir=ckpt_dir, error_file=error_file, restart_count=attempt, max_restarts=opts.max_restarts,
             inherited=inherited)
+        if opts.ms_scheduler:
+            env.pop("RANK_TABLE_FILE")   # with it, MindSpore's init() takes the rank-table path, not the scheduler
+            env.update(mindspore_worker_environment(rank=rank, world_size=world_size, master_addr=opts.master_addr,
+                                                    master_port=opts.master_port, topo_timeout=opts.ms_topo_timeout))
+        env = {**opts.extra_env, **env}   # dlaunch's contract wins: --env RANK=5 cannot break the job
         if resume is not None:
             env["DLAUNCH_RESUME_FROM"] = resume.files[rank]
             env["DLAUNCH_RESUME_STEP"] = f"{resume.epoch}_{resume.step}"
@@ -172,12 +205,30 @@ def make_plan(table: RankTable, server_index: int, opts: Options, rank_table_fil
             log_file=attempt_file(rank_dir, "output", "log", attempt),
             env_log=attempt_file(rank_dir, "env", "log", attempt), ckpt_dir=ckpt_dir, error_file=error_file,
             console=rank in shown))
+    is_master = any(d.rank == 0 for d in server.devices)
+    scheduler = None
+    if opts.ms_scheduler and is_master:
+        sched_dir = os.path.join(run_dir, SCHEDULER_DIR)
+        env = mindspore_scheduler_environment(world_size=world_size, master_addr=opts.master_addr,
+                                              master_port=opts.master_port, topo_timeout=opts.ms_topo_timeout,
+                                              run_id=opts.run_id, run_dir=run_dir, scheduler_dir=sched_dir,
+                                              inherited=inherited)
+        scheduler = RankSpec(
+            rank=None, local_rank=None, device_id=None, server_id=str(server.server_id), argv=argv,
+            cwd=sched_dir if opts.cwd_mode == CWD_RANK else opts.launch_dir, env={**opts.extra_env, **env},
+            rank_dir=sched_dir, log_file=attempt_file(sched_dir, "output", "log", attempt),
+            env_log=attempt_file(sched_dir, "env", "log", attempt), ckpt_dir=None, error_file=None, console=False,
+            role="scheduler")
     return LaunchPlan(
         run_id=opts.run_id, run_dir=run_dir, output_dir=opts.output_dir, server_id=str(server.server_id),
         server_index=server_index, server_count=len(table.servers), world_size=world_size,
         master_addr=opts.master_addr, master_port=opts.master_port, rank_table_file=rank_table_file,
         cwd_mode=opts.cwd_mode, grace_period=opts.grace_period, max_restarts=opts.max_restarts, attempt=attempt,
-        host_files_suffix=opts.host_files_suffix, ranks=specs, resume=resume)
+        host_files_suffix=opts.host_files_suffix, ranks=specs, resume=resume,
+        peers=[{"server_id": str(other.server_id), "suffix": host_suffix(other.server_id),
+                "ranks": numlists.format_ranges(d.rank for d in other.devices if d.rank is not None)}
+               for index, other in enumerate(table.servers) if index != server_index],
+        is_master=is_master, waiting_notice=opts.waiting_notice, scheduler=scheduler)
 
 
 def describe(plan: LaunchPlan) -> str:
@@ -193,13 +244,17 @@ def describe(plan: LaunchPlan) -> str:
              f"on failure:    SIGTERM, {plan.grace_period:g} s grace, SIGKILL; restarts allowed: {plan.max_restarts}"]
     if plan.resume:
         lines.append(f"resume from:   {plan.resume.label} of {plan.resume.run_dir}")
-    for spec in plan.ranks:
-        lines += [f"rank {spec.rank} (local {spec.local_rank}, device {spec.device_id})"
-                  + ("  [console]" if spec.console else ""),
-                  f"  command: {shlex.join(spec.argv)}",
+    for spec in plan.processes():
+        if spec.role == "scheduler":
+            lines.append("MindSpore scheduler (not a rank; started first, stopped with the ranks)")
+        else:
+            lines.append(f"rank {spec.rank} (local {spec.local_rank}, device {spec.device_id})"
+                         + ("  [console]" if spec.console else ""))
+        lines += [f"  command: {shlex.join(spec.argv)}",
                   f"  cwd:     {spec.cwd}",
-                  f"  log:     {spec.log_file}",
-                  f"  ckpt:    {spec.ckpt_dir}",
-                  "  env:"]
+                  f"  log:     {spec.log_file}"]
+        if spec.ckpt_dir:
+            lines.append(f"  ckpt:    {spec.ckpt_dir}")
+        lines.append("  env:")
         lines += [f"    {k}={shlex.quote(v)}" for k, v in sorted(masked(spec.env).items())]
-    return "\n".join(lines)
+    return "\n".join(printable(line) for line in lines)

@@ -103,8 +103,8 @@ def find_resume_point(run_dir: str, world_size: int, log=None):
 
     ``log`` receives one message per newer step skipped as incomplete.
     """
-    from .errors import UsageError
-    from .plan import ResumePoint
+    from launcher.errors import UsageError
+    from launcher.plan import ResumePoint
 
     saved_ranks = sorted(rank_dirs(run_dir))
     if saved_ranks and len(saved_ranks) != world_size:

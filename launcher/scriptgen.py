@@ -46,7 +46,8 @@ import re
 import shlex
 import sys
 
-from .errors import UsageError
+from launcher.argtypes import whole
+from launcher.errors import UsageError
 
 TEMPLATE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
 SUFFIX = ".j2"
@@ -149,7 +150,7 @@ class _IntermixedParser(argparse.ArgumentParser):
 
 def add_parser(sub, launch_args) -> argparse.ArgumentParser:
     """Register ``dlaunch script`` on the subparsers ``sub``; ``launch_args`` adds run/cluster's shared options."""
-    from .config import layerable
+    from launcher.config import layerable
 
     shipped = "; ".join(f"{name}: {what}" for name, (_, what) in SHIPPED.items())
     parser_class, sub._parser_class = sub._parser_class, _IntermixedParser
@@ -184,7 +185,7 @@ def add_parser(sub, launch_args) -> argparse.ArgumentParser:
                      help="for your own templates: the dlaunch command they run (default: cluster with "
                           "--rank-table, else run)")
     slurm = p.add_argument_group("slurm template (#SBATCH lines)")
-    slurm.add_argument("--nodes", type=int, metavar="N", help="nodes (default: the rank table's server count)")
+    slurm.add_argument("--nodes", type=whole(1, 100000), metavar="N", help="nodes (default: the rank table's server count)")
     slurm.add_argument("--time", metavar="LIMIT", help="time limit, e.g. 2:00:00")
     slurm.add_argument("--partition", help="partition")
     slurm.add_argument("--account", help="account to charge")
@@ -238,8 +239,8 @@ def _table_info(args) -> tuple[int | None, int | None]:
             print(f"dlaunch script: {args.rank_table} does not exist yet; it is read when the script runs",
                   file=sys.stderr)
         return None, None
-    from .ranktable import RankTableError, load
-    from .topology import require_valid
+    from launcher.table.model import RankTableError, load
+    from launcher.table.rules import require_valid
 
     try:
         table = load(args.rank_table)
@@ -327,9 +328,38 @@ def _slurm_settings(args: argparse.Namespace, servers: int | None, required: boo
             "job_name": job_name, "exclusive": not args.shared, "sbatch": list(args.sbatch or [])}
 
 
+PATH_OPTIONS = ("rank_table", "env_file", "hccn_conf", "output_dir", "resume")   # option values naming paths
+
+
+def _absolute_paths(args: argparse.Namespace) -> None:
+    """Paths as they mean here, written absolute: the script runs the same from any directory.
+
+    The training script too, unless it is a module (-m) or a command found on PATH (--no-python without a
+    slash).  A default --output-dir stays relative: runs land in ./dlaunch_runs where the script is run.
+    """
+    if not args.module and not (args.no_python and os.sep not in args.script):
+        args.script = os.path.abspath(args.script)
+    for dest in PATH_OPTIONS:
+        value = getattr(args, dest, None)
+        if isinstance(value, str) and value and args._sources.get(dest, "default") != "default":
+            setattr(args, dest, os.path.abspath(value))
+
+
+def _refuse_secrets(args: argparse.Namespace) -> None:
+    """A generated script is a file people share and commit: it never holds a secret's value."""
+    from launcher.environment import is_secret
+
+    for item in getattr(args, "env", None) or []:
+        name = item.partition("=")[0].strip()
+        if is_secret(name):
+            raise UsageError(f"--env {name}=... looks like a secret, and a generated script would hold it in "
+                             f"clear: put it in a file passed as --env-file (the script names the file, not the "
+                             f"secret), or export {name} where the script runs (ranks inherit it)")
+
+
 def _resolve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> dict:
     """Check the settled options against the template; the template's context."""
-    from . import __version__
+    from launcher import __version__
 
     name = args.template
     base = name[len(SHIPPED_PREFIX) + 1:] if name.startswith(SHIPPED_PREFIX + "/") else name
@@ -344,6 +374,8 @@ def _resolve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> dict:
         raise UsageError(f"the {name} template runs dlaunch cluster, which needs --rank-table FILE")
     if args.script.startswith("-"):
         raise UsageError(f"SCRIPT {args.script!r} looks like an option")
+    _refuse_secrets(args)
+    _absolute_paths(args)
     groups, settings, remake = _recorded(args, parser, command)
     servers, world_size = _table_info(args)
     slurm = _slurm_settings(args, servers, required=base == "slurm")
@@ -403,33 +435,14 @@ def render(name: str, context: dict, template_dir: str | None = None) -> str:
 
 
 def write_script(path: str, text: str, force: bool) -> None:
-    """Write an executable script; an existing file only with ``force`` (then replaced atomically)."""
-    if path == "-":
-        sys.stdout.write(text)
-        return
-    if os.path.isdir(path):
-        raise UsageError(f"-o {path} is a directory")
-    try:
-        if not force:
-            try:
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o755)
-            except FileExistsError:
-                raise UsageError(f"{path} exists; nothing was written (--force overwrites it)") from None
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(text)
-            os.chmod(path, 0o755)
-            return
-        tmp = os.path.join(os.path.dirname(os.path.abspath(path)), f".{os.path.basename(path)}.tmp.{os.getpid()}")
-        with open(tmp, "x", encoding="utf-8") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o755)
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise UsageError(f"cannot write {path}: {exc.strerror}") from None
+    """Write an executable script by the rules of every ``-o`` (``userfiles.write_output``)."""
+    from launcher.userfiles import write_output
+
+    write_output(path, lambda fh: fh.write(text), force=force, executable=True)
 
 
 def cmd_script(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from .cli import settle
+    from launcher.cli import settle
 
     settle(args, parser, getattr(args, "script_args_given", False))
     if args.template_dir and not os.path.isdir(args.template_dir):

@@ -40,7 +40,9 @@ seeds_absolute() {
 # seeds_split_args ARGS...: the dlaunch options after the positional arguments into
 # `options`, script arguments after -- into `script_args` (has_script_args=1 when --
 # was given); --run-id and --output-dir are taken out, into run_id and output_dir,
-# because this script must know where the run directory will be.
+# because this script must know where the run directory will be. Without --run-id the
+# run id is seeds_job_name (run_cluster.sh's JOB_NAME), else slurm-$SLURM_JOB_ID, else
+# the time and this script's pid.
 seeds_split_args() {
   options=()
   script_args=()
@@ -65,7 +67,15 @@ seeds_split_args() {
       *) options+=("$1"); shift ;;
     esac
   done
-  [ -n "$run_id" ] || run_id=$(date +%Y%m%d-%H%M%S)-p$$
+  if [ -z "$run_id" ]; then
+    if [ -n "${seeds_job_name:-}" ]; then
+      run_id=$seeds_job_name
+    elif [[ ${SLURM_JOB_ID:-} =~ ^[0-9]+$ ]]; then
+      run_id=slurm-$SLURM_JOB_ID
+    else
+      run_id=$(date +%Y%m%d-%H%M%S)-p$$
+    fi
+  fi
   run_dir=$output_dir/$run_id
 }
 

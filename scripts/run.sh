@@ -18,7 +18,8 @@ so every rank gets DEVICE_ID, RANK_ID, RANK_SIZE, RANK_TABLE_FILE (a generated t
 /etc/hccn.conf) and the PyTorch variables, one failing rank stops all, and nothing is deleted: each run
 gets its own dlaunch_runs/<run id>/. As the seeds did, ./device$i shows device i's files, but as a
 symlink to the run's rank directory (an old symlink is replaced; a real device$i directory is left
-alone), with train.log$i (its output) and env$i.log (its environment) inside.
+alone), with train.log$i (its output) and env$i.log (its environment) inside. As in the seeds, each rank
+runs in its own directory (dlaunch run --cwd rank; add --cwd launch to run all where you are).
 
   DLAUNCH_TRAIN_SCRIPT  the training script (default: this checkout's examples/train_cifar.py)
   DLAUNCH               the dlaunch command (default: this checkout's .venv, else dlaunch on PATH)
@@ -49,7 +50,7 @@ train_script=${DLAUNCH_TRAIN_SCRIPT:-$seeds_root/examples/train_cifar.py}
 seeds_dlaunch
 seeds_split_args "$@"
 
-launch=(run "$train_script" --ranks "$RANK_SIZE" --output-dir "$output_dir" --run-id "$run_id" "${options[@]}")
+launch=(run "$train_script" --ranks "$RANK_SIZE" --output-dir "$output_dir" --run-id "$run_id" --cwd rank "${options[@]}")
 [ "$has_script_args" = 0 ] || launch+=(-- "${script_args[@]}")
 ranks=()
 for ((i = 0; i < RANK_SIZE; i++)); do ranks+=("$i"); done

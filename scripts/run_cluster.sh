@@ -9,8 +9,8 @@ usage() {
   cat << 'EOF_USAGE'
 ==============================================================================================================
 Please run the script as:
-bash run_cluster.sh DATA_PATH RANK_TABLE_FILE RANK_SIZE RANK_START [dlaunch cluster options] [-- script arguments]
-For example: bash run_cluster.sh /path/dataset /path/rank_table.json 16 0
+bash run_cluster.sh DATA_PATH RANK_TABLE_FILE RANK_SIZE RANK_START [JOB_NAME] [dlaunch cluster options] [-- script arguments]
+For example: bash run_cluster.sh /path/dataset /path/rank_table.json 16 0 job42
 It is better to use the absolute path.
 The time interval between multiple hosts to execute the script should not exceed 120s
 
@@ -21,10 +21,13 @@ start at RANK_START:
       --rank-start RANK_START [options] [-- arguments]
 Every rank gets DEVICE_ID, RANK_ID, RANK_SIZE, RANK_TABLE_FILE and the PyTorch variables (MASTER_ADDR is
 rank 0's server, MASTER_PORT 29500); one failing rank stops this host's ranks; nothing is deleted: each run
-gets its own dlaunch_runs/<run id>/ (give every host the same --run-id on a shared filesystem). As the
+gets its own dlaunch_runs/<run id>/. The run id is JOB_NAME (or --run-id), else slurm-$SLURM_JOB_ID under
+Slurm: give every host the same JOB_NAME and, on a shared filesystem, the whole job lands in one run
+directory that dlaunch status, logs and report show whole. As the
 seeds did, ./device_$RANK_ID shows that rank's files, but as a symlink to the run's rank directory (an
 old symlink is replaced; a real device_$RANK_ID directory is left alone), with train$RANK_ID.log (its
-output) inside. Pass --profile a2 (or structure) for tables HCCL's Atlas 910 rules refuse.
+output) inside; as in the seeds, each rank runs in its own directory (--cwd rank; add --cwd launch to run
+all where you are). Pass --profile a2 (or structure) for tables HCCL's Atlas 910 rules refuse.
 
   DLAUNCH_TRAIN_SCRIPT  the training script (default: this checkout's examples/train_cifar.py)
   DLAUNCH               the dlaunch command (default: this checkout's .venv, else dlaunch on PATH)
@@ -52,6 +55,11 @@ RANK_TABLE_FILE=$2
 RANK_SIZE=$3
 RANK_START=$4
 shift 4
+seeds_job_name=""
+if [ $# -gt 0 ] && [[ $1 != -* ]]; then # the optional JOB_NAME: every host given it shares one run directory
+  seeds_job_name=$1
+  shift
+fi
 [[ $RANK_SIZE =~ ^[1-9][0-9]*$ ]] || seeds_die "RANK_SIZE must be a number of devices, not '$RANK_SIZE'"
 [[ $RANK_START =~ ^[0-9]+$ ]] || seeds_die "RANK_START must be a rank number, not '$RANK_START'"
 train_script=${DLAUNCH_TRAIN_SCRIPT:-$seeds_root/examples/train_cifar.py}
@@ -74,6 +82,6 @@ if [ -n "$last" ]; then
 fi # else no server starts at RANK_START: dlaunch says so, listing the table's servers
 
 launch=(cluster "$train_script" --rank-table "$RANK_TABLE_FILE" --rank-start "$RANK_START"
-  --output-dir "$output_dir" --run-id "$run_id" "${options[@]}")
+  --output-dir "$output_dir" --run-id "$run_id" --cwd rank "${options[@]}")
 [ "$has_script_args" = 0 ] || launch+=(-- "${script_args[@]}")
 seeds_launch device_ "$RANK_SIZE" "train@.log" -- "${ranks[@]}" -- "${launch[@]}"

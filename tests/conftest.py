@@ -21,3 +21,16 @@ def dlaunch(*args, cwd=None, env=None, timeout=60, input=None):
 @pytest.fixture
 def run_cli():
     return dlaunch
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_cache(tmp_path_factory):
+    """Caches the examples keep (synthetic data) go to the session's temporary directory, never ~/.cache."""
+    cache = tmp_path_factory.mktemp("xdg-cache")
+    saved = os.environ.get("XDG_CACHE_HOME")
+    os.environ["XDG_CACHE_HOME"] = str(cache)
+    yield cache
+    if saved is None:
+        os.environ.pop("XDG_CACHE_HOME", None)
+    else:
+        os.environ["XDG_CACHE_HOME"] = saved

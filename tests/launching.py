@@ -24,8 +24,9 @@ def run_dlaunch(*args, cwd, timeout=120, env=None):
 
 
 def start_dlaunch(*args, cwd, env=None, **popen):
+    popen = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True, **popen}
     return subprocess.Popen(dlaunch_argv(*args), cwd=cwd, env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+                            **popen)
 
 
 def latest_run(output_dir: Path) -> Path:

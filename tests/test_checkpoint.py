@@ -1,6 +1,7 @@
 """launcher.checkpoint with real torch files and real processes: atomic saves under SIGKILL, no overwrites,
 rotation, breakpoints (on exceptions and on SIGTERM), resume from the launcher's env, sliced saving."""
 
+import contextlib
 import json
 import os
 import signal
@@ -8,12 +9,15 @@ import subprocess
 import sys
 import textwrap
 import time
+import zipfile
 
 import pytest
 import torch
 
-from launcher import checkpoint, ckpttool, resume
-from tests.launching import ROOT
+from launcher import checkpoint, resume
+
+from launcher.observe import ckpt as ckpttool
+from tests.launching import ROOT, wait_until
 
 
 @pytest.fixture
@@ -38,9 +42,9 @@ def labels(run):
 
 def python(script, *args, **popen):
     """A fresh interpreter running ``script`` (this checkout on its path), as a training process would."""
+    popen = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, **popen}
     return subprocess.Popen([sys.executable, "-c", textwrap.dedent(script), *map(str, args)],
-                            env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, **popen)
+                            env={**os.environ, "PYTHONPATH": str(ROOT)}, text=True, **popen)
 
 
 def test_save_names_loads_and_leaves_no_temporary(run):
@@ -109,7 +113,7 @@ def test_stale_temporaries_only_of_dead_or_long_gone_writers_are_removed(run):
     assert left == {"ckpt-1_1.pt", names["alive"], names["foreign_new"], names["unrelated"]}
 
 
-def test_an_existing_checkpoint_is_moved_aside_never_overwritten(run, capsys):
+def test_an_existing_checkpoint_is_kept_aside_never_overwritten(run, capsys):
     first = checkpoint.save({"attempt": 0}, 2, 20)
     second = checkpoint.save({"attempt": 1}, 2, 20)   # a restarted run re-saving the same step
     assert first == second
@@ -118,8 +122,81 @@ def test_an_existing_checkpoint_is_moved_aside_never_overwritten(run, capsys):
     assert checkpoint.load(str(aside)) == {"attempt": 0}
     checkpoint.save({"attempt": 2}, 2, 20)
     assert checkpoint.load(str(ckpt_of(run) / "superseded" / "ckpt-2_20.1.pt")) == {"attempt": 1}
-    assert "already existed; moved it to" in capsys.readouterr().err
+    assert "already existed; kept the earlier file as" in capsys.readouterr().err
     assert labels(run) == ["ckpt-2_20"]
+
+
+def test_a_resave_killed_while_its_notice_blocks_keeps_the_step_listed(run):
+    # The re-save's notice goes to a stderr pipe that is full and never read, so the print blocks
+    # for good: the process is killed there.  The step must stay listed (the new file committed
+    # before the notice), the earlier file kept in superseded/.
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    with contextlib.suppress(BlockingIOError):
+        while True:
+            os.write(write_end, b"x" * 4096)
+    os.set_blocking(write_end, True)
+    listed, aside = ckpt_of(run) / "ckpt-2_20.pt", ckpt_of(run) / "superseded" / "ckpt-2_20.pt"
+    proc = python("""
+        from launcher import checkpoint
+        checkpoint.save({"attempt": 0}, 2, 20)
+        print("saved", flush=True)
+        checkpoint.save({"attempt": 1}, 2, 20)
+        print("notice printed", flush=True)
+    """, stderr=write_end)
+    try:
+        assert proc.stdout.readline() == "saved\n"
+        first = listed.stat().st_ino
+        assert wait_until(aside.exists, timeout=30)
+        # the new file's rename comes before the notice that blocks; without it this would time out
+        wait_until(lambda: listed.exists() and listed.stat().st_ino != first, timeout=10)
+        assert proc.poll() is None   # still blocked in the notice
+    finally:
+        proc.kill()
+        proc.wait()
+        os.close(read_end)
+        os.close(write_end)
+    assert labels(run) == ["ckpt-2_20"]
+    assert checkpoint.load(str(listed)) == {"attempt": 1}
+    assert checkpoint.load(str(aside)) == {"attempt": 0}
+    # the next re-save finds the earlier file already kept and keeps the one it replaces
+    checkpoint.save({"attempt": 2}, 2, 20)
+    assert sorted(os.listdir(aside.parent)) == ["ckpt-2_20.1.pt", "ckpt-2_20.pt"]
+
+
+def test_a_resave_killed_after_keeping_the_earlier_file_does_not_keep_it_twice(run):
+    checkpoint.save({"attempt": 0}, 2, 20)
+    aside = ckpt_of(run) / "superseded"
+    aside.mkdir()
+    os.link(ckpt_of(run) / "ckpt-2_20.pt", aside / "ckpt-2_20.pt")   # where a killed re-save stopped
+    checkpoint.save({"attempt": 1}, 2, 20)
+    assert os.listdir(aside) == ["ckpt-2_20.pt"]
+    assert checkpoint.load(str(aside / "ckpt-2_20.pt")) == {"attempt": 0}
+    assert checkpoint.load(str(ckpt_of(run) / "ckpt-2_20.pt")) == {"attempt": 1}
+
+
+def test_the_file_loads_as_a_torch_save_of_the_same_state_would(run):
+    model = torch.nn.Linear(3, 2)
+    base = torch.arange(20.0)
+    state = {"model": model.state_dict(), "view": base[5:9], "base": base, "param": torch.nn.Parameter(torch.ones(2)),
+             "bf16": torch.ones(3, dtype=torch.bfloat16), "empty": torch.empty(0), "plain": [1, 2.5, "x", (3, None)]}
+    path = checkpoint.save(state, 1, 1)
+    reference = run / "reference.pt"
+    torch.save(state, reference)
+
+    def records(archive):   # name (without the archive's own prefix) and size of every record
+        return [(info.filename.split("/", 1)[1], info.file_size) for info in zipfile.ZipFile(archive).infolist()
+                if not info.filename.endswith("serialization_id")]
+
+    assert records(path) == records(reference)
+    for how in ({}, {"mmap": True}, {"weights_only": False}):
+        loaded = torch.load(path, **how)
+        assert loaded["model"]._metadata == state["model"]._metadata
+        assert torch.equal(loaded["model"]["weight"], model.weight.detach())
+        assert torch.equal(loaded["view"], base[5:9])
+        assert loaded["view"].untyped_storage().data_ptr() == loaded["base"].untyped_storage().data_ptr()
+        assert type(loaded["param"]) is torch.nn.Parameter and loaded["param"].requires_grad
+        assert loaded["bf16"].dtype == torch.bfloat16 and loaded["plain"] == [1, 2.5, "x", (3, None)]
 
 
 def test_keep_max_keeps_the_newest_of_its_prefix(run):
@@ -166,21 +243,28 @@ def test_breakpoint_on_exception_is_kept_apart(run):
     assert os.listdir(path.parent) == [path.name]
 
 
+def sigterm_when_ready(script, timeout=60):
+    """Run ``script`` until it prints "ready", SIGTERM it, wait for its end: (exit code, stderr)."""
+    proc = python(script)
+    try:
+        assert proc.stdout.readline() == "ready\n", proc.stderr.read()
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=timeout)
+    finally:
+        proc.kill()
+    return proc.returncode, stderr
+
+
 def test_sigterm_inside_the_block_saves_a_breakpoint(run):
-    proc = python("""
+    code, stderr = sigterm_when_ready("""
         import time
         from launcher import checkpoint
         with checkpoint.saving_on_exception(lambda: {"state": 42}, 4, 99, prefix="job"):
             print("ready", flush=True)
-            time.sleep(60)
+            for _ in range(600):   # short sleeps: a signal that lands just before a long sleep would wait it out
+                time.sleep(0.1)
     """)
-    try:
-        assert proc.stdout.readline() == "ready\n", proc.stderr.read()
-        proc.send_signal(signal.SIGTERM)
-        _, stderr = proc.communicate(timeout=30)
-    finally:
-        proc.kill()
-    assert proc.returncode == 128 + signal.SIGTERM, stderr
+    assert code == 128 + signal.SIGTERM, stderr
     path = ckpt_of(run) / "breakpoint" / "job_breakpoint-4_99.pt"
     assert checkpoint.load(str(path)) == {"state": 42}
     assert "breakpoint saved to" in stderr
@@ -245,5 +329,5 @@ def test_broadcast_parameters_without_a_process_group_is_a_no_op():
 
 
 def test_importing_the_module_does_not_import_torch():
-    code = "import sys, launcher.checkpoint, launcher.ckpttool; sys.exit('torch' in sys.modules)"
+    code = "import sys, launcher.checkpoint, launcher.observe.ckpt; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(ROOT)}).returncode == 0

@@ -16,7 +16,9 @@ import sys
 import pytest
 import torch
 
-from launcher import checkpoint, ckpttool
+from launcher import checkpoint
+
+from launcher.observe import ckpt as ckpttool
 from launcher.errors import UsageError
 from tests.launching import ROOT, latest_run, run_dlaunch
 
@@ -59,7 +61,7 @@ def test_list_run_shows_steps_ranks_and_integrated(mp_run):
     text = ckpttool.format_list(rows)
     assert re.search(r"per-rank\s+mp-2_10\s+0-3\s+[\d.]+ KB\s+complete, sliced", text), text
     # the listing needs no torch
-    code = ("import sys, launcher.ckpttool as t; t.format_list(t.list_run(sys.argv[1])); "
+    code = ("import sys, launcher.observe.ckpt as t; t.format_list(t.list_run(sys.argv[1])); "
             "sys.exit('torch' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code, str(mp_run)],
                           env={**os.environ, "PYTHONPATH": str(ROOT)}).returncode == 0
@@ -78,7 +80,7 @@ def test_merge_of_the_slices_equals_the_integrated_save(mp_run, tmp_path):
         out = tmp_path / f"{label}.pt"
         assert ckpttool.merge(str(mp_run), str(out), step=label)["step"] == "mp-1_10"
         assert_same(torch.load(out), torch.load(mp_run / "integrated" / "mp-1_10.pt"))
-    with pytest.raises(UsageError, match="already exists"):
+    with pytest.raises(UsageError, match="exists; nothing was written"):
         ckpttool.merge(str(mp_run), str(tmp_path / "full.pt"))
     with pytest.raises(UsageError, match="no checkpoint '7_7'"):
         ckpttool.merge(str(mp_run), str(tmp_path / "x.pt"), step="7_7")
@@ -203,7 +205,7 @@ def test_ckpt_commands_through_the_cli(tmp_path):
     assert merged.returncode == 0, merged.stderr
     assert (tmp_path / "full.pt").exists() and "merged" in merged.stderr
     again = run_dlaunch("ckpt", "merge", latest_run(out), "-o", tmp_path / "full.pt", cwd=tmp_path)
-    assert again.returncode == 2 and "never overwrites" in again.stderr
+    assert again.returncode == 2 and "exists; nothing was written" in again.stderr
     resharded = run_dlaunch("ckpt", "reshard", latest_run(out), "--ranks", "1", "-o", tmp_path / "one",
                             cwd=tmp_path)
     assert resharded.returncode == 0, resharded.stderr

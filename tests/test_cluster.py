@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from launcher import ranktable
+from launcher.table import model as ranktable
 from launcher.errors import UsageError
-from launcher.share import master_address, select_server
+from launcher.table.share import master_address, select_server
 from tests.launching import (RANK_PROGRAM, processes_of_run, records, run_dlaunch, side_by_side, summary,
                              write_rank_table)
 

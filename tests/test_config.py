@@ -21,10 +21,10 @@ def settled(argv, environ=None, files=()):
 
 # (option key in YAML, flag value, env value, file value, expected value of each layer, default)
 CASES = [
-    ("ranks", ["--ranks", "4"], "2", "8", (4, 2, 8), 1),                                   # int
+    ("ranks", ["--ranks", "4"], "2", "8", (4, 2, 8), "auto"),                              # count or auto
     ("grace_period", ["--grace-period", "1.5"], "2.5", "30", (1.5, 2.5, 30.0), 10.0),       # float
     ("console", ["--console", "all"], "none", "1,2", ("all", "none", "1,2"), "0"),          # str
-    ("cwd", ["--cwd", "launch"], "launch", "launch", ("launch", "launch", "launch"), "rank"),  # choices
+    ("cwd", ["--cwd", "rank"], "rank", "rank", ("rank", "rank", "rank"), "launch"),          # choices
     ("no_python", ["--no-python"], "true", True, (True, True, True), False),               # bool
     ("env", ["--env", "A=1"], "B=2\nC=3", ["D=4"], (["A=1"], ["B=2", "C=3"], ["D=4"]), []),  # list
     ("resume", ["--resume"], "runs/x", True, ("", "runs/x", ""), None),                    # optional value
@@ -74,10 +74,10 @@ def test_script_and_args_from_the_file_yield_to_the_command_line(tmp_path):
 
 @pytest.mark.parametrize("text,line,fragment", [
     ("ranks: 2\nrankz: 3\n", 2, "unknown option 'rankz'"),
-    ("ranks: eight\n", 1, "--ranks takes int"),
-    ("ranks: 2.5\n", 1, "whole number"),
-    ("ranks: 2\n\ngrace-period: [1]\n", 3, "--grace-period takes float"),
-    ("cwd: home\n", 1, "must be one of rank, launch"),
+    ("ranks: eight\n", 1, "--ranks: expected a number of ranks or 'auto'"),
+    ("max-restarts: 2.5\n", 1, "whole number"),
+    ("ranks: 2\n\ngrace-period: [1]\n", 3, "--grace-period takes a single value"),
+    ("cwd: home\n", 1, "must be one of launch, rank"),
     ("dry_run: true\n", 1, "unknown option"),
     ("module: 1\n", 1, "true or false"),
     ("args: --epochs\n", 1, "args must be a list"),
@@ -93,7 +93,7 @@ def test_bad_files_name_key_file_and_line(tmp_path, text, line, fragment):
 
 
 def test_bad_environment_values_name_the_variable():
-    with pytest.raises(UsageError, match=r"\$DLAUNCH_MASTER_PORT: --master-port takes int"):
+    with pytest.raises(UsageError, match=r"\$DLAUNCH_MASTER_PORT: --master-port: expected a whole number from 1 to 65535"):
         settled(["run", "s.py"], {"DLAUNCH_MASTER_PORT": "high"})
 
 

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from launcher import ranktable
-from launcher.ranktable import MISSING, RankTableError, as_int
+from launcher.table import model as ranktable
+from launcher.table.model import MISSING, RankTableError, as_int
 from tests.conftest import RANK_TABLES
 
 

@@ -6,7 +6,11 @@ import json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from launcher import cli, ranktable, topology
+from launcher import cli
+
+from launcher.table import model as ranktable
+
+from launcher.table import rules as topology
 from tests.conftest import RANK_TABLES
 
 BASES = [json.loads(p.read_text()) for p in sorted(RANK_TABLES.glob("*.json"))]

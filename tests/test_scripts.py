@@ -94,11 +94,12 @@ def hostile_case(template, tmp_path, probe, table):
     common = ["--env", f"HOSTILE={HOSTILE_ENV}", "--output-dir", out, "--console", "none"]
     if template == "run.sh":
         args = [probe, "--ranks", "2", *common, "--run-id", "r1"]
-        expected = ["run", str(probe), "--output-dir", out, "--run-id", "r1", "--console", "none",
+        expected = ["run", str(probe), "--output-dir", str(tmp_path / out), "--run-id", "r1", "--console", "none",
                     "--env", f"HOSTILE={HOSTILE_ENV}", "--ranks", "2"]
     else:
         args = [probe, "--rank-table", table, "--profile", "a2", *common]
-        expected = ["cluster", str(probe), "--rank-table", str(table), "--profile", "a2", "--output-dir", out,
+        expected = ["cluster", str(probe), "--rank-table", str(table), "--profile", "a2", "--output-dir",
+                    str(tmp_path / out),
                     "--console", "none", "--env", f"HOSTILE={HOSTILE_ENV}"]
         if template == "run_cluster.sh":
             args += ["--run-id", "job"]
@@ -257,7 +258,7 @@ def test_template_dir_overrides_and_extends_the_shipped_templates(tmp_path):
     assert f"  {RANK_PROGRAM} \\\n  --ranks 2 \\\n" in text
     bare = render(tmp_path, "bare", "train.py", "--template-dir", mine, "--launch", "cluster", "--rank-table",
                   "later.json", "--", "a b", output="bare.txt")
-    assert bare.read_text() == "cluster train.py --rank-table later.json -- 'a b'\n"
+    assert bare.read_text() == f"cluster {tmp_path / 'train.py'} --rank-table {tmp_path / 'later.json'} -- 'a b'\n"
     unknown = run_dlaunch("script", "nope", "train.py", "--template-dir", mine, "-o", "x", cwd=tmp_path)
     assert unknown.returncode == 2 and "no template 'nope'; there are: bare, run.sh, run_cluster.sh, slurm" \
         in unknown.stderr
@@ -269,14 +270,14 @@ def test_template_and_script_may_come_after_options(tmp_path, table):
     result = run_dlaunch("script", "--profile", "a2", "-o", "-", "slurm", "--rank-table", table, "t.py", "--",
                          "x", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    assert "  t.py \\\n  --rank-table " in result.stdout and "-- x " in result.stdout
+    assert f"  {tmp_path / 't.py'} \\\n  --rank-table " in result.stdout and "-- x " in result.stdout
 
 
 def test_output_is_never_overwritten_without_force(tmp_path):
     target = tmp_path / "run.sh"
     target.write_text("precious\n")
     refused = run_dlaunch("script", "run.sh", "train.py", "-o", target, cwd=tmp_path)
-    assert refused.returncode == 2 and "exists; nothing was written (--force overwrites it)" in refused.stderr
+    assert refused.returncode == 2 and "exists; nothing was written (--force replaces it)" in refused.stderr
     assert target.read_text() == "precious\n"
     forced = run_dlaunch("script", "run.sh", "train.py", "-o", target, "--force", cwd=tmp_path)
     assert forced.returncode == 0, forced.stderr

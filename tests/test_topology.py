@@ -10,8 +10,10 @@ import json
 
 import pytest
 
-from launcher import ranktable, topology
-from launcher.ranktable import MISSING
+from launcher.table import model as ranktable
+
+from launcher.table import rules as topology
+from launcher.table.model import MISSING
 from tests.conftest import RANK_TABLES
 
 EXPECTED = {

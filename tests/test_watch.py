@@ -96,19 +96,19 @@ def test_status_of_a_live_8_rank_job_then_of_the_finished_one(tmp_path, out):
         assert proc.returncode == 7, stderr
         final = status_json(out, cwd=tmp_path)
         states = {r["rank"]: r["state"] for r in final["ranks"]}
-        assert states == {0: "killed by SIGTERM", 1: "killed by SIGTERM", 2: "killed by SIGTERM",
-                          3: "killed by SIGTERM", 4: "killed by SIGTERM", 5: "exited 7", 6: "killed by SIGTERM",
+        assert states == {0: "died of SIGTERM", 1: "died of SIGTERM", 2: "died of SIGTERM",
+                          3: "died of SIGTERM", 4: "died of SIGTERM", 5: "exited 7", 6: "died of SIGTERM",
                           7: "exited 0"}
         assert (final["status"], final["finished"], final["exit_code"]) == ("failed", True, 7)
         assert [c["rank"] for c in final["root_causes"]] == [5]
         assert {r["rank"]: r["pid"] for r in final["ranks"]} == pids
         assert final["ranks"][5]["last_line"] == "rank 5 exits with code 7"
 
-        # --watch refreshed in place and stopped by itself when the run finished
+        # --watch refreshed and stopped by itself when the run finished; into a pipe, as plain snapshots
         shown, werr = watch.communicate(timeout=20)
         assert watch.returncode == 0, werr
-        assert shown.count("\x1b[H") >= 2 and "\x1b[J" in shown
-        assert "exited 7" in shown and "run finished" in shown.split("\x1b[H")[-1]
+        assert shown.count("run live (") >= 2 and "\x1b[" not in shown
+        assert "exited 7" in shown and "run finished" in shown.split("run live (")[-1]
     finally:
         if watch and watch.poll() is None:
             watch.kill()
@@ -219,7 +219,7 @@ def test_status_json_of_a_restarted_run_names_the_attempt(tmp_path, out):
 def test_tail_offsets_and_partial_lines(tmp_path):
     import io
 
-    from launcher.watch import RankRef, _Tail, _tail_offset
+    from launcher.observe.status import RankRef, _Tail, _tail_offset
 
     log = tmp_path / "output.log"
     log.write_bytes(b"a\nbb\nccc\n")

@@ -30,6 +30,11 @@ parser.add_argument("--hang-in-allreduce", type=int, metavar="R",
                     help="rank R never joins; the others block in a gloo all_reduce")
 parser.add_argument("--heartbeat-for", type=float, default=0.0, help="beat the heartbeat (silently) this long")
 parser.add_argument("--heartbeat-ranks", help="only these ranks beat (comma list; default all)")
+parser.add_argument("--daemon", action="store_true",
+                    help="double-fork a setsid daemon with an empty environment that sleeps; its pid to daemon.jsonl")
+parser.add_argument("--fill-disk", metavar="PATH", help="at the end, write zeros to PATH until the disk is full")
+parser.add_argument("--progress-until", metavar="FILE",
+                    help="draw a progress bar with \\r, and finish its line only once FILE exists")
 parser.add_argument("--label", action="append", default=[], help="any text; recorded in labels.jsonl as received")
 args = parser.parse_args()
 
@@ -60,6 +65,20 @@ if args.dump_env:
 if args.child:
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1000)"])
     note("pids.jsonl", {"pid": child.pid, "child": True})
+if args.daemon:
+    read_end, write_end = os.pipe()
+    if os.fork() == 0:           # the first child: start the daemon and leave at once, as daemon(3) does
+        os.setsid()
+        if os.fork() == 0:       # the daemon: its own session, no marker in its environment
+            os.close(read_end)
+            os.write(write_end, str(os.getpid()).encode())
+            os.close(write_end)
+            os.execve("/bin/sleep", ["sleep", "1000"], {})
+        os._exit(0)
+    os.close(write_end)
+    daemon_pid = int(os.read(read_end, 64))
+    os.close(read_end)
+    note("daemon.jsonl", {"pid": daemon_pid})
 if args.allreduce:
     import torch
     import torch.distributed as dist
@@ -77,15 +96,35 @@ if args.heartbeat_for and (args.heartbeat_ranks is None or str(rank) in args.hea
         heartbeat.beat()
         time.sleep(0.2)
 if args.hang_in_allreduce is not None:
+    import threading
+
+    from launcher import heartbeat
+
+    starting = threading.Event()   # alive (heartbeat) while importing torch and joining: slow on a busy machine
+
+    def beat_while_starting():
+        while not starting.wait(0.2):
+            heartbeat.beat()
+
+    threading.Thread(target=beat_while_starting, daemon=True).start()
     import torch
     import torch.distributed as dist
 
     dist.init_process_group("gloo")
+    starting.set()
     print(f"rank {rank} ready", flush=True)
     note("ready.jsonl", {"time": time.time()})
     if rank == args.hang_in_allreduce:
         time.sleep(3600)
     dist.all_reduce(torch.ones(1))
+if args.progress_until:
+    sys.stdout.write(f"\rrank {rank} progress 1/2")
+    sys.stdout.flush()
+    waited = time.time() + 60
+    while not os.path.exists(args.progress_until) and time.time() < waited:
+        time.sleep(0.02)
+    sys.stdout.write(f"\rrank {rank} progress 2/2\n")
+    sys.stdout.flush()
 for i in range(args.lines):
     line = f"rank {rank} line {i} " + "x" * 50 + "\n"
     if args.torn_lines:
@@ -108,3 +147,11 @@ if args.fail_rank == rank and (args.fail_on_attempt is None or args.fail_on_atte
     sys.exit(args.code)
 time.sleep(args.sleep)
 print(f"rank {rank} done", flush=True)
+if args.fill_disk:
+    try:
+        with open(args.fill_disk, "wb") as fh:
+            while True:
+                fh.write(b"\0" * 65536)
+                fh.flush()
+    except OSError:
+        pass   # full, as intended

@@ -13,8 +13,8 @@ from __future__ import annotations
 import os
 import socket
 
-from .errors import UsageError
-from .ranktable import RankTable
+from launcher.errors import UsageError
+from launcher.table.model import RankTable
 
 
 def _node_index(environ) -> tuple[str, str] | None:

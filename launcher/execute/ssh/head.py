@@ -46,8 +46,9 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-from . import __version__
-from .errors import UsageError
+from launcher import __version__
+from launcher.errors import UsageError
+from launcher.results import how_it_ended
 
 # Variables of the head's environment that every rank gets by default: the
 # collective libraries' knobs, the data location and the Python path a job
@@ -130,9 +131,9 @@ class SshPlan:
 
 def make_ssh_plan(args, environ=None) -> SshPlan:
     """Everything ``cluster --ssh`` will do, decided from the flags, the table and the SSH config; no network."""
-    from .cli import CLUSTER_DEFAULT_PORT, launch_options
-    from .cli import hang_timeout as checked_hang_timeout
-    from .topology import require_valid
+    from launcher.cli import CLUSTER_DEFAULT_PORT, launch_options
+    from launcher.cli import hang_timeout as checked_hang_timeout
+    from launcher.table.rules import require_valid
 
     _refuse_unsupported(args)
     text, table = _read_table(args.rank_table)
@@ -140,8 +141,6 @@ def make_ssh_plan(args, environ=None) -> SshPlan:
     server_ids = _server_ids(table)
     opts = launch_options(args, table, 0, default_port=CLUSTER_DEFAULT_PORT)
     hang_timeout = checked_hang_timeout(args)
-    if args.connect_timeout <= 0:
-        raise UsageError(f"--connect-timeout must be positive, not {args.connect_timeout:g}")
     env = rank_env(os.environ if environ is None else environ, args.env, args.env_file)
     python = args.remote_python or sys.executable
     cwd = os.getcwd()
@@ -175,7 +174,7 @@ def _refuse_unsupported(args) -> None:
 
 def _read_table(path: str):
     """The table's text (sent to every host as is, unknown fields and all) and its parsed form."""
-    from .ranktable import RankTableError, loads
+    from launcher.table.model import RankTableError, loads
 
     try:
         with open(path, encoding="utf-8") as fh:
@@ -201,7 +200,7 @@ def _server_ids(table) -> list[str]:
 
 def rank_env(environ, assignments: list[str], env_file: str | None) -> dict[str, str]:
     """The variables every remote rank gets: FORWARDED_ENV from the head, then --env-file, then --env."""
-    from .envfiles import parse_assignment, read_env_file
+    from launcher.envfiles import parse_assignment, read_env_file
 
     env = {k: v for k, v in environ.items() if any(fnmatch.fnmatchcase(k, p) for p in FORWARDED_ENV)}
     if env_file:
@@ -222,7 +221,9 @@ def host_argv(opts, server_id: str, profile: str, hang_timeout: float | None = N
     return [command.target, *what, "--server-id", server_id, "--run-id", opts.run_id,
             "--master-addr", opts.master_addr, "--master-port", str(opts.master_port),
             "--output-dir", opts.output_dir, "--profile", profile, "--cwd", opts.cwd_mode,
-            "--console", opts.console, "--grace-period", repr(float(opts.grace_period)), *hang]
+            "--console", opts.console, "--grace-period", repr(float(opts.grace_period)), *hang,
+            "--waiting-notice", repr(float(opts.waiting_notice)),
+            *(["--ms-scheduler", "--ms-topo-timeout", repr(float(opts.ms_topo_timeout))] if opts.ms_scheduler else [])]
 
 
 def remote_command(python: str, cwd: str, target_kind: str, target: str) -> str:
@@ -297,7 +298,8 @@ def _paths(value: str | None) -> tuple[str, ...]:
 
 def describe_plan(plan: SshPlan) -> str:
     """What ``--dry-run`` prints: per host, the target, the remote command and the request (secrets masked)."""
-    from .environment import masked
+    from launcher.console import printable
+    from launcher.environment import masked
 
     lines = [f"run {plan.run_id}: {plan.world_size} rank(s) on {len(plan.hosts)} host(s) over SSH (dry run: "
              f"nothing is connected to or started)",
@@ -311,7 +313,7 @@ def describe_plan(plan: SshPlan) -> str:
                   f"  script args: {shlex.join(request['script_args'])}",
                   "  env:"]
         lines += [f"    {k}={shlex.quote(v)}" for k, v in sorted(masked(request["env"]).items())]
-    return "\n".join(lines)
+    return "\n".join(printable(line) for line in lines)
 
 
 def _span(ranks) -> str:
@@ -721,7 +723,7 @@ class _Session:
 
     def _stderr(self, run: HostRun, data: bytes) -> None:
         """The remote launcher's stderr: events for the head, everything else shown as ``[server] line``."""
-        from .hostagent import parse_event
+        from launcher.execute.ssh.agent import parse_event
 
         *lines, run.stderr_pending = (run.stderr_pending + data).split(b"\n")
         shown = []
@@ -744,7 +746,7 @@ class _Session:
 
     def _write(self, stream: str, data: bytes) -> None:
         """All of ``data`` to the head's "out" or "err"; a closed console (``| head``) does not stop the job."""
-        from .logs import _write_all
+        from launcher.execute.tee import _write_all
 
         try:
             _write_all(self.fds[stream], data)
@@ -828,10 +830,7 @@ def report(summary: dict, path: str, out=None) -> None:
     if cause and cause.get("hung"):
         print(f"dlaunch: on host {cause['host']}: {cause['reason']}", file=out)
     if cause and cause.get("rank") is not None:
-        how = (f"died of {cause['signal']}" if cause.get("signal") else cause.get("spawn_error")
-               or f"exited with code {cause['exit_code']}")
-        if cause.get("hung"):
-            how = f"hung and was stopped ({how})"
+        how = how_it_ended(cause)
         print(f"dlaunch: rank {cause['rank']} on host {cause['host']} (device {cause.get('device_id')}) {how}; "
               f"log on that host: {cause.get('log')}", file=out)
         for line in cause.get("log_tail") or []:
@@ -840,8 +839,9 @@ def report(summary: dict, path: str, out=None) -> None:
         print(f"dlaunch: host {cause['host']} failed: {cause['reason']}", file=out)
     else:
         print(f"dlaunch: interrupted by {summary['interrupted_by']}", file=out)
-    stopped = f"the other {others}" if cause else f"all {len(hosts)}"
-    print(f"dlaunch: stopped {stopped} host(s); exit code {summary['exit_code']}; summary {path}", file=out)
+    stopped = (f"stopped the other {others} host(s); " if others else "") if cause else \
+        f"stopped all {len(hosts)} host(s); "
+    print(f"dlaunch: {stopped}exit code {summary['exit_code']}; summary {path}", file=out)
 
 
 # ---------------------------------------------------------------- entry point
@@ -872,8 +872,8 @@ def launch_over_ssh(args) -> int:
 
 
 def _execute(plan: SshPlan, probes: list[Probe], summary_path: str) -> int:
-    from . import rundir
-    from .workers import SignalWatch
+    from launcher import rundir
+    from launcher.execute.local import SignalWatch
 
     started = time.time()
     runs = [HostRun(p.host, p.client, p.channel) for p in probes]

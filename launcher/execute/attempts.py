@@ -11,21 +11,19 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import sys
 import time
 from dataclasses import replace
 
-from . import rundir
-from .errors import UsageError
-from .logs import tail_lines
-from .plan import LaunchPlan, Options, make_plan
-from .resume import find_resume_point
-from .ranktable import RankTable, dumps
-from .workers import AttemptResult, LocalWorkers, SignalWatch
-
-
-def _say(message: str) -> None:
-    print(f"dlaunch: {message}", file=sys.stderr)
+from launcher import rundir
+from launcher.console import say
+from launcher.results import how_it_ended
+from launcher.errors import UsageError
+from launcher.execute.tee import tail_lines
+from launcher.plan import LaunchPlan, Options, make_plan
+from launcher.resume import find_resume_point, resume_point
+from launcher.table.model import RankTable, dumps
+from launcher.results import AttemptResult
+from launcher.execute.local import LocalWorkers, SignalWatch
 
 
 def free_port(address: str) -> int:
@@ -68,6 +66,8 @@ def _error_file_message(path: str) -> str | None:
     """The message torchelastic's @record wrote for a failed rank, when there is one."""
     import json
 
+    if not path:
+        return None
     try:
         with open(path, encoding="utf-8") as fh:
             data = json.load(fh)
@@ -76,9 +76,15 @@ def _error_file_message(path: str) -> str | None:
         return None
 
 
+def _newest_complete_checkpoint(plan: LaunchPlan) -> str | None:
+    """The newest step every rank saved (what --resume picks), read once the ranks are gone."""
+    step, _ = resume_point(plan.run_dir, plan.world_size)
+    return step.label if step else None
+
+
 def summarize(plan: LaunchPlan, attempts: list[AttemptResult], started: float) -> dict:
     last = attempts[-1]
-    if last.root_cause is not None:
+    if last.root_cause is not None or last.launcher_error is not None:
         status = "failed"
     elif last.interrupted_by is not None:
         status = "interrupted"
@@ -90,46 +96,52 @@ def summarize(plan: LaunchPlan, attempts: list[AttemptResult], started: float) -
         "started": started, "ended": time.time(),
         "ranks_started": min((r.start for r in last.ranks if r.start), default=None),
         "resumed_from": ({"run_dir": plan.resume.run_dir, "step": plan.resume.label} if plan.resume else None),
+        "newest_complete_checkpoint": _newest_complete_checkpoint(plan),
         "root_cause": _root_cause(last),
+        **({"launcher_error": last.launcher_error} if last.launcher_error else {}),
         "interrupted_by": signal.Signals(last.interrupted_by).name if last.interrupted_by else None,
         "ranks": [r.to_dict() for r in last.ranks],
+        **({"scheduler": last.scheduler.to_dict()} if last.scheduler else {}),
         "attempts": [{"attempt": a.attempt, "exit_code": a.exit_code, "root_cause": _root_cause(a),
                       "ranks": [r.to_dict() for r in a.ranks]} for a in attempts],
     }
 
 
-def report(summary: dict, summary_path: str, out=sys.stderr) -> None:
+def closing_lines(summary: dict, summary_path: str) -> list[str]:
     """The closing lines people read: success in one line, failure with its root cause and log tail."""
     count = len(summary["ranks"])
     took = summary["ended"] - summary["started"]
     cause = summary["root_cause"]
     if summary["status"] == "succeeded":
-        print(f"dlaunch: all {count} rank(s) exited 0 in {took:.1f} s; run directory {summary['run_dir']}", file=out)
-        return
+        return [f"all {count} rank(s) exited 0 in {took:.1f} s; run directory {summary['run_dir']}"]
+    lines = []
     if cause and cause.get("hung"):
-        print(f"dlaunch: {cause['reason']}", file=out)
+        lines.append(cause["reason"])
         if cause.get("stack_file"):
-            print(f"dlaunch: stacks of this host's ranks: {cause['stack_file']} (and its peers')", file=out)
+            lines.append(f"stacks of this host's ranks: {cause['stack_file']} (and its peers')")
     if cause:
-        how = f"died of {cause['signal']}" if cause["signal"] else f"exited with code {cause['exit_code']}"
-        if cause.get("spawn_error"):
-            how = cause["spawn_error"]
-        if cause.get("hung"):
-            how = f"hung and was stopped ({how})"
-        print(f"dlaunch: rank {cause['rank']} (host {cause['host']}, device {cause['device_id']}) {how}; "
-              f"log: {cause['log']}", file=out)
+        who = (f"the MindSpore scheduler (host {cause['host']})" if cause.get("role") == "scheduler" else
+               f"rank {cause['rank']} (host {cause['host']}, device {cause['device_id']})")
+        lines.append(f"{who} {how_it_ended(cause)}; log: {cause['log']}")
         if cause.get("error_file_message"):
-            print(f"dlaunch: its error file says: {cause['error_file_message']}", file=out)
+            lines.append(f"its error file says: {cause['error_file_message']}")
         if cause["log_tail"]:
-            print("dlaunch: last lines of its log:", file=out)
-            for line in cause["log_tail"]:
-                print(f"    | {line}", file=out)
-        others = sum(1 for r in summary["ranks"] if r["rank"] != cause["rank"])
-        print(f"dlaunch: stopped the other {others} rank(s); exit code {summary['exit_code']}; "
-              f"summary {summary_path}", file=out)
+            lines.append("last lines of its log:")
+            lines += [f"    | {line}" for line in cause["log_tail"]]
+        if cause.get("role") == "scheduler":
+            stopped = f"stopped all {count} rank(s); "
+        else:
+            others = sum(1 for r in summary["ranks"] if r["rank"] != cause.get("rank"))
+            stopped = f"stopped the other {others} rank(s); " if others else ""
+        lines.append(f"{stopped}exit code {summary['exit_code']}; summary {summary_path}")
+    elif summary.get("launcher_error"):
+        lines.append(f"{summary['launcher_error']}: stopped all {count} rank(s); exit code {summary['exit_code']}; "
+                     f"summary {summary_path}")
     else:
-        print(f"dlaunch: interrupted by {summary['interrupted_by']}; stopped {count} rank(s); "
-              f"summary {summary_path}", file=out)
+        lines.append(f"interrupted by {summary['interrupted_by']}; stopped {count} rank(s); summary {summary_path}")
+    if summary.get("newest_complete_checkpoint"):
+        lines.append(f"newest complete checkpoint: {summary['newest_complete_checkpoint']} (what --resume picks)")
+    return lines
 
 
 def launch(table: RankTable, server_index: int, opts: Options, *, dry_run: bool, shared_run_dir: bool,
@@ -144,13 +156,13 @@ def launch(table: RankTable, server_index: int, opts: Options, *, dry_run: bool,
     rank_table_file = os.path.join(opts.output_dir, opts.run_id, f"rank_table{opts.host_files_suffix}.json")
     resume = None
     if resume_from is not None:
-        resume = find_resume_point(resume_from, table.device_count, log=_say)
+        resume = find_resume_point(resume_from, table.device_count, log=say)
         if resume is None:
             raise UsageError(f"nothing to resume: {resume_from} has no checkpoint that every rank completed")
-        _say(f"resuming from {resume.label} of {resume.run_dir}")
+        say(f"resuming from {resume.label} of {resume.run_dir}")
     plan = make_plan(table, server_index, opts, rank_table_file, inherited, resume=resume)
     if dry_run:
-        from .plan import describe
+        from launcher.plan import describe
 
         print(describe(plan))
         return 0
@@ -161,9 +173,12 @@ def launch(table: RankTable, server_index: int, opts: Options, *, dry_run: bool,
     workers = LocalWorkers(signals, prefix_host=prefix_host, hang_timeout=hang_timeout)
     pids_file = plan.host_file("pids", "json")
 
-    def publish_pids(ranks):
-        rundir.write_json(pids_file, {"launcher_pid": os.getpid(), "ranks": {
-            str(r.rank): {"pid": r.pid, "start": r.start, "attempt": plan.attempt} for r in ranks}})
+    def publish_pids(ranks, scheduler):
+        published = {"launcher_pid": os.getpid(), "ranks": {
+            str(r.rank): {"pid": r.pid, "start": r.start, "attempt": plan.attempt} for r in ranks}}
+        if scheduler is not None:
+            published["scheduler"] = {"pid": scheduler.pid, "start": scheduler.start, "attempt": plan.attempt}
+        rundir.write_json(pids_file, published)
         if on_started:
             on_started(ranks)
 
@@ -173,25 +188,32 @@ def launch(table: RankTable, server_index: int, opts: Options, *, dry_run: bool,
         for attempt in range(opts.max_restarts + 1):
             if attempt:
                 port = opts.master_port if fixed_port else free_port(opts.master_addr)
-                resume = find_resume_point(plan.run_dir, table.device_count, log=_say) or resume
+                resume = find_resume_point(plan.run_dir, table.device_count, log=say) or resume
                 plan = make_plan(table, server_index, replace(opts, master_port=port), rank_table_file, inherited,
                                  attempt=attempt, resume=resume)
             result = workers.run(plan)
             attempts.append(result)
-            if result.exit_code == 0 or result.interrupted_by is not None or attempt == opts.max_restarts:
+            if (result.exit_code == 0 or result.interrupted_by is not None or result.launcher_error is not None
+                    or attempt == opts.max_restarts):
                 break
             cause = result.root_cause
-            print(f"dlaunch: rank {cause.rank} failed (exit {cause.exit_code}); restarting all ranks "
-                  f"(restart {attempt + 1} of {opts.max_restarts})", file=sys.stderr)
+            say(f"rank {cause.rank} {how_it_ended(cause.to_dict())}; restarting all ranks "
+                f"(restart {attempt + 1} of {opts.max_restarts})")
     finally:
         workers.close()
         signals.close()
     summary = summarize(plan, attempts, started)
     summary_path = plan.host_file("summary", "json")
-    rundir.write_json(summary_path, summary)
-    report(summary, summary_path)
+    try:
+        rundir.write_json(summary_path, summary)
+    except OSError as exc:
+        say(*closing_lines(summary, "not written"),
+            f"error: cannot write the summary {summary_path}: {exc.strerror}; the ranks' logs are in "
+            f"{plan.run_dir}")
+        return summary["exit_code"] or 1
+    say(*closing_lines(summary, summary_path))
     if control:
-        from .hostagent import emit
+        from launcher.execute.ssh.agent import emit
 
         emit("summary", summary=summary, path=summary_path)
     return summary["exit_code"]

@@ -17,8 +17,8 @@ import ipaddress
 from collections import Counter
 from typing import Callable, Iterable
 
-from .errors import UsageError
-from .ranktable import KNOWN_VERSIONS, MISSING, Problem, RankTable, as_int
+from launcher.errors import UsageError
+from launcher.table.model import KNOWN_VERSIONS, MISSING, Problem, RankTable, as_int
 
 Rule = Callable[[RankTable], Iterable[Problem]]
 
@@ -40,7 +40,7 @@ def rule_structure(table: RankTable) -> Iterable[Problem]:
         yield Problem("version", table.version, f"is not a rank-table version dlaunch knows ({', '.join(KNOWN_VERSIONS)}).",
                       'use "1.0" (or "1.2" with super_pod_list).', "S structure")
     if table.server_count is not MISSING and as_int(table.server_count) is None:
-        yield Problem("server_count", table.server_count, "must be a non-negative integer (a string or a number).",
+        yield Problem("server_count", table.server_count, "must be a non-negative integer below 10^9 (a string or a number).",
                       f'write "server_count": "{len(table.servers)}".', "S structure")
     for s, d, dev in table.devices:
         for key in ("device_id", "rank_id"):
@@ -49,7 +49,7 @@ def rule_structure(table: RankTable) -> Iterable[Problem]:
                 yield Problem(_dev_path(s, d, key), MISSING, "is missing.",
                               f'give every device a {key}, e.g. "{key}": "{d}".', "S structure")
             elif as_int(value) is None:
-                yield Problem(_dev_path(s, d, key), value, "must be a non-negative integer (a string or a number).",
+                yield Problem(_dev_path(s, d, key), value, "must be a non-negative integer below 10^9 (a string or a number).",
                               f'write it as digits, e.g. "{key}": "{d}".', "S structure")
     if not table.servers and not table.shape_problems:
         yield Problem("server_list", [], "is empty: a job needs at least one server.",
@@ -347,8 +347,11 @@ def require_valid(table: RankTable, profile: str, what: str) -> None:
     bad = errors(validate(table, profile))
     if bad:
         more = f" (and {len(bad) - 1} more error(s))" if len(bad) > 1 else ""
+        accepting = [other for other in PROFILES if other != profile and not errors(validate(table, other))]
+        hint = (f"; --profile {' or '.join(accepting)} would accept it" if accepting
+                else "; no profile accepts it")
         raise UsageError(f"{what} breaks rule {bad[0].rule} of profile {profile}: {bad[0].path}: "
-                         f"{bad[0].message.rstrip('.')}{more}; --profile a2 or structure relaxes the rules")
+                         f"{bad[0].message.rstrip('.')}{more}{hint}")
 
 
 def summary(table: RankTable) -> dict:

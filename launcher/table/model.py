@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 KNOWN_VERSIONS = ("1.0", "1.2")
+MAX_NUMBER = 10**9 - 1   # larger device or rank ids are not numbers HCCL could mean
+SHOWN_VALUE_CHARS = 80   # a value quoted in a message is cut here
 
 
 class RankTableError(Exception):
@@ -42,8 +44,12 @@ class Problem:
                 "value": None if self.value is MISSING else self.value, "message": self.message, "fix": self.fix}
 
     def __str__(self) -> str:
-        shown = "<missing>" if self.value is MISSING else json.dumps(self.value)
-        return f"{self.severity}: [{self.rule}] {self.path} = {shown}: {self.message} Fix: {self.fix}"
+        from launcher.console import printable
+
+        shown = "<missing>" if self.value is MISSING else json.dumps(self.value, ensure_ascii=False)
+        if len(shown) > SHOWN_VALUE_CHARS:
+            shown = f"{shown[:SHOWN_VALUE_CHARS]}... ({len(shown)} characters)"
+        return printable(f"{self.severity}: [{self.rule}] {self.path} = {shown}: {self.message} Fix: {self.fix}")
 
 
 class _Missing:
@@ -62,14 +68,17 @@ MISSING: Any = _Missing()
 def as_int(value: Any) -> int | None:
     """The integer a rank-table number means, or None when it is not one.
 
-    HCCL accepts "3" and 3 alike; booleans, floats, blanks and signs are not numbers here.
+    HCCL accepts "3" and 3 alike; booleans, floats, blanks, signs and numbers of ten or more digits are
+    not numbers here.
     """
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
-        return value if value >= 0 else None
-    if isinstance(value, str) and value.strip().isdigit() and value.strip().isascii():
-        return int(value.strip())
+        return value if 0 <= value <= MAX_NUMBER else None
+    if isinstance(value, str) and value.strip().isdigit() and value.strip().isascii() \
+            and len(value.strip()) <= len(str(MAX_NUMBER)):
+        number = int(value.strip())
+        return number if number <= MAX_NUMBER else None
     return None
 
 
@@ -171,21 +180,54 @@ def from_obj(obj: Any) -> RankTable:
     return table
 
 
+MAX_TABLE_BYTES = 64 << 20   # a 4,096-server table is about 4 MiB
+
+
+def _refuse_constant(name: str):
+    raise RankTableError(f"the JSON holds {name}, which is not a number a rank table can use")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        _refuse_constant(text[:20])
+    return value
+
+
 def loads(text: str) -> RankTable:
-    """Parse rank-table JSON text; malformed JSON names its line and column."""
+    """Parse rank-table JSON text; malformed JSON names its line and column, hostile JSON is refused plainly.
+
+    NaN, Infinity and numbers too large to be finite are refused (they would be written back as bare ``NaN``,
+    which is not JSON); so is nesting deeper than Python's recursion allows, and text holding a lone UTF-16
+    surrogate (``"\ud800"``), which no output could print.
+    """
     try:
-        obj = json.loads(text)
+        obj = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
     except json.JSONDecodeError as exc:
         raise RankTableError(f"malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+    except RecursionError:
+        raise RankTableError("the JSON is nested too deeply to be a rank table") from None
+    except ValueError as exc:   # e.g. an integer of thousands of digits (Python's int_max_str_digits)
+        raise RankTableError(f"the JSON holds an unusable number: {str(exc)[:100]}") from None
+    try:
+        json.dumps(obj, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise RankTableError("the JSON holds a lone UTF-16 surrogate (an escape such as \\ud800 without its "
+                             "pair), which is not text") from None
+    except RecursionError:
+        raise RankTableError("the JSON is nested too deeply to be a rank table") from None
     return from_obj(obj)
 
 
 def load(path: str) -> RankTable:
+    """Read and parse a rank table file: a regular file of at most MAX_TABLE_BYTES."""
+    from launcher.errors import UsageError
+    from launcher.userfiles import read_text
+
     try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise RankTableError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
+        text = read_text(path, "rank table", MAX_TABLE_BYTES)
+    except UsageError as exc:
+        raise RankTableError(str(exc)) from None
     return loads(text)
 
 

@@ -2,7 +2,8 @@
 
 A rank is alive while it writes output (its log file grows), touches its
 heartbeat file (``launcher.heartbeat.beat()``, e.g. once a step), or saves a
-checkpoint (its checkpoint directory changes).  All three are file times, so
+checkpoint (its checkpoint directory changes; a save being written, in the
+foreground or in the background, beats the heartbeat while its file grows).  All three are file times, so
 watching costs the launcher a few ``stat`` calls per rank per check, whatever
 the rank prints.  Before the job is stopped, the Python stack of every rank on
 this host goes into its rank directory (``py-spy dump``), so the blocking call
@@ -16,11 +17,10 @@ import shutil
 import subprocess
 import time
 
-from .logs import tail_lines
-from .plan import RankSpec, attempt_file
+from launcher.execute.tee import tail_lines
+from launcher.plan import RankSpec, attempt_file
 
 HEARTBEAT_FILE = "heartbeat"
-HANG_EXIT_CODE = 124  # as coreutils timeout: the job was stopped because it stopped making progress
 STACK_DUMP_SECONDS = 20.0
 
 
@@ -29,6 +29,12 @@ def _mtime(path: str) -> float:
         return os.stat(path).st_mtime
     except OSError:
         return 0.0
+
+
+def last_sign_of_life(spec: RankSpec, started: float) -> float:
+    """When the rank last wrote output, beat its heartbeat or touched its checkpoint directory (epoch seconds)."""
+    return max(started, _mtime(spec.log_file), _mtime(os.path.join(spec.rank_dir, HEARTBEAT_FILE)),
+               _mtime(spec.ckpt_dir))
 
 
 class HangWatch:
@@ -50,8 +56,7 @@ class HangWatch:
         return True
 
     def last_sign_of_life(self, spec: RankSpec) -> float:
-        return max(self.started, _mtime(spec.log_file), _mtime(os.path.join(spec.rank_dir, HEARTBEAT_FILE)),
-                   _mtime(spec.ckpt_dir))
+        return last_sign_of_life(spec, self.started)
 
     def find_hung(self, live: list[RankSpec], now: float | None = None) -> tuple[RankSpec, float] | None:
         """The live rank silent the longest, if it has been silent past the timeout."""

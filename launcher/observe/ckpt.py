@@ -14,9 +14,9 @@ import glob
 import json
 import os
 
-from . import checkpoint, numlists, resume
-from .errors import UsageError
-from .plan import rank_dir_name
+from launcher import checkpoint, numlists, resume
+from launcher.errors import UsageError
+from launcher.plan import rank_dir_name
 
 _KIND_ORDER = {"per-rank": 0, "integrated": 1, "breakpoint": 2}
 
@@ -72,6 +72,9 @@ def list_run(run_dir: str) -> list[dict]:
                 breakpoints.setdefault(name[:-len(".pt")], {})[rank] = os.path.join(where, name)
     rows += [_row("breakpoint", label, files, world) for label, files in breakpoints.items()]
     rows.sort(key=lambda row: (_KIND_ORDER[row["kind"]], row["epoch"], row["step"], row["prefix"]))
+    resumable = [row for row in rows if row["kind"] == "per-rank" and row["complete"]]
+    for row in rows:
+        row["newest_complete"] = bool(resumable) and row is resumable[-1]   # what --resume picks
     return rows
 
 
@@ -97,6 +100,7 @@ def format_list(rows: list[dict]) -> str:
             status = "full checkpoint"
         elif row["complete"]:
             status = "complete" + (", sliced" if row["sliced"] else "")
+            status += ", newest (--resume picks it)" if row["newest_complete"] else ""
         else:
             status = f"incomplete: ranks {_ranges_or_dash(row['missing'])} missing"
         ranks = "-" if row["kind"] == "integrated" else _ranges_or_dash(row["ranks"])
@@ -275,21 +279,21 @@ def _merged(run_dir: str, step: str | None):
 # --------------------------------------------------------------------------
 
 
-def merge(run_dir: str, output: str, step: str | None = None) -> dict:
-    """Join every rank's slices of one step into one full checkpoint at ``output`` (written atomically).
+def merge(run_dir: str, output: str, step: str | None = None, force: bool = False) -> dict:
+    """Join every rank's slices of one step into one full checkpoint at ``output`` (by the rules of every
+    ``-o``: ``userfiles.write_output``).
 
     Default step: the newest one every rank saved.  Replicated tensors must be identical on every
-    rank.  ``output`` must not exist yet.  Returns {step, ranks, tensors, sliced, replicated, bytes, output}.
+    rank.  Returns {step, ranks, tensors, sliced, replicated, bytes, output}.
     """
-    if os.path.lexists(output):
-        raise UsageError(f"{output} already exists; merge never overwrites, choose another output")
+    from launcher.userfiles import write_output
+
     chosen, world, state, merger = _merged(run_dir, step)
-    os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
-    checkpoint._clean_stale_temps(os.path.dirname(os.path.abspath(output)))   # of an earlier, killed merge
-    checkpoint._write_atomically(output, checkpoint._torch_writer(state))
+    write = checkpoint._torch_writer(state)
+    where = write_output(output, write, force=force, binary=True, by_path=True)
+    size = os.path.getsize(output) if os.path.isfile(output) else None
     return {"step": chosen.label, "ranks": world, "tensors": len(merger.sliced) + merger.replicated,
-            "sliced": len(merger.sliced), "replicated": merger.replicated, "bytes": os.path.getsize(output),
-            "output": output}
+            "sliced": len(merger.sliced), "replicated": merger.replicated, "bytes": size, "output": where}
 
 
 def reshard(run_dir: str, ranks: int, output_dir: str, step: str | None = None) -> dict:

@@ -24,9 +24,13 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from . import numlists
-from .errors import UsageError
+from launcher import numlists
+from launcher.argtypes import positive_seconds, whole
+from launcher.console import printable, settle_streams
+from launcher.results import how_it_ended
+from launcher.errors import UsageError
 
+SCHEDULER_RANK = -1           # where the MindSpore scheduler sorts among ranks: first
 FOLLOW_POLL_SECONDS = 0.1     # logs --follow: how often log sizes are checked
 RESCAN_SECONDS = 1.0          # logs --follow: how often new attempts, ranks and the run's end are looked for
 CPU_SAMPLE_SECONDS = 0.2      # status: the window of the first CPU % sample
@@ -43,12 +47,17 @@ _ATTEMPT_LOG = re.compile(r"^output(?:\.(\d+))?\.log$")
 class RankRef:
     """A rank as its host's plan names it."""
 
-    rank: int
+    rank: int            # SCHEDULER_RANK for MindSpore's scheduler (``role`` "scheduler"): shown first
     local_rank: int
     host: str
     device_id: int
     rank_dir: str
     suffix: str          # its host's file suffix: "" or ".<server_id>"
+    role: str = "rank"
+
+    @property
+    def label(self) -> str:
+        return "scheduler" if self.role == "scheduler" else f"rank{self.rank}"
 
 
 @dataclass
@@ -60,6 +69,7 @@ class Run:
     plans: dict[str, dict] = field(default_factory=dict)       # host suffix -> plan
     summaries: dict[str, dict] = field(default_factory=dict)   # host suffix -> summary
     pids: dict[str, dict] = field(default_factory=dict)        # host suffix -> pids file
+    missing_hosts: list[dict] = field(default_factory=list)     # servers of the table with no plan here
 
     @property
     def finished(self) -> bool:
@@ -91,7 +101,7 @@ def _host_files(run_dir: str, stem: str) -> dict[str, dict]:
 
 def run_directory(path: str | None, output_dir: str) -> str:
     """RUN_DIR as given (a run, or an output directory with a ``latest`` link), else the latest run."""
-    from .rundir import resolve
+    from launcher.rundir import resolve
 
     where = resolve(path if path else output_dir)
     if not os.path.isdir(where):
@@ -131,8 +141,36 @@ def load_run(run_dir: str) -> Run:
                 run.ranks.append(RankRef(rank=int(entry["rank"]), local_rank=int(entry.get("local_rank", 0)),
                                          host=str(entry.get("host", "")), device_id=int(entry.get("device_id", -1)),
                                          rank_dir=os.path.dirname(entry.get("log") or ""), suffix=suffix))
+    for suffix, plan in sorted(plans.items()):
+        scheduler = plan.get("scheduler")
+        if isinstance(scheduler, dict) and scheduler.get("rank_dir"):
+            run.ranks.append(RankRef(rank=SCHEDULER_RANK, local_rank=-1, host=str(scheduler.get("server_id", "")),
+                                     device_id=-1, rank_dir=scheduler["rank_dir"], suffix=suffix, role="scheduler"))
     run.ranks.sort(key=lambda ref: ref.rank)
+    run.missing_hosts = _missing_hosts(run_dir, plans, summaries)
+    if run.missing_hosts:
+        run.world_size = max(run.world_size, len(run.ranks) + sum(h["count"] for h in run.missing_hosts))
     return run
+
+
+def _missing_hosts(run_dir: str, plans: dict, summaries: dict) -> list[dict]:
+    """Servers of the job's rank table that wrote neither a plan nor a summary into this run directory."""
+    from launcher.plan import host_suffix
+    from launcher.table.model import RankTableError, loads
+
+    if "" in plans or "" in summaries:
+        return []   # a one-host run: its table has no other server
+    for path in sorted(glob.glob(os.path.join(glob.escape(run_dir), "rank_table*.json"))):
+        try:
+            with open(path, encoding="utf-8") as fh:
+                table = loads(fh.read())
+        except (OSError, UnicodeDecodeError, RankTableError):
+            continue
+        seen = set(plans) | set(summaries)
+        return [{"host": str(server.server_id), "count": len(server.devices),
+                 "ranks": numlists.format_ranges(d.rank for d in server.devices if d.rank is not None)}
+                for server in table.servers if host_suffix(server.server_id) not in seen]
+    return []
 
 
 def log_attempts(rank_dir: str) -> list[int]:
@@ -163,21 +201,35 @@ def _summary_entry(run: Run, ref: RankRef) -> dict | None:
     summ = run.summaries.get(ref.suffix)
     if summ is None:
         return None
+    if ref.role == "scheduler":
+        return summ.get("scheduler") or {}
     for entry in summ.get("ranks", []):
         if entry.get("rank") == ref.rank:
             return entry
     return {}   # the host finished without starting this rank (an earlier rank failed to spawn)
 
 
+def _published(run: Run, ref: RankRef):
+    """What the launcher's pids file says of this rank (or of the scheduler)."""
+    pids = run.pids.get(ref.suffix) or {}
+    return pids.get("scheduler") if ref.role == "scheduler" else pids.get("ranks", {}).get(str(ref.rank))
+
+
 def select_ranks(run: Run, wanted: list[str] | None) -> list[RankRef]:
-    """``--rank 0 --rank 3,5-7``: the ranks named, in rank order; all when none are named."""
+    """``--rank 0 --rank 3,5-7`` (or ``--rank scheduler``): the ranks named, in rank order; all when none are
+    named."""
     if not wanted:
         return list(run.ranks)
     chosen: set[int] = set()
     for item in wanted:
+        if item.strip().lower() in ("scheduler", "sched"):
+            chosen.add(SCHEDULER_RANK)
+            continue
         chosen.update(numlists.parse(item, "--rank"))
-    known = {ref.rank for ref in run.ranks}
-    unknown = sorted(chosen - known)
+    if SCHEDULER_RANK in chosen and not any(ref.role == "scheduler" for ref in run.ranks):
+        raise UsageError(f"run {run.run_id} has no MindSpore scheduler (it ran without --ms-scheduler)")
+    known = {ref.rank for ref in run.ranks if ref.role == "rank"}
+    unknown = sorted(chosen - known - {SCHEDULER_RANK})
     if unknown:
         raise UsageError(f"run {run.run_id} has no rank {unknown[0]} (its ranks: "
                          f"{numlists.format_ranges(sorted(known)) or 'none yet'})")
@@ -279,7 +331,7 @@ class Observer:
         for ref in refs:
             if ref.suffix in run.summaries:
                 continue
-            entry = (run.pids.get(ref.suffix) or {}).get("ranks", {}).get(str(ref.rank))
+            entry = _published(run, ref)
             proc = None
             if isinstance(entry, dict) and entry.get("pid"):
                 proc = self._is_rank(int(entry["pid"]), ref, entry.get("start"))
@@ -370,7 +422,8 @@ class Observer:
         self._procs = {pid: p for pid, p in self._procs.items() if _alive(p)}
         self._primed = {p for p in self._primed if _alive(p)}
         return {"run_id": run.run_id, "run_dir": run.run_dir, "time": now, **self._overall(run, refs, rows),
-                "hosts": sorted({ref.host for ref in run.ranks}), "world_size": run.world_size, "ranks": rows}
+                "hosts": sorted({ref.host for ref in run.ranks}), "world_size": run.world_size, "ranks": rows,
+                "missing_hosts": run.missing_hosts}
 
     def _row(self, run: Run, ref: RankRef, proc, usage, now: float) -> dict:
         entry = _summary_entry(run, ref)
@@ -380,7 +433,8 @@ class Observer:
             idle = round(now - os.stat(log).st_mtime, 1)
         except OSError:
             idle = None
-        row = {"rank": ref.rank, "local_rank": ref.local_rank, "host": ref.host, "device_id": ref.device_id,
+        row = {"rank": ref.rank, "role": ref.role, "local_rank": ref.local_rank, "host": ref.host,
+               "device_id": ref.device_id,
                "attempt": attempt, "pid": None, "state": "", "alive": proc is not None, "exit_code": None,
                "signal": None, "cpu_percent": usage[0], "rss_bytes": usage[1], "idle_seconds": idle,
                "last_line": _last_line(log), "log": log}
@@ -390,7 +444,7 @@ class Observer:
             if entry.get("hung") or (cause.get("rank") == ref.rank and cause.get("hung")):
                 row.update(state="hung", hung_reason=entry.get("reason") or cause.get("reason"))
             elif entry.get("signal"):
-                row["state"] = f"killed by {entry['signal']}"
+                row["state"] = f"died of {entry['signal']}"
             elif entry.get("exit_code") is not None:
                 row["state"] = f"exited {entry['exit_code']}"
             elif entry.get("spawn_error"):
@@ -402,7 +456,7 @@ class Observer:
             if self.hang_after is not None and idle is not None and idle > self.hang_after:
                 row.update(state="hung", hung_reason=f"no output for {idle:.0f} s (--hang-after {self.hang_after:g})")
         else:
-            published = (run.pids.get(ref.suffix) or {}).get("ranks", {}).get(str(ref.rank))
+            published = _published(run, ref)
             row["pid"] = published.get("pid") if isinstance(published, dict) else None
             if not self.local(ref.host):
                 row["state"] = "remote"
@@ -418,6 +472,8 @@ class Observer:
         if run.finished:
             statuses = [s.get("status") for s in run.summaries.values()]
             status = next((st for st in ("failed", "interrupted") if st in statuses), "succeeded")
+            if status == "succeeded" and run.missing_hosts:
+                status = "incomplete"   # the hosts here succeeded, but the job's other hosts never reported
             codes = [s.get("exit_code") or 0 for _, s in sorted(run.summaries.items())]
             return {"status": status, "finished": True, "exit_code": next((c for c in codes if c), 0),
                     "root_causes": causes}
@@ -451,7 +507,7 @@ def _alive(proc) -> bool:
 
 
 def _last_line(path: str) -> str:
-    from .logs import tail_lines
+    from launcher.execute.tee import tail_lines
 
     lines = tail_lines(path, 1, max_bytes=4096)
     if not lines:
@@ -485,13 +541,21 @@ def _bytes(value: int | None) -> str:
 
 
 def _headline(snap: dict) -> list[str]:
-    count = len(snap["ranks"])
+    count = sum(1 for row in snap["ranks"] if row.get("role", "rank") == "rank")
     hosts = len(snap["hosts"])
     line = f"run {snap['run_id']} ({snap['run_dir']}): {snap['status']}"
     if snap["finished"] and snap["exit_code"] is not None:
         line += f", exit code {snap['exit_code']}"
-    line += f"; {count} rank(s) on {hosts} host(s)"
+    missing = snap.get("missing_hosts") or []
+    if missing:
+        total = count + sum(h["count"] for h in missing)
+        line += f"; {count} of {total} rank(s) on {hosts} of {hosts + len(missing)} host(s)"
+    else:
+        line += f"; {count} rank(s) on {hosts} host(s)"
     lines = [line]
+    if missing:
+        names = ", ".join(f"{h['host']} (ranks {h['ranks']})" for h in missing)
+        lines.append(f"never reported: {names}: no plan or summary of theirs in this run directory")
     for cause in snap["root_causes"]:
         where = f"rank {cause.get('rank')} (host {cause.get('host')}, device {cause.get('device_id')})"
         if cause.get("hung"):
@@ -500,18 +564,19 @@ def _headline(snap: dict) -> list[str]:
             if cause.get("stack_file"):
                 lines.append(f"stacks: {cause['stack_file']}")
             continue
-        how = (f"died of {cause['signal']}" if cause.get("signal")
-               else cause.get("spawn_error") or f"exited {cause.get('exit_code')}")
+        how = how_it_ended(cause)
         lines.append(f"root cause: {where} {how}")
     return lines
 
 
-def format_status(snap: dict, width: int = 120) -> str:
+def format_status(snap: dict, width: int | None = 120) -> str:
+    """The status table; the last column is cut at ``width`` (the terminal's), or not at all when None."""
     header = ["RANK", "HOST", "DEV", "PID", "STATE", "CPU%", "RSS", "IDLE", "LAST LINE"]
     table = []
     for row in snap["ranks"]:
         state = row["state"] + (f" (attempt {row['attempt']})" if row["attempt"] else "")
-        table.append([str(row["rank"]), row["host"], str(row["device_id"]),
+        scheduler = row.get("role") == "scheduler"
+        table.append(["sched" if scheduler else str(row["rank"]), row["host"], "-" if scheduler else str(row["device_id"]),
                       str(row["pid"]) if row["pid"] else "-", state,
                       "-" if row["cpu_percent"] is None else f"{row['cpu_percent']:.0f}",
                       _bytes(row["rss_bytes"]), _seconds(row["idle_seconds"]), row["last_line"]])
@@ -521,19 +586,16 @@ def format_status(snap: dict, width: int = 120) -> str:
     def line(cells):
         parts = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))]
         text = "  ".join(parts) + "  "
-        return (text + cells[-1])[:max(width, len(text) + 10)].rstrip()
+        whole = text + cells[-1]
+        return (whole if width is None else whole[:max(width, len(text) + 10)]).rstrip()
 
-    return "\n".join(_headline(snap) + [line(header)] + [line(r) for r in table])
+    return "\n".join(printable(text) for text in _headline(snap) + [line(header)] + [line(r) for r in table])
 
 
 def cmd_status(args) -> int:
     import shutil
 
     run_dir = run_directory(args.run_dir, args.output_dir)
-    if args.hang_after is not None and args.hang_after <= 0:
-        raise UsageError("--hang-after must be positive")
-    if args.interval <= 0:
-        raise UsageError("--interval must be positive")
     observer = Observer(run_dir, hang_after=args.hang_after)
     out = sys.stdout
     try:
@@ -543,8 +605,11 @@ def cmd_status(args) -> int:
                 text = json.dumps(snap, indent=None if args.watch else 2, default=str)
                 out.write(text + "\n")
             else:
-                text = format_status(snap, shutil.get_terminal_size((120, 40)).columns)
-                if args.watch:  # home, each line cleared to its end, then the rest of the screen
+                terminal = out.isatty()
+                text = format_status(snap, shutil.get_terminal_size((120, 40)).columns if terminal else None)
+                if args.watch and not terminal:   # a file or pipe gets plain snapshots, no escape codes
+                    text = f"{time.strftime('%H:%M:%S')}\n{text}\n" + ("run finished\n" if snap["finished"] else "")
+                elif args.watch:  # home, each line cleared to its end, then the rest of the screen
                     stamp = time.strftime("%H:%M:%S")
                     text = ("\x1b[H" + "\x1b[K\n".join([f"{stamp}  every {args.interval:g} s, Ctrl-C to stop",
                                                         *text.split("\n")]) + "\x1b[K\n\x1b[J")
@@ -571,7 +636,7 @@ class _Tail:
         self.ref, self.attempt, self.offset = ref, attempt, offset
         self.path = log_path(ref, attempt)
         self.pending = b""
-        self.prefix = f"[rank{ref.rank}]: ".encode()
+        self.prefix = f"[{ref.label}]: ".encode()
 
     def read(self, out, final: bool = False) -> bool:
         """Write the whole lines appended since the last read; ``final`` also writes an unended last line."""
@@ -653,20 +718,20 @@ def cmd_logs(args) -> int:
     try:
         return _logs(args)
     except KeyboardInterrupt:  # Ctrl-C is how one leaves --follow: not an error
-        try:
-            sys.stdout.flush()
-        except (OSError, ValueError):
-            pass
+        settle_streams()
         return 0
 
 
 def _logs(args) -> int:
     run_dir = run_directory(args.run_dir, args.output_dir)
     attempt = _parse_attempt(args.attempt) if args.attempt is not None else None
-    if args.lines is not None and args.lines < 0:
-        raise UsageError("--lines cannot be negative")
     run = load_run(run_dir)
     refs = select_ranks(run, args.rank)
+    if run.missing_hosts:
+        from launcher.console import say
+
+        say("never reported (no logs of theirs here): "
+            + ", ".join(f"{h['host']} (ranks {h['ranks']})" for h in run.missing_hosts))
     out = sys.stdout.buffer
     tails: dict[int, _Tail] = {}
     for ref in refs:
@@ -761,7 +826,7 @@ def add_parser(sub, launch_args) -> None:
     """Register ``status`` and ``logs``; ``launch_args`` (run's options) is not needed here."""
     p = sub.add_parser("status", help="each rank of a run, live or finished: state, CPU, memory, last output",
                        description="One row per rank: host, device, pid, state (starting, running, exited N, "
-                                   "killed by SIG, hung, ended, remote), CPU % and resident memory of its "
+                                   "died of SIG, hung, ended, remote), CPU % and resident memory of its "
                                    "processes, seconds since its last output and its last line. Works from any "
                                    "terminal while the job runs (live processes, pids*.json) and after it "
                                    "(summary*.json).",
@@ -769,9 +834,9 @@ def add_parser(sub, launch_args) -> None:
                               "remote = on another host, whose processes cannot be seen from here")
     _run_args(p)
     p.add_argument("--watch", action="store_true", help="refresh in place until the run finishes (Ctrl-C stops)")
-    p.add_argument("--interval", type=float, default=2.0, metavar="SECONDS", help="--watch refresh (default 2)")
+    p.add_argument("--interval", type=positive_seconds, default=2.0, metavar="SECONDS", help="--watch refresh (default 2)")
     p.add_argument("--json", action="store_true", help="print JSON (with --watch: one object a line)")
-    p.add_argument("--hang-after", type=float, metavar="SECONDS",
+    p.add_argument("--hang-after", type=positive_seconds, metavar="SECONDS",
                    help="call a running rank hung when it has printed nothing for this long")
     p.set_defaults(handler=cmd_status)
 
@@ -784,7 +849,7 @@ def add_parser(sub, launch_args) -> None:
     _run_args(p)
     p.add_argument("-f", "--follow", action="store_true",
                    help="keep printing new lines until the run has finished (Ctrl-C stops); follows restarts")
-    p.add_argument("-n", "--lines", type=int, metavar="N", help="start with only the last N lines of each rank")
+    p.add_argument("-n", "--lines", type=whole(0, 10**7), metavar="N", help="start with only the last N lines of each rank")
     p.add_argument("--attempt", metavar="K",
                    help="which attempt's log: 0 the first, 1 after the first restart, ..., or all "
                         "(default: each rank's newest)")

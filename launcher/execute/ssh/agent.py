@@ -18,7 +18,7 @@ import json
 import os
 import sys
 
-from .errors import UsageError
+from launcher.errors import UsageError
 
 EVENT_MARK = "\x1edlaunch-event "
 MAX_REQUEST_BYTES = 64 << 20

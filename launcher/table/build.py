@@ -12,11 +12,12 @@ the files, and renumbers ranks so every server holds one ascending block.
 
 from __future__ import annotations
 
+import os
 import socket
 
-from . import numlists
-from .errors import UsageError
-from .ranktable import MISSING, Device, RankTable, Server, as_int, numbered_like
+from launcher import numlists
+from launcher.errors import UsageError
+from launcher.table.model import MISSING, Device, RankTable, Server, as_int, numbered_like
 
 HCCN_CONF = "/etc/hccn.conf"
 
@@ -26,16 +27,17 @@ def parse_devices(text: str) -> list[int]:
     return numlists.parse(text, "device list", unique=True)
 
 
+MAX_HCCN_BYTES = 1 << 20
+
+
 def read_hccn_conf(path: str = HCCN_CONF) -> dict[int, str]:
     """``address_N=IP`` lines of hccn.conf as {device: ip}; an absent file means no NPU NICs."""
+    from launcher.userfiles import read_text
+
     addresses: dict[int, str] = {}
-    try:
-        with open(path, encoding="utf-8") as fh:
-            lines = fh.read().splitlines()
-    except FileNotFoundError:
+    if not os.path.lexists(path):
         return addresses
-    except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+    lines = read_text(path, "hccn.conf", MAX_HCCN_BYTES).splitlines()
     for line in lines:
         key, sep, value = line.strip().partition("=")
         if sep and key.startswith("address_") and key[len("address_"):].isdigit():

@@ -1,0 +1,56 @@
+"""Number types for options, shared by flags, ``DLAUNCH_*`` variables and YAML configs.
+
+argparse's plain ``float`` accepts ``nan`` and ``inf`` (a grace period of nan
+never kills; inf overflows a deadline) and ``int`` accepts 5000 digits.  Every
+number dlaunch reads goes through one of these, which refuse what no launch
+could mean, with a message that names the option's value and the range.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+MAX_SECONDS = 30 * 24 * 3600.0   # a month: longer than any grace period, timeout or refresh anyone means
+MAX_DIGITS = 9
+
+
+def _text(value) -> str:
+    shown = str(value)
+    return shown if len(shown) <= 40 else shown[:40] + "..."
+
+
+def seconds(value, positive: bool = False) -> float:
+    """A duration in seconds: finite, not negative (positive when asked), at most a month."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError, OverflowError):
+        raise argparse.ArgumentTypeError(f"expected seconds, not {_text(value)!r}") from None
+    low = "above 0" if positive else "0 or more"
+    if not math.isfinite(number) or number < 0 or (positive and number == 0) or number > MAX_SECONDS:
+        raise argparse.ArgumentTypeError(f"{_text(value)} seconds is out of range: give {low}, at most "
+                                         f"{MAX_SECONDS:.0f} (30 days)")
+    return number
+
+
+def positive_seconds(value) -> float:
+    return seconds(value, positive=True)
+
+
+def whole(low: int, high: int):
+    """An integer type within [low, high]; its name shows in argparse's messages."""
+    def convert(value) -> int:
+        text = str(value).strip()
+        digits = text[1:] if text[:1] in "+-" else text
+        if not (digits.isascii() and digits.isdigit()) or len(digits) > MAX_DIGITS:
+            raise argparse.ArgumentTypeError(f"expected a whole number from {low} to {high}, not {_text(value)!r}")
+        number = int(text)
+        if not low <= number <= high:
+            raise argparse.ArgumentTypeError(f"{number} is out of range: give a whole number from {low} to {high}")
+        return number
+
+    convert.__name__ = "int"
+    return convert
+
+
+port = whole(1, 65535)

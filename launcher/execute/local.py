@@ -1,0 +1,470 @@
+"""Start, watch and stop the local rank processes: the only module here with process side effects.
+
+One thread, one selector: rank exits arrive as readable pidfds, console output
+as readable pipes, and signals to dlaunch through ``signal.set_wakeup_fd``; no
+polling threads.  Every rank runs in its own session (so a signal to its
+process group reaches the children it spawns too); stopping sends the signal to
+every group, waits one shared grace deadline, then SIGKILLs what is left.
+
+Nothing outlives the job (``reaper.py``): each rank dies with the launcher
+(parent-death signal), a forked watchdog kills every rank's group if the
+launcher is SIGKILLed, and after every attempt a sweep kills whatever the ranks
+left behind, daemons included (the launcher is their subreaper).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import selectors
+import signal
+import subprocess
+import time
+import uuid
+
+from launcher.console import say
+from launcher.environment import format_env
+from launcher.execute.hangs import HangWatch, describe_hang, dump_stacks
+from launcher.execute.tee import ConsoleTee
+from launcher.execute.peers import PeerWait
+from launcher.plan import LaunchPlan, RankSpec
+from launcher.rundir import describe_os_error
+from launcher.execute.reaper import LAUNCHER_ID_VAR, Reaper, become_subreaper, child_setup, sweep
+from launcher.results import AttemptResult, RankResult
+
+FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)   # torchrun's set
+CONTROL_SIGNALS = frozenset(sig.name for sig in (*FORWARDED_SIGNALS, signal.SIGKILL))   # names the head may send
+PIPE_DRAIN_SECONDS = 1.0
+
+
+class SignalWatch:
+    """Turns SIGINT/SIGTERM/SIGHUP/SIGQUIT into bytes on a socket the selector watches.
+
+    A launcher started by a head node over SSH also has a control channel (its
+    stdin): the head sends signal names there, one a line, and the channel
+    closing means the head is gone, which counts as SIGHUP.
+    """
+
+    def __init__(self, control_fd: int | None = None, control_pending: bytes = b""):
+        self.control_fd = control_fd
+        self._control_buffer = control_pending
+        import socket
+
+        self._recv, self._send = socket.socketpair()
+        self._recv.setblocking(False)
+        self._send.setblocking(False)
+        self.received: list[int] = []
+        self._previous_fd = signal.set_wakeup_fd(self._send.fileno(), warn_on_full_buffer=False)
+        self._previous = {sig: signal.signal(sig, self._record) for sig in FORWARDED_SIGNALS}
+
+    def _record(self, signum, frame) -> None:
+        self.received.append(signum)
+
+    @property
+    def fd(self) -> int:
+        return self._recv.fileno()
+
+    def drain(self) -> list[int]:
+        try:
+            while self._recv.recv(4096):
+                pass
+        except BlockingIOError:
+            pass
+        signals, self.received = self.received, []
+        return signals
+
+    def read_control(self) -> list[int]:
+        """Signals the head sent over the control channel; EOF (the head is gone) is SIGHUP."""
+        try:
+            chunk = os.read(self.control_fd, 4096)
+        except OSError:
+            chunk = b""
+        if not chunk:
+            self.control_fd = None
+            return [signal.SIGHUP]
+        *lines, self._control_buffer = (self._control_buffer + chunk).split(b"\n")
+        found = []
+        for line in lines:
+            name = line.strip().decode("ascii", "replace")
+            if name in CONTROL_SIGNALS:
+                found.append(int(getattr(signal, name)))
+        return found
+
+    def pending_control(self) -> list[int]:
+        """Whole signal lines that arrived with the launch request, before the selector watched the channel."""
+        *lines, self._control_buffer = self._control_buffer.split(b"\n")
+        names = [line.strip().decode("ascii", "replace") for line in lines]
+        return [int(getattr(signal, name)) for name in names if name in CONTROL_SIGNALS]
+
+    def close(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        signal.set_wakeup_fd(self._previous_fd)
+        self._recv.close()
+        self._send.close()
+
+
+def _killpg(pgid: int, sig: int) -> bool:
+    """Signal a rank's process group; False when it no longer exists."""
+    try:
+        os.killpg(pgid, sig)
+        return True
+    except OSError as exc:
+        if exc.errno in (errno.ESRCH, errno.EPERM):
+            return False
+        raise
+
+
+class _Process:
+    """A process of the attempt (a rank or the scheduler): its Popen, exit watch and result."""
+
+    def __init__(self, spec: RankSpec, result: RankResult):
+        self.spec, self.result = spec, result
+        self.proc: subprocess.Popen | None = None
+        self.pidfd: int | None = None
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.result.returncode is None
+
+
+class _Attempt:
+    """One attempt's state: its processes, its result, and the one shared stop deadline."""
+
+    def __init__(self, plan: LaunchPlan):
+        self.plan = plan
+        self.result = AttemptResult(attempt=plan.attempt, ranks=[])
+        self.ranks: list[_Process] = []
+        self.scheduler: _Process | None = None
+        self.deadline: float | None = None   # when stopping: SIGKILL for whatever is left at this time
+        self.killed = False
+
+    @property
+    def processes(self) -> list[_Process]:
+        return self.ranks + ([self.scheduler] if self.scheduler else [])
+
+    @property
+    def stopping(self) -> bool:
+        return self.deadline is not None
+
+    def ranks_done(self) -> bool:
+        return not any(p.alive for p in self.ranks)
+
+    def alive(self) -> int:
+        return sum(1 for p in self.processes if p.alive)
+
+    def describe_alive(self) -> str:
+        """``3 rank(s)``, or ``3 rank(s) and the scheduler``: what is still running, as messages name it."""
+        ranks = sum(1 for p in self.ranks if p.alive)
+        scheduler = self.scheduler is not None and self.scheduler.alive
+        return f"{ranks} rank(s)" + (" and the scheduler" if scheduler else "")
+
+
+class LocalWorkers:
+    """Runs one attempt of a plan on this host and reports how every rank ended."""
+
+    def __init__(self, signals: SignalWatch, console_fd: int = 1, prefix_host: bool = False,
+                 hang_timeout: float | None = None):
+        self.signals = signals
+        self.hang_timeout = hang_timeout
+        self.console_fd = console_fd
+        self.prefix_host = prefix_host
+        self.launcher_id = uuid.uuid4().hex
+        self.subreaper = become_subreaper()
+        self.reaper = Reaper(self.launcher_id)
+        self._child_setup = child_setup(os.getpid())
+        self.on_started = None  # optional callback(ranks, scheduler) once every process is running
+
+    def close(self) -> None:
+        self.reaper.close()
+
+    def run(self, plan: LaunchPlan) -> AttemptResult:
+        attempt = _Attempt(plan)
+        selector = selectors.DefaultSelector()
+        tee = ConsoleTee(self.console_fd)
+        selector.register(self.signals.fd, selectors.EVENT_READ, ("signal", None))
+        self._watch_reaper(selector)
+        if self.signals.control_fd is not None:
+            selector.register(self.signals.control_fd, selectors.EVENT_READ, ("control", None))
+        self.signals.received.extend(self.signals.pending_control())
+        try:
+            self._start(attempt, selector, tee)
+            self._supervise(attempt, selector, tee)
+        finally:
+            self._finish(attempt, selector, tee)
+        return attempt.result
+
+    # ------------------------------------------------------------------ starting
+
+    def _start(self, attempt: _Attempt, selector, tee: ConsoleTee) -> None:
+        """Spawn the scheduler (if any) and every rank; a spawn failure or a signal stops what started."""
+        result = attempt.result
+        for spec in attempt.plan.processes():
+            process = _Process(spec, RankResult(spec.rank, spec.local_rank, spec.device_id, spec.server_id,
+                                                spec.log_file, spec.error_file, role=spec.role))
+            if spec.role == "scheduler":
+                attempt.scheduler, result.scheduler = process, process.result
+            else:
+                attempt.ranks.append(process)
+                result.ranks.append(process.result)
+            self._spawn(process, selector, tee)
+            if process.result.spawn_error:
+                self._begin_stop(attempt, root_cause=process.result)
+                return
+            pending = self.signals.drain() if self.signals.received else []
+            if pending:
+                self._on_signal(attempt, pending[0])
+                return
+        if self.on_started:
+            try:
+                self.on_started([p.result for p in attempt.ranks], result.scheduler)
+            except OSError as exc:   # e.g. pids.json on a full disk: the job cannot be watched or trusted
+                self._begin_stop(attempt, launcher_error=f"cannot write {describe_os_error(exc)}")
+
+    # ------------------------------------------------------------------ the loop
+
+    def _supervise(self, attempt: _Attempt, selector, tee: ConsoleTee) -> None:
+        """Until every process has ended and its output is drained: events, watches, the stop deadline.
+
+        When the last rank has ended, its group is killed (nothing of a finished rank may linger) and the
+        scheduler, if one runs, gets the grace period to leave by itself before it is killed: never an
+        unbounded wait.
+        """
+        plan = attempt.plan
+        hangs = HangWatch(self.hang_timeout, time.time()) if self.hang_timeout else None
+        peers = PeerWait(plan, time.time()) if plan.peers and plan.waiting_notice > 0 else None
+        rest_until: float | None = None   # after the last rank: how long the scheduler and the pipes may take
+        while True:
+            if attempt.ranks_done():
+                if rest_until is None:
+                    self._kill_groups(attempt.ranks)
+                    patience = plan.grace_period if attempt.scheduler and attempt.scheduler.alive else 0.0
+                    rest_until = time.monotonic() + patience + PIPE_DRAIN_SECONDS
+                busy = (attempt.scheduler is not None and attempt.scheduler.alive) or self._pipes(selector)
+                if not busy:
+                    return
+                if time.monotonic() >= rest_until:
+                    if attempt.scheduler and attempt.scheduler.alive:
+                        say(f"the MindSpore scheduler did not leave within {plan.grace_period:g} s of the last "
+                            f"rank's end; killed it")
+                        self._kill_groups([attempt.scheduler])
+                        rest_until = time.monotonic() + PIPE_DRAIN_SECONDS
+                        continue
+                    return
+                timeout = max(0.0, rest_until - time.monotonic())
+                if attempt.stopping:
+                    timeout = min(timeout, max(0.0, attempt.deadline - time.monotonic()))
+            elif attempt.stopping:
+                timeout = max(0.0, attempt.deadline - time.monotonic())
+            elif hangs or peers:
+                timeout = min(watch.interval for watch in (hangs, peers) if watch)
+            else:
+                timeout = None
+            events = self._dispatch(selector, tee, attempt.processes, timeout)
+            if not attempt.stopping and not attempt.ranks_done():
+                self._watch(attempt, hangs, peers)
+            for kind, value in events:
+                self._on_event(attempt, kind, value)
+            if attempt.stopping and not attempt.killed and time.monotonic() >= attempt.deadline:
+                if attempt.alive():
+                    say(f"the grace period of {plan.grace_period:g} s is over: killed {attempt.describe_alive()} "
+                        f"still running (SIGKILL)")
+                self._kill_groups(attempt.processes)
+                attempt.killed = True
+
+    def _watch(self, attempt: _Attempt, hangs: HangWatch | None, peers: PeerWait | None) -> None:
+        live = [p for p in attempt.ranks if p.alive]
+        if peers and peers.due():
+            waiting = peers.check([p.spec for p in live])
+            if waiting:
+                say(waiting)
+        if hangs and hangs.due():
+            hung = self._check_hangs(hangs, live, attempt.plan.attempt)
+            if hung:
+                self._begin_stop(attempt, root_cause=hung)
+
+    def _on_event(self, attempt: _Attempt, kind: str, value) -> None:
+        if kind == "launcher_error" and not attempt.stopping:
+            self._begin_stop(attempt, launcher_error=value)
+        elif kind == "exit" and not attempt.stopping and value.returncode != 0:
+            self._begin_stop(attempt, root_cause=value)
+        elif kind == "signal":
+            if not attempt.stopping:
+                self._on_signal(attempt, value)
+            elif value in (signal.SIGINT, signal.SIGKILL) and not attempt.killed:   # a second Ctrl-C: no patience
+                say(f"{signal.Signals(value).name} again: killing {attempt.describe_alive()} now")
+                self._kill_groups(attempt.processes)
+                attempt.killed = True
+
+    def _on_signal(self, attempt: _Attempt, sig: int) -> None:
+        """A signal to dlaunch: forwarded to every process, and said at once: who, how long, how to cut it short."""
+        self._begin_stop(attempt, signal_=sig)
+        say(f"{signal.Signals(sig).name}: told {attempt.describe_alive()} to stop; they have "
+            f"{attempt.plan.grace_period:g} s (--grace-period) before SIGKILL; Ctrl-C again kills them now")
+
+    def _begin_stop(self, attempt: _Attempt, root_cause: RankResult | None = None, signal_: int | None = None,
+                    launcher_error: str | None = None) -> None:
+        """The first failure, hang, launcher error or signal: record it, tell every live process, start the
+        one shared grace period."""
+        result = attempt.result
+        result.root_cause, result.launcher_error = root_cause, launcher_error
+        result.interrupted_by = signal_
+        result.stopped_at = time.time()
+        for process in attempt.processes:
+            if process.alive:
+                _killpg(process.proc.pid, signal_ or signal.SIGTERM)
+        attempt.deadline = time.monotonic() + attempt.plan.grace_period
+
+    # ------------------------------------------------------------------ the end
+
+    def _finish(self, attempt: _Attempt, selector, tee: ConsoleTee) -> None:
+        """Whatever happened: no process of the attempt survives, every exit status is collected."""
+        self._kill_groups(attempt.processes)
+        for process in attempt.processes:
+            if process.alive:
+                process.result.returncode = process.proc.wait()
+                process.result.end = time.time()
+            if process.pidfd is not None:
+                os.close(process.pidfd)
+        for key in list(self._pipe_keys(selector)):
+            selector.unregister(key.fileobj)
+            tee.close(key.data[1])
+            os.close(key.fd)
+        tee.finish()
+        selector.close()
+        self.reaper.check()
+        sweep(self.launcher_id, keep={self.reaper.pid}, quiet_rounds=1)
+
+    def _watch_reaper(self, selector) -> None:
+        """The watchdog's exit wakes the loop, which replaces it at once (``_dispatch``); called again after
+        anything that may have replaced it, so the selector always watches the current one."""
+        for key in [k for k in selector.get_map().values() if k.data[0] == "reaper"]:
+            if key.fd == self.reaper.pidfd:
+                return
+            selector.unregister(key.fd)
+        if self.reaper.pidfd is not None:
+            selector.register(self.reaper.pidfd, selectors.EVENT_READ, ("reaper", None))
+
+    def _check_hangs(self, hangs: HangWatch, live: list[_Process], attempt: int) -> RankResult | None:
+        """If a rank has hung: record every live rank's stack, and return the hung rank's result."""
+        found = hangs.find_hung([p.spec for p in live])
+        if not found:
+            return None
+        spec, silent_for = found
+        hung = next(p.result for p in live if p.spec is spec)
+        hung.hang = describe_hang(spec, silent_for)
+        try:
+            files, why = dump_stacks([(p.spec, p.proc.pid) for p in live], attempt)
+        except OSError as exc:   # a full disk must not turn a hang into a traceback
+            files, why = {}, f"no stack could be written: {describe_os_error(exc)}"
+        for process in live:
+            process.result.stack_file = files.get(process.spec.rank)
+        if why:
+            say(why)
+        return hung
+
+    # ------------------------------------------------------------------ processes
+
+    def _spawn(self, process: _Process, selector, tee: ConsoleTee) -> None:
+        spec, result = process.spec, process.result
+        try:
+            os.makedirs(spec.ckpt_dir or spec.rank_dir, exist_ok=True)
+            with open(spec.env_log, "w", encoding="utf-8") as fh:
+                fh.write(format_env({**os.environ, **spec.env}))
+            log_fd = os.open(spec.log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        except OSError as exc:   # a full disk: this process cannot start with its files, so the job does not
+            result.spawn_error = f"dlaunch could not prepare it: cannot write {describe_os_error(exc)}"
+            result.returncode = 1
+            result.start = result.end = time.time()
+            return
+        env = {**os.environ, **spec.env, LAUNCHER_ID_VAR: self.launcher_id}
+        read_fd = write_fd = None
+        try:
+            if spec.console:
+                read_fd, write_fd = os.pipe()
+            result.start = time.time()
+            try:
+                process.proc = subprocess.Popen(spec.argv, cwd=spec.cwd, env=env, stdin=subprocess.DEVNULL,
+                                                stdout=write_fd if spec.console else log_fd,
+                                                stderr=subprocess.STDOUT, start_new_session=True,
+                                                preexec_fn=self._child_setup)
+            except OSError as exc:
+                result.spawn_error = f"cannot start {spec.argv[0]}: {exc.strerror or exc}"
+                result.returncode = 126 if exc.errno == errno.EACCES else 127
+                result.end = time.time()
+                os.write(log_fd, f"dlaunch: {result.spawn_error}\n".encode())
+                return
+            self.reaper.watch(process.proc.pid)
+            self._watch_reaper(selector)
+            result.pid = process.proc.pid
+            if spec.console:
+                prefix = f"[{spec.server_id}][rank{spec.rank}]: " if self.prefix_host else f"[rank{spec.rank}]: "
+                tee.add(spec.rank, prefix, log_fd)
+                selector.register(read_fd, selectors.EVENT_READ, ("pipe", spec.rank))
+                read_fd = log_fd = None   # the tee owns them now
+            try:
+                process.pidfd = os.pidfd_open(process.proc.pid)
+                selector.register(process.pidfd, selectors.EVENT_READ, ("exit", process))
+            except (AttributeError, OSError):
+                process.pidfd = None  # old kernel: _dispatch polls instead
+        finally:
+            for fd in (log_fd, read_fd, write_fd):
+                if fd is not None:
+                    os.close(fd)
+
+    def _pipe_keys(self, selector):
+        return [key for key in selector.get_map().values() if key.data[0] == "pipe"]
+
+    def _pipes(self, selector) -> bool:
+        return bool(self._pipe_keys(selector))
+
+    def _dispatch(self, selector, tee: ConsoleTee, processes: list[_Process], timeout):
+        """Wait for one batch of events; returns ("exit", RankResult), ("signal", signum) and ("launcher_error",
+        message) items."""
+        polling = any(p.pidfd is None and p.alive for p in processes)
+        if polling:
+            timeout = 0.05 if timeout is None else min(timeout, 0.05)
+        happened = []
+        for key, _ in selector.select(timeout):
+            kind, data = key.data
+            if kind == "pipe":
+                try:
+                    chunk = os.read(key.fd, 65536)
+                except OSError:
+                    chunk = b""
+                if chunk:
+                    failure = tee.feed(data, chunk)
+                    if failure:
+                        happened.append(("launcher_error", failure))
+                else:
+                    selector.unregister(key.fd)
+                    os.close(key.fd)
+                    tee.close(data)
+            elif kind == "exit":
+                selector.unregister(key.fd)
+                happened.append(("exit", self._reap(data)))
+            elif kind == "reaper":
+                self.reaper.check()
+                self._watch_reaper(selector)
+            elif kind == "control":
+                found = self.signals.read_control()
+                if self.signals.control_fd is None:
+                    selector.unregister(key.fd)
+                happened.extend(("signal", sig) for sig in found)
+            else:
+                happened.extend(("signal", sig) for sig in self.signals.drain())
+        if polling:
+            for process in processes:
+                if process.pidfd is None and process.alive and process.proc.poll() is not None:
+                    happened.append(("exit", self._reap(process)))
+        return happened
+
+    def _reap(self, process: _Process) -> RankResult:
+        process.result.returncode = process.proc.wait()
+        process.result.end = time.time()
+        return process.result
+
+    def _kill_groups(self, processes: list[_Process]) -> None:
+        for process in processes:
+            if process.proc:
+                _killpg(process.proc.pid, signal.SIGKILL)

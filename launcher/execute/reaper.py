@@ -1,0 +1,308 @@
+"""Nothing a launch started outlives it: ranks, their children, and daemons they started.
+
+Three layers, each covering what the one before cannot:
+
+1. Every rank gets ``PR_SET_PDEATHSIG=SIGKILL`` between fork and exec
+   (``child_setup``), so the kernel kills it if the launcher dies at any
+   moment, even while the launcher is still spawning the other ranks.
+2. ``Reaper``, a forked watchdog, holds a pipe only the launcher writes to.
+   When the pipe closes without a goodbye (the launcher was SIGKILLed), it
+   SIGKILLs every rank's process group, then sweeps /proc for processes that
+   carry the launcher's marker variable, again and again until a sweep finds
+   none: a child caught between fork and exec carries the marker only after
+   its exec.  The launcher notices a dead watchdog (its pidfd) or a stuck one
+   (a write that would block, a goodbye not acknowledged) and replaces it.
+3. The launcher is a child subreaper (``PR_SET_CHILD_SUBREAPER``): a process
+   that leaves its rank's group and whose parent exits (a double-forked
+   ``setsid`` daemon) becomes the launcher's child.  ``sweep`` then kills every
+   descendant and every marked process at the end of every attempt, however it
+   ended.
+
+What none of them reaches: a process a rank asks another service to start
+(``systemd-run``, ``at``, a container engine), which is neither a descendant
+nor marked; and, only when the launcher itself is SIGKILLed, a process that
+both left its rank's group and removed the marker from its environment.
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import os
+import signal
+import time
+
+from launcher.console import say
+
+LAUNCHER_ID_VAR = "DLAUNCH_LAUNCHER_ID"
+PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
+SWEEP_SECONDS = 5.0          # a sweep keeps looking for new marked processes this long at most
+SWEEP_QUIET_ROUNDS = 3       # ... and stops after this many rounds that found nothing
+SWEEP_PAUSE = 0.02
+GOODBYE_SECONDS = 2.0        # a watchdog that has not left this long after "bye" is stuck: killed
+_WATCHDOG_IGNORES = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+
+
+@functools.lru_cache(maxsize=None)
+def _prctl():
+    """libc's prctl, loaded once in the launcher (never between fork and exec), or None off Linux."""
+    try:
+        import ctypes
+
+        call = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    call.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    return call
+
+
+def become_subreaper() -> bool:
+    """Make orphaned descendants of this process its children instead of init's (Linux 3.4+)."""
+    prctl = _prctl()
+    return prctl is not None and prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+
+
+def child_setup(launcher_pid: int):
+    """A ``preexec_fn`` that makes the child die with the launcher, checked against the race before it was set."""
+    prctl = _prctl()
+
+    def setup() -> None:
+        if prctl is not None:
+            prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != launcher_pid:   # the launcher died before the death signal was armed
+            os._exit(128 + signal.SIGKILL)
+
+    return setup
+
+
+def marker(launcher_id: str) -> bytes:
+    return f"{LAUNCHER_ID_VAR}={launcher_id}".encode()
+
+
+def marked_processes(launcher_id: str) -> set[int]:
+    """Pids of processes whose environment carries this launcher's marker (what their exec gave them)."""
+    mark, found = marker(launcher_id), set()
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/environ", "rb") as fh:
+                    if mark in fh.read().split(b"\0"):
+                        found.add(int(name))
+            except OSError:
+                continue  # gone, or not ours to read
+    return found
+
+
+def _descendants(pid: int) -> set[int]:
+    """Every live descendant of ``pid``, from /proc's parent links (one pass over /proc)."""
+    children: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2:].split()
+        if fields and fields[0] != b"Z":
+            children.setdefault(int(fields[1]), []).append(int(name))
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except OSError as exc:
+        if exc.errno not in (errno.ESRCH, errno.EPERM):
+            raise
+
+
+def _reap_children(keep: set[int]) -> None:
+    """Collect exit statuses of our children that were orphans handed to us (not ``keep``, whose owners wait)."""
+    for pid in _children(os.getpid()) - keep:
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            continue
+
+
+def _children(pid: int) -> set[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children", encoding="ascii") as fh:
+            return {int(p) for p in fh.read().split()}
+    except OSError:
+        return set()
+
+
+def sweep(launcher_id: str, keep: set[int], quiet_rounds: int = SWEEP_QUIET_ROUNDS) -> int:
+    """Kill every descendant of this process but ``keep``, and every process with the marker; reap; repeat
+    until ``quiet_rounds`` rounds in a row find nothing new.  Returns how many processes were killed.
+
+    After an attempt, whose ranks are all dead, one quiet round is enough: nothing is being spawned any more.
+    The watchdog waits for more, since the launcher may have died in the middle of a fork.
+    """
+    keep = keep | {os.getpid()}
+    killed: set[int] = set()
+    quiet, deadline = 0, time.monotonic() + SWEEP_SECONDS
+    while quiet < quiet_rounds and time.monotonic() < deadline:
+        found = (_descendants(os.getpid()) | marked_processes(launcher_id)) - keep
+        for pid in found:
+            _kill(pid)
+        killed |= found
+        _reap_children(keep)
+        quiet = quiet + 1 if not found else 0
+        if quiet < quiet_rounds:
+            time.sleep(SWEEP_PAUSE)
+    _reap_children(keep)
+    return len(killed)
+
+
+# --------------------------------------------------------------------------
+# the watchdog
+# --------------------------------------------------------------------------
+
+
+class Reaper:
+    """A forked watchdog that kills every rank if the launcher dies without saying goodbye."""
+
+    def __init__(self, launcher_id: str):
+        self.launcher_id = launcher_id
+        self.groups: list[int] = []
+        self.pid = 0
+        self.pidfd: int | None = None
+        self._fd = -1
+        self._start()
+
+    def _start(self) -> None:
+        read_fd, write_fd = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the watchdog: never returns
+            status = 0
+            try:
+                os.close(write_fd)
+                _keep_only_fd(read_fd)  # hold none of the launcher's pipes, sockets or SSH channel open
+                os.setsid()  # out of the launcher's group: a killpg of the launcher must not take us too
+                for sig in _WATCHDOG_IGNORES:
+                    signal.signal(sig, signal.SIG_IGN)
+                _reap_when_orphaned(read_fd, self.launcher_id)
+            except BaseException:
+                status = 1
+            finally:
+                os._exit(status)
+        os.close(read_fd)
+        os.set_blocking(write_fd, False)   # a stopped watchdog must never block the launcher
+        self.pid, self._fd = pid, write_fd
+        try:
+            self.pidfd = os.pidfd_open(pid)
+        except (AttributeError, OSError):
+            self.pidfd = None
+
+    def watch(self, pgid: int) -> None:
+        """Register a rank's process group: the watchdog kills it if the launcher dies."""
+        self.groups.append(pgid)
+        self._send(b"+%d\n" % pgid)
+
+    def _send(self, data: bytes) -> None:
+        try:
+            os.write(self._fd, data)
+        except BlockingIOError:
+            self._replace("is not reading (stopped?)")
+        except OSError as exc:
+            self._replace(f"is gone ({exc.strerror})")
+
+    def check(self) -> None:
+        """Replace the watchdog if it has exited (its pidfd turned readable, or an attempt ended)."""
+        try:
+            pid, _ = os.waitpid(self.pid, os.WNOHANG)
+        except ChildProcessError:
+            pid = self.pid
+        if pid:
+            self._replace("exited", reaped=True)
+
+    def _replace(self, why: str, reaped: bool = False) -> None:
+        """Start a new watchdog that knows every group, so the ranks stay covered; say what happened."""
+        old = self.pid
+        self._forget(reaped)
+        self._start()
+        say(f"warning: the watchdog (pid {old}) that stops the ranks if dlaunch is killed {why}; "
+            f"started a new one (pid {self.pid})")
+        try:
+            os.write(self._fd, b"".join(b"+%d\n" % g for g in self.groups))
+        except OSError as exc:
+            say(f"warning: the new watchdog cannot be told the ranks ({exc.strerror}); they are covered by "
+                f"their parent-death signal only")
+
+    def _forget(self, reaped: bool) -> None:
+        """Close our end to the current watchdog and make sure it is gone and reaped."""
+        os.close(self._fd)
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+            self.pidfd = None
+        if not reaped:
+            _kill(self.pid)
+            try:
+                os.waitpid(self.pid, 0)
+            except ChildProcessError:
+                pass   # already collected: nothing left to wait for
+
+    def close(self) -> None:
+        """Normal exit: the launcher has stopped its ranks itself, so the watchdog leaves; a stuck one is killed."""
+        try:
+            os.write(self._fd, b"bye\n")
+        except OSError:
+            pass   # gone or stuck: the bounded wait below settles it either way
+        os.close(self._fd)
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+            self.pidfd = None
+        deadline = time.monotonic() + GOODBYE_SECONDS
+        while time.monotonic() < deadline:
+            try:
+                if os.waitpid(self.pid, os.WNOHANG)[0]:
+                    return
+            except ChildProcessError:
+                return
+            time.sleep(0.01)
+        say(f"warning: the watchdog (pid {self.pid}) did not leave within {GOODBYE_SECONDS:g} s; killed it")
+        _kill(self.pid)
+        os.waitpid(self.pid, 0)
+
+
+def _keep_only_fd(keep: int) -> None:
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    os.close(null)
+    os.closerange(3, keep)
+    os.closerange(keep + 1, 65536)
+
+
+def _reap_when_orphaned(read_fd: int, launcher_id: str) -> None:
+    """The watchdog's life: collect groups until "bye" (leave) or EOF (the launcher died: kill everything)."""
+    groups: set[int] = set()
+    buffer = b""
+    while True:
+        chunk = os.read(read_fd, 4096)
+        if not chunk:
+            break
+        buffer += chunk
+        *lines, buffer = buffer.split(b"\n")
+        for line in lines:
+            if line == b"bye":
+                return
+            if line.startswith(b"+"):
+                groups.add(int(line[1:]))
+    for pgid in groups:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except OSError:
+            continue   # that group is already gone
+    sweep(launcher_id, set())

@@ -1,0 +1,154 @@
+"""Rank output: the full log file of every rank, and the prefixed console view of some.
+
+Ranks that the console does not show write straight into their log file (the
+launcher never touches those bytes, so a chatty rank costs it nothing).  Ranks
+that it shows write into a pipe; ``ConsoleTee`` copies each chunk verbatim to
+the rank's log and shows it on the console one whole line at a time, each line
+prefixed with its rank, so lines of different ranks never interleave mid-line.
+
+Progress bars (``\r`` updates, as tqdm draws them) are shown live on a
+terminal: the newest unfinished line sits at the bottom of the screen and is
+redrawn in place, and it is erased before anything else is printed (another
+rank's line, a message of dlaunch's), then drawn again below it.  A finished
+line shows what a terminal would have shown of it, its last ``\r`` segment.
+On a pipe or file only finished lines are written.  The log keeps every byte.
+"""
+
+from __future__ import annotations
+
+import os
+
+from launcher import console
+
+MAX_PENDING = 1 << 16  # a "line" longer than this (a progress bar without newlines) is shown in pieces
+ERASE_LINE = b"\r\x1b[K"
+
+
+def _last_segment(line: bytes) -> bytes:
+    """What a terminal shows of a line drawn with carriage returns: its last non-empty ``\r`` segment."""
+    if b"\r" not in line:
+        return line
+    for segment in reversed(line.split(b"\r")):
+        if segment:
+            return segment
+    return b""
+
+
+class ConsoleTee:
+    """Per-rank pipe chunks -> the rank's log file (raw) and the console (whole lines, prefixed; live partials
+    on a terminal)."""
+
+    def __init__(self, console_fd: int, live: bool | None = None):
+        self.console_fd = console_fd
+        self.live = os.isatty(console_fd) if live is None else live
+        self._pending: dict[int, bytes] = {}
+        self._prefix: dict[int, bytes] = {}
+        self._log_fd: dict[int, int | None] = {}
+        self._shown: int | None = None   # whose unfinished line is on screen, the cursor at its end
+        if self.live:
+            console.live_line = self
+
+    def add(self, key: int, prefix: str, log_fd: int) -> None:
+        self._pending[key] = b""
+        self._prefix[key] = prefix.encode()
+        self._log_fd[key] = log_fd
+
+    def feed(self, key: int, chunk: bytes) -> str | None:
+        """Log ``chunk`` and show it; returns why the log could not be written, once, if so (a full disk): the
+        launcher then stops the job, and the console keeps showing what arrives."""
+        failure = None
+        log_fd = self._log_fd[key]
+        if log_fd is not None:
+            try:
+                _write_all(log_fd, chunk)
+            except OSError as exc:
+                failure = f"cannot write rank {key}'s log: {exc.strerror}"
+                os.close(log_fd)
+                self._log_fd[key] = None
+        data = self._pending[key] + chunk
+        cut = data.rfind(b"\n") + 1
+        if len(data) - cut > MAX_PENDING:
+            cut = len(data)
+        self._pending[key] = data[cut:]
+        self._show(key, data[:cut])
+        return failure
+
+    def close(self, key: int) -> None:
+        """The rank's pipe ended: show a last unterminated line, close its log."""
+        rest = self._pending[key]
+        self._pending[key] = b""
+        self._show(key, rest + b"\n" if rest else b"")
+        del self._pending[key]
+        log_fd = self._log_fd.pop(key)
+        if log_fd is not None:
+            os.close(log_fd)
+
+    def erase(self) -> bytes:
+        """Take the unfinished line off the screen (before other output); returns the bytes that do it."""
+        if self._shown is None:
+            return b""
+        self._shown = None
+        return ERASE_LINE
+
+    def redraw(self, key: int | None = None) -> bytes:
+        """Draw ``key``'s unfinished line (default: the newest one still unfinished) at the bottom."""
+        if not self.live:
+            return b""
+        candidates = [key] if key is not None and self._pending.get(key) else [
+            k for k, pending in self._pending.items() if pending]
+        if not candidates:
+            return b""
+        key = candidates[-1]
+        self._shown = key
+        return self._prefix[key] + _last_segment(self._pending[key])
+
+    def _show(self, key: int, lines: bytes) -> None:
+        """Finished ``lines`` of ``key``, each prefixed, then (live) the newest unfinished line again."""
+        previous = self._shown
+        out = self.erase() if self.live and (lines or self._pending[key] or previous == key) else b""
+        if lines:
+            prefix = self._prefix[key]
+            for line in lines[:-1].split(b"\n"):
+                line = _last_segment(line)
+                out += (line if line.startswith(prefix) else prefix + line) + b"\n"  # torch may prefix already
+        if out or self._pending[key]:
+            out += self.redraw(key if self._pending[key] else previous)
+        if out:
+            self.write(out)
+
+    def write(self, data: bytes) -> None:
+        try:
+            _write_all(self.console_fd, data)
+        except OSError:   # console gone (| head): the logs stay complete, the job goes on
+            self.console_fd = os.open(os.devnull, os.O_WRONLY)
+            self.live = False
+
+    def finish(self) -> None:
+        """The attempt is over: end an unfinished line on screen, and stop taking part in dlaunch's messages."""
+        if self._shown is not None:
+            self._shown = None
+            self.write(b"\n")
+        if console.live_line is self:
+            console.live_line = None
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def tail_lines(path: str, count: int = 10, max_bytes: int = 16384) -> list[str]:
+    """The last ``count`` lines of a log, read from its end (logs can be gigabytes)."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - max_bytes))
+            data = fh.read()
+    except OSError:
+        return []
+    lines = data.decode("utf-8", "replace").splitlines()
+    if size > max_bytes and lines:
+        lines = lines[1:]  # the first line is probably cut
+    return lines[-count:]

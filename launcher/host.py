@@ -1,0 +1,194 @@
+"""Which devices this host lets a job use, and how a rank names its own device.
+
+An inherited ``ASCEND_RT_VISIBLE_DEVICES`` or ``CUDA_VISIBLE_DEVICES`` is the set
+of devices the user allows (a shared machine, a container, a scheduler's
+allocation): ``--ranks N`` takes the first N of them, and ``--devices`` or a
+rank table may name only devices inside it.  With neither variable set,
+``--ranks auto`` counts what the hardware shows (``/dev/davinci*`` for Ascend,
+``nvidia-smi -L`` for NVIDIA), without importing torch or MindSpore.
+
+Device ids in plans and rank tables are *physical* ids, as HCCL's rank table
+and hccl_tools' ``--visible_devices`` use them.  What a process passes to its
+runtime is a *logical* id, an index into the devices it can see: Ascend's
+runtime numbers the devices of ``ASCEND_RT_VISIBLE_DEVICES`` (or of a container
+that mounts only some ``/dev/davinciN``) from 0, and CUDA does the same with
+``CUDA_VISIBLE_DEVICES``.  So ``DEVICE_ID`` (MindSpore's) is the logical id
+whenever the visible set is a subset, and each rank's ``CUDA_VISIBLE_DEVICES``
+lists this host's devices in local-rank order, so that ``cuda:LOCAL_RANK`` is
+the physical device the plan names (DeepSpeed does the same).
+
+``discover`` touches the machine (environment, /dev, nvidia-smi); everything
+else here is pure.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+
+from launcher.errors import UsageError
+
+ASCEND_VAR = "ASCEND_RT_VISIBLE_DEVICES"
+CUDA_VAR = "CUDA_VISIBLE_DEVICES"
+DAVINCI_GLOB = "/dev/davinci[0-9]*"
+NVIDIA_SMI_SECONDS = 10.0
+MAX_DEVICES = 4096
+_DAVINCI = re.compile(r"^davinci(\d+)$")
+_NVIDIA_GPU = re.compile(r"^GPU (\d+):")
+
+
+@dataclass(frozen=True)
+class DeviceView:
+    """The devices this host offers a job, as found before planning.
+
+    ``source`` says where they were found: a variable name, ``/dev/davinci*``,
+    ``nvidia-smi -L``, or "" when nothing restricts or describes them (CPU hosts).
+    ``tokens`` are the entries as that source lists them (CUDA also allows UUIDs
+    such as ``GPU-8f3c...``, in which case device ids are positions in the list).
+    ``restricts`` is true for the variables: only their devices may be used.
+    """
+
+    source: str = ""
+    tokens: tuple[str, ...] = ()
+    restricts: bool = False
+
+    @property
+    def numeric(self) -> bool:
+        return all(token.isdigit() for token in self.tokens)
+
+    @property
+    def ids(self) -> list[int]:
+        """The device ids a plan may use: physical ids, or positions when the list holds UUIDs."""
+        return [int(t) for t in self.tokens] if self.numeric else list(range(len(self.tokens)))
+
+    @property
+    def ascend(self) -> bool:
+        return self.source in (ASCEND_VAR, DAVINCI_GLOB)
+
+    def describe(self) -> str:
+        shown = ",".join(self.tokens) if self.tokens else "(empty)"
+        return f"{self.source}={shown}" if self.restricts else f"{self.source} ({shown})"
+
+    def first(self, count: int) -> list[int]:
+        """``--ranks N``: the first N devices offered (0..N-1 when nothing describes them, e.g. CPU ranks)."""
+        if not self.tokens:
+            return list(range(count))
+        if count > len(self.tokens):
+            verb = "allows" if self.restricts else "shows"
+            raise UsageError(f"--ranks {count}, but {self.describe()} {verb} only {len(self.tokens)} device(s); "
+                             f"use --ranks {len(self.tokens)}" + (f" or widen {self.source}" if self.restricts else ""))
+        return self.ids[:count]
+
+    def check(self, devices: list[int], what: str) -> None:
+        """Devices named by ``--devices`` or a rank table must be among the allowed ones."""
+        if not self.restricts or not self.tokens:
+            return
+        allowed = set(self.ids)
+        outside = [d for d in devices if d not in allowed]
+        if outside:
+            kind = "" if self.numeric else " (its entries are not numbers, so devices are positions in it)"
+            raise UsageError(f"{what} names device {outside[0]}, which {self.describe()} does not allow{kind}; "
+                             f"allowed: {','.join(map(str, self.ids))}")
+
+    def cuda_visible(self, local_devices: list[int], inherited: dict) -> str | None:
+        """Each rank's ``CUDA_VISIBLE_DEVICES``: this host's devices in local-rank order; None leaves it alone.
+
+        An inherited empty value hides every GPU and stays empty (CPU ranks); on Ascend the variable is not
+        dlaunch's to set.
+        """
+        if self.ascend:
+            return None
+        if inherited.get(CUDA_VAR) == "":
+            return ""
+        if self.source == CUDA_VAR and not self.numeric:
+            return ",".join(self.tokens[d] for d in local_devices)
+        return ",".join(map(str, local_devices))
+
+    def device_id(self, device: int) -> int:
+        """MindSpore's ``DEVICE_ID``: the logical id on Ascend when only some devices are visible, else physical."""
+        if self.ascend and self.tokens and self.numeric and str(device) in self.tokens:
+            return self.tokens.index(str(device))
+        return device
+
+
+def parse_list(text: str, source: str) -> tuple[str, ...]:
+    """A visible-devices variable's entries; repeated entries are an error the runtime would not report."""
+    tokens = tuple(t.strip() for t in text.split(",")) if text.strip() else ()
+    if any(not t for t in tokens):
+        raise UsageError(f"{source}={text!r} has an empty entry")
+    if len(tokens) > MAX_DEVICES:
+        raise UsageError(f"{source} lists {len(tokens)} devices; at most {MAX_DEVICES} are supported")
+    if len(set(tokens)) != len(tokens):
+        raise UsageError(f"{source}={text!r} names a device twice")
+    return tokens
+
+
+def from_environment(environ) -> DeviceView | None:
+    """The restriction a user set: ``ASCEND_RT_VISIBLE_DEVICES`` first (it names NPUs), then ``CUDA_VISIBLE_DEVICES``."""
+    for var in (ASCEND_VAR, CUDA_VAR):
+        if var in environ:
+            tokens = parse_list(environ[var], var)
+            if var == ASCEND_VAR and not all(t.isdigit() for t in tokens):
+                raise UsageError(f"{var}={environ[var]!r}: entries must be device numbers")
+            return DeviceView(source=var, tokens=tokens, restricts=True)
+    return None
+
+
+def _davinci_devices() -> tuple[str, ...]:
+    found = []
+    for path in glob.glob(DAVINCI_GLOB):
+        match = _DAVINCI.match(os.path.basename(path))
+        if match:
+            found.append(int(match[1]))
+    return tuple(str(d) for d in sorted(found))
+
+
+def _nvidia_gpus() -> tuple[str, ...] | None:
+    """GPU indices ``nvidia-smi -L`` lists, or None when it is not installed or fails."""
+    tool = shutil.which("nvidia-smi")
+    if tool is None:
+        return None
+    try:
+        done = subprocess.run([tool, "-L"], capture_output=True, text=True, timeout=NVIDIA_SMI_SECONDS,
+                              stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if done.returncode != 0:
+        return None
+    return tuple(m[1] for m in map(_NVIDIA_GPU.match, done.stdout.splitlines()) if m)
+
+
+def discover(environ=None, probe_hardware: bool = False) -> DeviceView:
+    """What this host offers: the variables' restriction, else (``probe_hardware``) what the hardware shows.
+
+    Hardware is probed only for ``--ranks auto``, and to learn on an Ascend host whose ``/dev`` shows only some
+    NPUs (a container) which logical ids its devices have.
+    """
+    environ = os.environ if environ is None else environ
+    restricted = from_environment(environ)
+    if restricted is not None:
+        return restricted
+    davinci = _davinci_devices()
+    if davinci:
+        return DeviceView(source=DAVINCI_GLOB, tokens=davinci)
+    if probe_hardware:
+        gpus = _nvidia_gpus()
+        if gpus:
+            return DeviceView(source="nvidia-smi -L", tokens=gpus)
+    return DeviceView()
+
+
+def auto_count(view: DeviceView) -> list[int]:
+    """``--ranks auto``: one rank per visible device; a clear error naming what was looked for when there is none."""
+    if view.tokens:
+        return view.ids
+    if view.restricts:
+        raise UsageError(f"--ranks auto: {view.source} is empty, so no device is visible; pass --ranks N "
+                         f"to start N ranks anyway (CPU)")
+    raise UsageError(f"--ranks auto found no device: {ASCEND_VAR} and {CUDA_VAR} are unset, there is no "
+                     f"{DAVINCI_GLOB}, and nvidia-smi -L shows no GPU (or is not installed); pass --ranks N (e.g. --ranks 8 for "
+                     f"8 CPU ranks)")

@@ -1,0 +1,1 @@
+"""Reading a run directory: status, logs, the report page, checkpoints, pruning."""

@@ -1,0 +1,135 @@
+"""Files a user names: read them bounded, write them without surprises.
+
+Reading (rank tables, configs, hccn.conf, env files): only regular files, and
+only up to a size limit, so ``/dev/zero`` is an error instead of an unbounded
+read and a FIFO is an error instead of a hang.
+
+Writing (every ``-o``: gen-ranktable, merge-ranktable, report, script, ckpt
+merge) follows one rule set:
+
+* ``-`` is standard output;
+* a new regular file is written atomically (hidden temporary, fsync, rename)
+  with the mode the umask gives, as any editor or shell redirection would;
+* an existing regular file is replaced the same way, only with ``--force``;
+* a symlink is written through: its target is what gets written (the link stays);
+* a device node or FIFO (``/dev/null``, ``/dev/stdout``, a named pipe) is written
+  through, never replaced: renaming over ``/dev/null`` as root turns it into a
+  regular file and breaks the machine;
+* nothing inside a run directory is ever a target: a report must not replace
+  the ``summary.json`` or ``output.log`` it was made from.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+import tempfile
+
+from launcher.errors import UsageError
+
+MAX_TEXT_BYTES = 16 << 20
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def read_text(path: str, what: str, max_bytes: int = MAX_TEXT_BYTES) -> str:
+    """The UTF-8 text of a regular file of at most ``max_bytes``; otherwise a UsageError naming ``what``."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)   # a FIFO opens without waiting for a writer
+    except OSError as exc:
+        raise UsageError(f"cannot read {what} {path}: {exc.strerror}") from None
+    with os.fdopen(fd, "rb") as fh:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise UsageError(f"cannot read {what} {path}: it is {_kind(info.st_mode)}, not a regular file")
+        if info.st_size > max_bytes:
+            raise UsageError(f"cannot read {what} {path}: {info.st_size} bytes is more than the "
+                             f"{max_bytes >> 20} MiB dlaunch reads")
+        os.set_blocking(fd, True)
+        data = fh.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise UsageError(f"cannot read {what} {path}: it grew past the {max_bytes >> 20} MiB dlaunch reads")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"cannot read {what} {path}: not UTF-8 text (byte {exc.start})") from None
+
+
+def write_output(path: str, write, *, force: bool, binary: bool = False, executable: bool = False,
+                 by_path: bool = False) -> str:
+    """Write an output file by ``write(handle)``; returns how to name where it went (for the closing message).
+
+    ``binary`` gives ``write`` a binary handle, else a UTF-8 text one; ``by_path`` gives it a path to write
+    instead (torch.save writes fastest to a path); ``executable`` adds the x bits the umask allows.
+    """
+    if path == "-":
+        if by_path:
+            write("/dev/stdout")
+        else:
+            write(sys.stdout.buffer if binary else sys.stdout)
+            sys.stdout.flush()
+        return "standard output"
+    target = os.path.realpath(path)   # through links: the link keeps pointing where it did
+    from launcher.rundir import enclosing_run_dir
+
+    run_dir = enclosing_run_dir(target)
+    if run_dir is not None:
+        raise UsageError(f"-o {path} is inside the run directory {run_dir}; dlaunch never writes over a run's "
+                         f"own files: choose a path outside it")
+    try:
+        info = os.stat(target)
+    except FileNotFoundError:
+        info = None
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror}") from None
+    try:
+        if info is not None and stat.S_ISDIR(info.st_mode):
+            raise UsageError(f"-o {path} is a directory")
+        if info is not None and not stat.S_ISREG(info.st_mode):
+            _write_to(target, write, binary, by_path)   # a device or FIFO: written through, never replaced
+            return path
+        if info is not None and not force:
+            raise UsageError(f"{path} exists; nothing was written (--force replaces it)")
+        _replace_atomically(target, write, binary, by_path, 0o777 if executable else 0o666)
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror}") from None
+    return path
+
+
+def _write_to(path: str, write, binary: bool, by_path: bool) -> None:
+    if by_path:
+        write(path)
+        return
+    with open(path, "wb" if binary else "w", encoding=None if binary else "utf-8") as fh:
+        write(fh)
+
+
+def _replace_atomically(target: str, write, binary: bool, by_path: bool, permissions: int) -> None:
+    directory, name = os.path.split(target)
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory)
+    os.close(fd)
+    try:
+        _write_to(tmp, write, binary, by_path)
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.chmod(tmp, permissions & ~_umask())
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass   # the rename happened before the failure: nothing of ours is left to remove
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

@@ -1,0 +1,118 @@
+"""Exit codes and process lifetime under attack: a closed console, a dead or stuck watchdog, a launcher
+SIGKILLed mid-spawn, ranks that start daemons.  Every process here is real; nothing may be left behind."""
+
+import contextlib
+import os
+import random
+import signal
+import subprocess
+import time
+
+import psutil
+import pytest
+
+from tests.launching import (RANK_PROGRAM, ROOT, dlaunch_argv, kill_run, latest_run, processes_of_run, records,
+                             start_dlaunch, summary, wait_until)
+
+
+def test_closed_console_keeps_the_root_cause_exit_code(tmp_path):
+    """``dlaunch run ... 2>&1 | head -1``: the console closes at once, the exit code is still rank 1's 3."""
+    command = " ".join(map(str, dlaunch_argv("run", RANK_PROGRAM, "--ranks", "2", "--console", "all",
+                                             "--output-dir", tmp_path / "runs", "--", "--print", "200",
+                                             "--fail-rank", "1", "--code", "3", "--after", "0.3",
+                                             "--sleep", "30")))
+    done = subprocess.run(["bash", "-c", f'{command} 2>&1 | head -1 >/dev/null; echo "${{PIPESTATUS[0]}}"'],
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.stdout.strip() == "3", done.stderr
+    assert summary(latest_run(tmp_path / "runs"))["exit_code"] == 3
+
+
+def _watchdog_of(launcher: psutil.Process) -> psutil.Process:
+    """The launcher's one child that is not a rank (ranks carry DLAUNCH_RANK_DIR)."""
+    def find():
+        for child in launcher.children():
+            try:
+                if "DLAUNCH_RANK_DIR" not in child.environ():
+                    return child
+            except psutil.Error:
+                continue
+        return None
+    found = wait_until(find, timeout=10)
+    assert found, "no watchdog process found"
+    return found
+
+
+@pytest.mark.parametrize("attack", ["SIGKILL", "SIGSTOP"])
+def test_a_dead_or_stuck_watchdog_changes_nothing_of_the_outcome(tmp_path, attack):
+    out = tmp_path / "runs"
+    proc = start_dlaunch("run", RANK_PROGRAM, "--ranks", "2", "--output-dir", out, "--run-id", "wd", "--",
+                         "--fail-rank", "1", "--code", "7", "--after", "1.5", "--sleep", "30", cwd=tmp_path)
+    try:
+        watchdog = _watchdog_of(psutil.Process(proc.pid))
+        watchdog.send_signal(getattr(signal, attack))
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        kill_run("wd")
+    assert proc.returncode == 7, stderr
+    assert summary(out / "wd")["exit_code"] == 7
+    assert "watchdog" in stderr and "Traceback" not in stderr
+    assert not wait_until(lambda: psutil.pid_exists(watchdog.pid) and watchdog.status() != psutil.STATUS_ZOMBIE,
+                          timeout=0.5)
+
+
+def test_a_replaced_watchdog_still_kills_the_ranks_of_a_sigkilled_launcher(tmp_path):
+    proc = start_dlaunch("run", RANK_PROGRAM, "--ranks", "2", "--output-dir", tmp_path / "runs", "--run-id",
+                         "wd2", "--", "--child", "--sleep", "60", cwd=tmp_path)
+    try:
+        launcher = psutil.Process(proc.pid)
+        _watchdog_of(launcher).kill()
+        assert wait_until(lambda: len(processes_of_run("wd2")) >= 4, timeout=20)   # 2 ranks, 2 children
+        time.sleep(0.3)   # the launcher notices the dead watchdog and starts another
+        proc.kill()
+        proc.wait()
+        assert wait_until(lambda: not processes_of_run("wd2"), timeout=10), processes_of_run("wd2")
+    finally:
+        kill_run("wd2")
+
+
+def test_sigkill_at_random_moments_of_the_spawn_loop_leaves_no_rank(tmp_path):
+    """The launcher is SIGKILLed 0-150 ms after its watchdog appears, while 8 ranks are being spawned, many
+    times: a rank between fork and exec, or spawned but not yet registered, must still die with it."""
+    rng = random.Random(12)
+    survivors = {}
+    for attempt in range(20):
+        run_id = f"spawn{attempt}"
+        proc = start_dlaunch("run", RANK_PROGRAM, "--ranks", "8", "--output-dir", tmp_path / "runs", "--run-id",
+                             run_id, "--console", "none", "--", "--sleep", "60", cwd=tmp_path,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            launcher = psutil.Process(proc.pid)
+            wait_until(lambda: launcher.children(), timeout=10, interval=0.002)
+            time.sleep(rng.uniform(0, 0.15))
+            proc.kill()
+            proc.wait()
+            if not wait_until(lambda: not processes_of_run(run_id), timeout=5):
+                survivors[run_id] = [p.pid for p in processes_of_run(run_id)]
+        finally:
+            kill_run(run_id)
+    assert not survivors
+
+
+@pytest.mark.parametrize("ending", ["success", "fail-fast"])
+def test_a_daemon_a_rank_started_does_not_outlive_the_job(tmp_path, ending):
+    out = tmp_path / "runs"
+    extra = ["--fail-rank", "1", "--code", "5", "--after", "1", "--sleep", "30"] if ending == "fail-fast" else ["--sleep", "0.5"]
+    proc = start_dlaunch("run", RANK_PROGRAM, "--ranks", "2", "--output-dir", out, "--", "--daemon", *extra,
+                         cwd=tmp_path)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == (5 if ending == "fail-fast" else 0), stderr
+    daemons = [records(latest_run(out) / f"rank_00{r}", "daemon.jsonl")[0]["pid"] for r in range(2)]
+    try:
+        alive = [pid for pid in daemons if psutil.pid_exists(pid)
+                 and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+        assert not alive, f"daemons still running: {alive}"
+    finally:
+        for pid in daemons:   # cleanup only: the assertion above already judged them
+            with contextlib.suppress(psutil.Error):
+                psutil.Process(pid).kill()
