@@ -27,6 +27,7 @@ import glob
 import os
 import re
 import shutil
+import socket
 import subprocess
 from dataclasses import dataclass
 
@@ -192,3 +193,14 @@ def auto_count(view: DeviceView) -> list[int]:
     raise UsageError(f"--ranks auto found no device: {ASCEND_VAR} and {CUDA_VAR} are unset, there is no "
                      f"{DAVINCI_GLOB}, and nvidia-smi -L shows no GPU (or is not installed); pass --ranks N (e.g. --ranks 8 for "
                      f"8 CPU ranks)")
+
+
+def free_port(address: str) -> int:
+    """A TCP port free on ``address`` right now (the kernel picks it, as torchrun does)."""
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((address, 0))
+        except OSError as exc:
+            raise UsageError(f"cannot use master address {address}: {exc.strerror}") from None
+        return sock.getsockname()[1]

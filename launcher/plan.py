@@ -62,6 +62,11 @@ class Options:
     waiting_notice: float = 30.0  # silent ranks and missing peers this long: say so (0: never)
     ms_scheduler: bool = False    # MindSpore's dynamic cluster (msrun's contract): a scheduler beside rank 0
     ms_topo_timeout: float = 600.0
+    hang_timeout: float | None = None   # stop the job (exit 124) after this long without a sign of life
+    prefix_host: bool = False     # console lines carry the host as well as the rank (cluster)
+    shared_run_dir: bool = False  # other hosts (or an earlier launch) may create the run directory too
+    fixed_port: bool = False      # restarts keep master_port (hosts agree on it); otherwise a fresh free one
+    resume_from: str | None = None   # an earlier run directory to resume from (--resume)
 
 
 @dataclass(frozen=True)
@@ -118,6 +123,8 @@ class LaunchPlan:
     is_master: bool = True                            # this host runs rank 0
     waiting_notice: float = 30.0
     scheduler: RankSpec | None = None                 # MindSpore's scheduler, on the master host only
+    hang_timeout: float | None = None                 # no sign of life this long: stacks, stop, exit 124
+    prefix_host: bool = False                         # console lines say [host][rankN]
 
     def host_file(self, name: str, ext: str) -> str:
         """This host's own file in the run directory (plan, summary): distinct per host on a shared filesystem."""
@@ -228,7 +235,8 @@ def make_plan(table: RankTable, server_index: int, opts: Options, rank_table_fil
         peers=[{"server_id": str(other.server_id), "suffix": host_suffix(other.server_id),
                 "ranks": numlists.format_ranges(d.rank for d in other.devices if d.rank is not None)}
                for index, other in enumerate(table.servers) if index != server_index],
-        is_master=is_master, waiting_notice=opts.waiting_notice, scheduler=scheduler)
+        is_master=is_master, waiting_notice=opts.waiting_notice, scheduler=scheduler,
+        hang_timeout=opts.hang_timeout, prefix_host=opts.prefix_host)
 
 
 def describe(plan: LaunchPlan) -> str:
@@ -241,7 +249,9 @@ def describe(plan: LaunchPlan) -> str:
              f"rank table:    {plan.rank_table_file}",
              f"master:        {plan.master_addr}:{plan.master_port}",
              f"working dir:   {'each rank its own rank directory' if plan.cwd_mode == CWD_RANK else 'launch directory'}",
-             f"on failure:    SIGTERM, {plan.grace_period:g} s grace, SIGKILL; restarts allowed: {plan.max_restarts}"]
+             f"on failure:    SIGTERM, {plan.grace_period:g} s grace, SIGKILL; restarts allowed: {plan.max_restarts}",
+             "hang check:    " + (f"stop after {plan.hang_timeout:g} s without a sign of life (exit 124)"
+                                  if plan.hang_timeout else "off (--hang-timeout)")]
     if plan.resume:
         lines.append(f"resume from:   {plan.resume.label} of {plan.resume.run_dir}")
     for spec in plan.processes():

@@ -9,7 +9,14 @@ hung says so.  Closing lines, the head's report over SSH, ``status`` and restart
 from __future__ import annotations
 
 import signal
+import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from launcher.lines import tail_lines
+
+if TYPE_CHECKING:
+    from launcher.plan import LaunchPlan
 
 HANG_EXIT_CODE = 124  # as coreutils timeout: the job was stopped because it stopped making progress
 
@@ -92,3 +99,99 @@ class AttemptResult:
         if self.interrupted_by is not None:
             return 128 + self.interrupted_by
         return 0
+
+
+def _root_cause(result: AttemptResult) -> dict | None:
+    cause = result.root_cause
+    if cause is None:
+        return None
+    info = cause.to_dict()
+    info["log_tail"] = tail_lines(cause.log_file, 10)
+    message = _error_file_message(cause.error_file)
+    if message:
+        info["error_file_message"] = message
+    return info
+
+
+def _error_file_message(path: str) -> str | None:
+    """The message torchelastic's @record wrote for a failed rank, when there is one."""
+    import json
+
+    if not path:
+        return None
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+        return str(data.get("message", {}).get("message") or data.get("message"))[:2000]
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _newest_complete_checkpoint(plan: LaunchPlan) -> str | None:
+    """The newest step every rank saved (what --resume picks), read once the ranks are gone."""
+    from launcher.resume import resume_point
+
+    step, _ = resume_point(plan.run_dir, plan.world_size)
+    return step.label if step else None
+
+
+def summarize(plan: LaunchPlan, attempts: list[AttemptResult], started: float) -> dict:
+    last = attempts[-1]
+    if last.root_cause is not None or last.launcher_error is not None:
+        status = "failed"
+    elif last.interrupted_by is not None:
+        status = "interrupted"
+    else:
+        status = "succeeded"
+    return {
+        "run_id": plan.run_id, "run_dir": plan.run_dir, "host": plan.server_id, "server_index": plan.server_index,
+        "world_size": plan.world_size, "status": status, "exit_code": last.exit_code,
+        "started": started, "ended": time.time(),
+        "ranks_started": min((r.start for r in last.ranks if r.start), default=None),
+        "resumed_from": ({"run_dir": plan.resume.run_dir, "step": plan.resume.label} if plan.resume else None),
+        "newest_complete_checkpoint": _newest_complete_checkpoint(plan),
+        "root_cause": _root_cause(last),
+        **({"launcher_error": last.launcher_error} if last.launcher_error else {}),
+        "interrupted_by": signal.Signals(last.interrupted_by).name if last.interrupted_by else None,
+        "ranks": [r.to_dict() for r in last.ranks],
+        **({"scheduler": last.scheduler.to_dict()} if last.scheduler else {}),
+        "attempts": [{"attempt": a.attempt, "exit_code": a.exit_code, "root_cause": _root_cause(a),
+                      "ranks": [r.to_dict() for r in a.ranks]} for a in attempts],
+    }
+
+
+def closing_lines(summary: dict, summary_path: str) -> list[str]:
+    """The closing lines people read: success in one line, failure with its root cause and log tail."""
+    count = len(summary["ranks"])
+    took = summary["ended"] - summary["started"]
+    cause = summary["root_cause"]
+    if summary["status"] == "succeeded":
+        return [f"all {count} rank(s) exited 0 in {took:.1f} s; run directory {summary['run_dir']}"]
+    lines = []
+    if cause and cause.get("hung"):
+        lines.append(cause["reason"])
+        if cause.get("stack_file"):
+            lines.append(f"stacks of this host's ranks: {cause['stack_file']} (and its peers')")
+    if cause:
+        who = (f"the MindSpore scheduler (host {cause['host']})" if cause.get("role") == "scheduler" else
+               f"rank {cause['rank']} (host {cause['host']}, device {cause['device_id']})")
+        lines.append(f"{who} {how_it_ended(cause)}; log: {cause['log']}")
+        if cause.get("error_file_message"):
+            lines.append(f"its error file says: {cause['error_file_message']}")
+        if cause["log_tail"]:
+            lines.append("last lines of its log:")
+            lines += [f"    | {line}" for line in cause["log_tail"]]
+        if cause.get("role") == "scheduler":
+            stopped = f"stopped all {count} rank(s); "
+        else:
+            others = sum(1 for r in summary["ranks"] if r["rank"] != cause.get("rank"))
+            stopped = f"stopped the other {others} rank(s); " if others else ""
+        lines.append(f"{stopped}exit code {summary['exit_code']}; summary {summary_path}")
+    elif summary.get("launcher_error"):
+        lines.append(f"{summary['launcher_error']}: stopped all {count} rank(s); exit code {summary['exit_code']}; "
+                     f"summary {summary_path}")
+    else:
+        lines.append(f"interrupted by {summary['interrupted_by']}; stopped {count} rank(s); summary {summary_path}")
+    if summary.get("newest_complete_checkpoint"):
+        lines.append(f"newest complete checkpoint: {summary['newest_complete_checkpoint']} (what --resume picks)")
+    return lines

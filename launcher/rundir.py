@@ -15,9 +15,12 @@ import os
 import re
 import secrets
 import time
+from typing import TYPE_CHECKING
 
 from launcher.errors import LaunchError, UsageError
-from launcher.plan import LaunchPlan
+
+if TYPE_CHECKING:
+    from launcher.plan import LaunchPlan
 
 RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 LATEST = "latest"   # the link to the newest run: a reserved name, never a run id

@@ -442,7 +442,7 @@ def write_script(path: str, text: str, force: bool) -> None:
 
 
 def cmd_script(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from launcher.cli import settle
+    from launcher.options import settle
 
     settle(args, parser, getattr(args, "script_args_given", False))
     if args.template_dir and not os.path.isdir(args.template_dir):

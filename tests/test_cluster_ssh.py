@@ -305,7 +305,8 @@ def test_second_ctrl_c_kills_every_rank_at_once(ssh_cluster, tmp_path, out):
 
 def host_run(server_id, **state):
     """A HostRun as the session leaves it, built from plain data (the outcome logic is pure)."""
-    from launcher.execute.ssh.head import HostLaunch, HostRun, Target
+    from launcher.execute.ssh.plan import HostLaunch, Target
+    from launcher.execute.ssh.session import HostRun
 
     target = Target(server_id, server_id, 22, "user", (), False, (), "/dev/null", None)
     run = HostRun(HostLaunch(target, (0,), {}), client=None, channel=None)
@@ -315,7 +316,7 @@ def host_run(server_id, **state):
 
 
 def test_root_cause_is_the_failure_that_ended_first():
-    from launcher.execute.ssh.head import root_cause
+    from launcher.execute.ssh.outcome import root_cause
 
     def failed(host, rank, code, end):
         return host_run(host, exit_code=code, ended_at=end + 1,

@@ -271,7 +271,7 @@ def fake_run(out, run_id, hosts, *, written=None, fail=(), resume_dir=None, extr
     from launcher import rundir
     from launcher.plan import Command, Options, ResumePoint, host_suffix, make_plan
     from launcher.table.model import dumps, loads
-    from launcher.execute.attempts import summarize
+    from launcher.results import summarize
     from launcher.execute.local import AttemptResult, RankResult
 
     servers, rank = [], 0

@@ -17,10 +17,10 @@ from launcher.argtypes import port, positive_seconds, seconds, whole
 from launcher.config import apply_layers, layerable
 from launcher.console import printable, say, settle_streams, silence
 from launcher.errors import UsageError
+from launcher.options import AUTO, CLUSTER_DEFAULT_PORT, head_launch, launch_options, launch_table, settle
 
 EXIT_INVALID = 1
 EXIT_BROKEN_PIPE = 141   # 128 + SIGPIPE, what a shell reports for a command whose reader went away
-AUTO = "auto"
 MAX_LOCAL_RANKS = 4096  # devices.MAX_DEVICES (not imported here: start-up time)
 LAUNCH_COMMANDS = ("run", "cluster")
 SCRIPT_ARG_COMMANDS = (*LAUNCH_COMMANDS, "script")  # everything after -- is the training script's
@@ -143,15 +143,10 @@ def cmd_gen(args: argparse.Namespace) -> int:
 
 def cmd_merge(args: argparse.Namespace) -> int:
     from launcher.table.build import merge_tables
-    from launcher.table.model import RankTableError, load
     from launcher.table.rules import require_valid
+    from launcher.table.share import read_table
 
-    tables = []
-    for path in args.files:
-        try:
-            tables.append((path, load(path)))
-        except RankTableError as exc:
-            raise UsageError(f"{path}: {exc}") from None
+    tables = [(path, read_table(path)[1]) for path in args.files]
     merged = merge_tables(tables)
     require_valid(merged, args.profile, "the merged table")
     _write_table(merged, args.output, args.force)
@@ -159,185 +154,27 @@ def cmd_merge(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load_table(path: str):
-    from launcher.table.model import RankTableError, load
-
-    try:
-        return load(path)
-    except RankTableError as exc:
-        raise UsageError(f"rank table {path}: {exc}") from None
-
-
-def _launch_table(args: argparse.Namespace):
-    """(table, this host's server index, table source, device view) from --ranks, --devices or --rank-table.
-
-    The device view is what this host allows (CUDA_VISIBLE_DEVICES / ASCEND_RT_VISIBLE_DEVICES) or shows;
-    every device this host runs must be inside what it allows.
-    """
-    from launcher import host as visible
-    from launcher.table.build import parse_devices, read_hccn_conf, single_server_table
-    from launcher.table.share import select_server
-    from launcher.table.rules import require_valid
-
-    from_table = getattr(args, "rank_table_text", None) is not None or bool(args.rank_table)
-    auto = not from_table and args.devices is None and args.ranks == AUTO
-    view = visible.discover(probe_hardware=auto)
-    if from_table:
-        if getattr(args, "rank_table_text", None) is not None:
-            from launcher.table.model import RankTableError, loads
-
-            try:
-                table = loads(args.rank_table_text)
-            except RankTableError as exc:
-                raise UsageError(f"rank table from the head: {exc}") from None
-            what = "the rank table from the head"
-        else:
-            table, what = _load_table(args.rank_table), f"rank table {args.rank_table}"
-        require_valid(table, args.profile, what)
-        if args.command == "run" and len(table.servers) > 1:
-            raise UsageError(_multi_host_hint(table, args.rank_table or "rt.json", args.script or "train.py"))
-        index = select_server(table, getattr(args, "server_id", None), getattr(args, "rank_start", None))
-        server = table.servers[index]
-        view.check([dev.device for dev in server.devices], f"{what} (server {server.server_id})")
-        return table, index, what, view
-    if args.devices is not None:
-        devices, what = parse_devices(args.devices), f"--devices {args.devices}"
-        view.check(devices, what)
-    elif auto:
-        devices = visible.auto_count(view)
-        what = f"--ranks auto ({len(devices)} device(s) from {view.source})"
-    else:
-        if args.ranks < 1:
-            raise UsageError(f"--ranks must be at least 1, not {args.ranks}")
-        devices, what = view.first(args.ranks), f"--ranks {args.ranks}"
-    table = single_server_table(devices, "127.0.0.1", read_hccn_conf(args.hccn_conf))
-    require_valid(table, args.profile, what)
-    return table, 0, what, view
-
-
-def _multi_host_hint(table, path: str, script: str) -> str:
-    """Why ``run`` refuses a table that spans hosts, and the exact commands that run it."""
-    import shlex
-
-    starts = [min((d.rank for d in s.devices if d.rank is not None), default=0) for s in table.servers]
-    first = shlex.join(["dlaunch", "cluster", script, "--rank-table", path, "--rank-start", str(starts[0]),
-                        "--run-id", "JOB"])
-    ssh = shlex.join(["dlaunch", "cluster", script, "--rank-table", path, "--ssh"])
-    shown = ", ".join(f"{s.server_id} (--rank-start {k})" for s, k in list(zip(table.servers, starts))[:4])
-    more = f" and {len(table.servers) - 4} more" if len(table.servers) > 4 else ""
-    return (f"{path} spans {len(table.servers)} hosts ({shown}{more}); dlaunch run starts one host. Run "
-            f"'{first}' on each host with its own --rank-start and the same --run-id, or '{ssh}' from one "
-            f"head node")
-
-
-def _extra_env(args: argparse.Namespace) -> dict[str, str]:
-    """What every rank gets on top of dlaunch's own variables: the head's request (``--ssh``), then
-    --env-file, then --env KEY=VALUE.  It goes into the plan, so --dry-run and plan.json show it (masked)."""
-    from launcher.envfiles import parse_assignment, read_env_file
-
-    env = dict(getattr(args, "head_env", None) or {})
-    env.update(read_env_file(args.env_file) if args.env_file else [])
-    env.update(parse_assignment(text, "--env") for text in args.env)
-    return env
-
-
-def launch_options(args: argparse.Namespace, table, server_index: int, host_suffix: str = "",
-                   default_port: int | None = None, view=None):
-    import os
-
-    from launcher.plan import Command, Options, console_ranks
-    from launcher.rundir import check_run_id, new_run_id
-    from launcher.execute.attempts import free_port
-    from launcher.table.share import master_address
-
-    command = Command(target=args.script if args.module or args.no_python else os.path.abspath(args.script),
-                      args=tuple(args.script_args), module=args.module, no_python=args.no_python)
-    console = args.console.strip().lower()
-    beyond = [r for r in console_ranks(console, table.device_count) if r >= table.device_count]
-    if beyond:
-        raise UsageError(f"--console names rank {beyond[0]} but the job has {table.device_count} ranks")
-    master_addr = args.master_addr or master_address(table)
-    run_id = args.run_id or (_scheduler_run_id() if args.command == "cluster" else None)
-    return Options(command=command, run_id=check_run_id(run_id) if run_id else new_run_id(),
-                   output_dir=os.path.abspath(args.output_dir), launch_dir=os.getcwd(), python=sys.executable,
-                   cwd_mode=args.cwd, console=console, grace_period=args.grace_period,
-                   max_restarts=args.max_restarts, master_addr=master_addr,
-                   master_port=args.master_port or default_port or free_port(master_addr),
-                   host_files_suffix=host_suffix, extra_env=_extra_env(args), waiting_notice=args.waiting_notice,
-                   ms_scheduler=args.ms_scheduler, ms_topo_timeout=args.ms_topo_timeout,
-                   **({"devices": view} if view is not None else {}))
-
-
-def _scheduler_run_id() -> str | None:
-    """The run id every host of one scheduled job agrees on without being told: the job's id (Slurm)."""
-    import os
-    import re
-
-    job = os.environ.get("SLURM_JOB_ID", "")
-    return f"slurm-{job}" if re.fullmatch(r"[0-9]{1,20}", job) else None
-
-
-def hang_timeout(args: argparse.Namespace) -> float | None:
-    return args.hang_timeout   # checked by its type (argtypes.positive_seconds) in every layer
-
-
 def cmd_run(args: argparse.Namespace) -> int:
-    import os
-
     from launcher.execute.attempts import launch
 
-    table, server_index, _, view = _launch_table(args)
-    opts = launch_options(args, table, server_index, view=view)
-    resume_from = None
-    if args.resume is not None:
-        from launcher.rundir import resolve
-
-        resume_from = resolve(args.resume or opts.output_dir)
-        if not os.path.isdir(resume_from):
-            raise UsageError(f"--resume: no run directory at {args.resume or opts.output_dir}")
-    return launch(table, server_index, opts, dry_run=args.dry_run, shared_run_dir=bool(args.run_id),
-                  fixed_port=args.master_port is not None, resume_from=resume_from,
-                  hang_timeout=hang_timeout(args))
-
-
-CLUSTER_DEFAULT_PORT = 29500
+    table, server_index, _, view = launch_table(args)
+    return launch(table, server_index, launch_options(args, table, server_index, view=view), dry_run=args.dry_run)
 
 
 def cmd_cluster(args: argparse.Namespace, control=None, on_started=None) -> int:
-    from launcher.plan import host_suffix
     from launcher.execute.attempts import launch
 
     if args.ssh:
         from launcher.execute.ssh.head import launch_over_ssh
 
-        return launch_over_ssh(args)
+        return launch_over_ssh(args, *head_launch(args))
     if not args.rank_table and getattr(args, "rank_table_text", None) is None:
         raise UsageError("dlaunch cluster needs --rank-table FILE: on each host, dlaunch cluster SCRIPT "
                          "--rank-table FILE --rank-start K; or from one head node, dlaunch cluster SCRIPT "
                          "--rank-table FILE --ssh")
-    table, server_index, _, view = _launch_table(args)
-    suffix = host_suffix(table.servers[server_index].server_id)
-    opts = launch_options(args, table, server_index, host_suffix=suffix, default_port=CLUSTER_DEFAULT_PORT,
-                          view=view)
-    return launch(table, server_index, opts, dry_run=args.dry_run, shared_run_dir=True, fixed_port=True,
-                  prefix_host=True, on_started=on_started, control=control, hang_timeout=hang_timeout(args))
-
-
-def settle(args: argparse.Namespace, sub: argparse.ArgumentParser, script_args_given: bool,
-           environ=None) -> argparse.Namespace:
-    """Fill options from the environment, config files and defaults; a script is required by then."""
-    import os
-
-    args._sources = apply_layers(args, sub, os.environ if environ is None else environ, script_args_given)
-    if not args.script:
-        resume = getattr(args, "resume", None)
-        if resume and (resume.endswith(".py") or os.path.isfile(resume)):
-            raise UsageError(f"no SCRIPT given: --resume took {resume} as its run directory (its value is "
-                             f"optional); put --resume after the script: dlaunch {args.command} {resume} ... --resume",
-                             usage=sub.format_usage())
-        raise UsageError(f"dlaunch {args.command}: no SCRIPT given (on the command line or as script: in a config)",
-                         usage=sub.format_usage())
-    return args
+    table, server_index, _, view = launch_table(args)
+    return launch(table, server_index, launch_options(args, table, server_index, view=view), dry_run=args.dry_run,
+                  on_started=on_started, control=control)
 
 
 def _unrecognized(sub: argparse.ArgumentParser, command: str, extras: list[str]) -> str:
@@ -433,8 +270,6 @@ def cmd_config(args: argparse.Namespace) -> int:
 
 def cmd_from_head() -> int:
     """``cluster --from-head``: this host's launcher, its request read from the SSH channel (see hostagent)."""
-    import os
-
     from launcher.execute.ssh import agent as hostagent
 
     request, pending = hostagent.read_request(0)

@@ -17,7 +17,7 @@ import shutil
 import subprocess
 import time
 
-from launcher.execute.tee import tail_lines
+from launcher.lines import tail_lines
 from launcher.plan import RankSpec, attempt_file
 
 HEARTBEAT_FILE = "heartbeat"

@@ -26,6 +26,7 @@ from launcher.console import say
 from launcher.environment import format_env
 from launcher.execute.hangs import HangWatch, describe_hang, dump_stacks
 from launcher.execute.tee import ConsoleTee
+from launcher.lines import LineBuffer
 from launcher.execute.peers import PeerWait
 from launcher.plan import LaunchPlan, RankSpec
 from launcher.rundir import describe_os_error
@@ -47,7 +48,8 @@ class SignalWatch:
 
     def __init__(self, control_fd: int | None = None, control_pending: bytes = b""):
         self.control_fd = control_fd
-        self._control_buffer = control_pending
+        self._control = LineBuffer()
+        self._control.pending = control_pending   # signal lines that came with the request
         import socket
 
         self._recv, self._send = socket.socketpair()
@@ -82,7 +84,7 @@ class SignalWatch:
         if not chunk:
             self.control_fd = None
             return [signal.SIGHUP]
-        *lines, self._control_buffer = (self._control_buffer + chunk).split(b"\n")
+        lines = self._control.lines(chunk)
         found = []
         for line in lines:
             name = line.strip().decode("ascii", "replace")
@@ -92,7 +94,7 @@ class SignalWatch:
 
     def pending_control(self) -> list[int]:
         """Whole signal lines that arrived with the launch request, before the selector watched the channel."""
-        *lines, self._control_buffer = self._control_buffer.split(b"\n")
+        lines = self._control.lines(b"")
         names = [line.strip().decode("ascii", "replace") for line in lines]
         return [int(getattr(signal, name)) for name in names if name in CONTROL_SIGNALS]
 
@@ -163,12 +165,9 @@ class _Attempt:
 class LocalWorkers:
     """Runs one attempt of a plan on this host and reports how every rank ended."""
 
-    def __init__(self, signals: SignalWatch, console_fd: int = 1, prefix_host: bool = False,
-                 hang_timeout: float | None = None):
+    def __init__(self, signals: SignalWatch, console_fd: int = 1):
         self.signals = signals
-        self.hang_timeout = hang_timeout
         self.console_fd = console_fd
-        self.prefix_host = prefix_host
         self.launcher_id = uuid.uuid4().hex
         self.subreaper = become_subreaper()
         self.reaper = Reaper(self.launcher_id)
@@ -207,7 +206,7 @@ class LocalWorkers:
             else:
                 attempt.ranks.append(process)
                 result.ranks.append(process.result)
-            self._spawn(process, selector, tee)
+            self._spawn(process, selector, tee, attempt.plan.prefix_host)
             if process.result.spawn_error:
                 self._begin_stop(attempt, root_cause=process.result)
                 return
@@ -231,7 +230,7 @@ class LocalWorkers:
         unbounded wait.
         """
         plan = attempt.plan
-        hangs = HangWatch(self.hang_timeout, time.time()) if self.hang_timeout else None
+        hangs = HangWatch(plan.hang_timeout, time.time()) if plan.hang_timeout else None
         peers = PeerWait(plan, time.time()) if plan.peers and plan.waiting_notice > 0 else None
         rest_until: float | None = None   # after the last rank: how long the scheduler and the pipes may take
         while True:
@@ -365,7 +364,7 @@ class LocalWorkers:
 
     # ------------------------------------------------------------------ processes
 
-    def _spawn(self, process: _Process, selector, tee: ConsoleTee) -> None:
+    def _spawn(self, process: _Process, selector, tee: ConsoleTee, prefix_host: bool) -> None:
         spec, result = process.spec, process.result
         try:
             os.makedirs(spec.ckpt_dir or spec.rank_dir, exist_ok=True)
@@ -398,7 +397,7 @@ class LocalWorkers:
             self._watch_reaper(selector)
             result.pid = process.proc.pid
             if spec.console:
-                prefix = f"[{spec.server_id}][rank{spec.rank}]: " if self.prefix_host else f"[rank{spec.rank}]: "
+                prefix = f"[{spec.server_id}][rank{spec.rank}]: " if prefix_host else f"[rank{spec.rank}]: "
                 tee.add(spec.rank, prefix, log_fd)
                 selector.register(read_fd, selectors.EVENT_READ, ("pipe", spec.rank))
                 read_fd = log_fd = None   # the tee owns them now

@@ -33,6 +33,7 @@ import signal
 import time
 
 from launcher.console import say
+from launcher.lines import LineBuffer
 
 LAUNCHER_ID_VAR = "DLAUNCH_LAUNCHER_ID"
 PR_SET_PDEATHSIG = 1
@@ -288,14 +289,12 @@ def _keep_only_fd(keep: int) -> None:
 def _reap_when_orphaned(read_fd: int, launcher_id: str) -> None:
     """The watchdog's life: collect groups until "bye" (leave) or EOF (the launcher died: kill everything)."""
     groups: set[int] = set()
-    buffer = b""
+    buffer = LineBuffer()
     while True:
         chunk = os.read(read_fd, 4096)
         if not chunk:
             break
-        buffer += chunk
-        *lines, buffer = buffer.split(b"\n")
-        for line in lines:
+        for line in buffer.lines(chunk):
             if line == b"bye":
                 return
             if line.startswith(b"+"):

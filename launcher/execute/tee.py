@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 
 from launcher import console
+from launcher.lines import LineBuffer
 
 MAX_PENDING = 1 << 16  # a "line" longer than this (a progress bar without newlines) is shown in pieces
 ERASE_LINE = b"\r\x1b[K"
@@ -41,7 +42,7 @@ class ConsoleTee:
     def __init__(self, console_fd: int, live: bool | None = None):
         self.console_fd = console_fd
         self.live = os.isatty(console_fd) if live is None else live
-        self._pending: dict[int, bytes] = {}
+        self._buffers: dict[int, LineBuffer] = {}
         self._prefix: dict[int, bytes] = {}
         self._log_fd: dict[int, int | None] = {}
         self._shown: int | None = None   # whose unfinished line is on screen, the cursor at its end
@@ -49,7 +50,7 @@ class ConsoleTee:
             console.live_line = self
 
     def add(self, key: int, prefix: str, log_fd: int) -> None:
-        self._pending[key] = b""
+        self._buffers[key] = LineBuffer(MAX_PENDING)
         self._prefix[key] = prefix.encode()
         self._log_fd[key] = log_fd
 
@@ -65,20 +66,13 @@ class ConsoleTee:
                 failure = f"cannot write rank {key}'s log: {exc.strerror}"
                 os.close(log_fd)
                 self._log_fd[key] = None
-        data = self._pending[key] + chunk
-        cut = data.rfind(b"\n") + 1
-        if len(data) - cut > MAX_PENDING:
-            cut = len(data)
-        self._pending[key] = data[cut:]
-        self._show(key, data[:cut])
+        self._show(key, self._buffers[key].feed(chunk))
         return failure
 
     def close(self, key: int) -> None:
         """The rank's pipe ended: show a last unterminated line, close its log."""
-        rest = self._pending[key]
-        self._pending[key] = b""
-        self._show(key, rest + b"\n" if rest else b"")
-        del self._pending[key]
+        self._show(key, self._buffers[key].flush())
+        del self._buffers[key]
         log_fd = self._log_fd.pop(key)
         if log_fd is not None:
             os.close(log_fd)
@@ -94,25 +88,26 @@ class ConsoleTee:
         """Draw ``key``'s unfinished line (default: the newest one still unfinished) at the bottom."""
         if not self.live:
             return b""
-        candidates = [key] if key is not None and self._pending.get(key) else [
-            k for k, pending in self._pending.items() if pending]
+        candidates = [key] if key is not None and key in self._buffers and self._buffers[key].pending else [
+            k for k, buffer in self._buffers.items() if buffer.pending]
         if not candidates:
             return b""
         key = candidates[-1]
         self._shown = key
-        return self._prefix[key] + _last_segment(self._pending[key])
+        return self._prefix[key] + _last_segment(self._buffers[key].pending)
 
     def _show(self, key: int, lines: bytes) -> None:
         """Finished ``lines`` of ``key``, each prefixed, then (live) the newest unfinished line again."""
         previous = self._shown
-        out = self.erase() if self.live and (lines or self._pending[key] or previous == key) else b""
+        pending = self._buffers[key].pending
+        out = self.erase() if self.live and (lines or pending or previous == key) else b""
         if lines:
             prefix = self._prefix[key]
-            for line in lines[:-1].split(b"\n"):
+            for line in lines.removesuffix(b"\n").split(b"\n"):   # a line past MAX_PENDING comes unended
                 line = _last_segment(line)
                 out += (line if line.startswith(prefix) else prefix + line) + b"\n"  # torch may prefix already
-        if out or self._pending[key]:
-            out += self.redraw(key if self._pending[key] else previous)
+        if out or pending:
+            out += self.redraw(key if pending else previous)
         if out:
             self.write(out)
 
@@ -136,19 +131,3 @@ def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]
-
-
-def tail_lines(path: str, count: int = 10, max_bytes: int = 16384) -> list[str]:
-    """The last ``count`` lines of a log, read from its end (logs can be gigabytes)."""
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            size = fh.tell()
-            fh.seek(max(0, size - max_bytes))
-            data = fh.read()
-    except OSError:
-        return []
-    lines = data.decode("utf-8", "replace").splitlines()
-    if size > max_bytes and lines:
-        lines = lines[1:]  # the first line is probably cut
-    return lines[-count:]

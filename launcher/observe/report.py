@@ -29,12 +29,10 @@ import json
 import math
 import os
 import re
-import sys
 import time
 from dataclasses import dataclass, field
 
 from launcher.console import say
-from launcher.errors import UsageError
 from launcher.userfiles import write_output
 from launcher.observe.status import RankRef, Run, load_run, log_attempts, log_path, run_directory
 

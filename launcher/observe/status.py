@@ -29,6 +29,7 @@ from launcher.argtypes import positive_seconds, whole
 from launcher.console import printable, settle_streams
 from launcher.results import how_it_ended
 from launcher.errors import UsageError
+from launcher.lines import LineBuffer, tail_offset
 
 SCHEDULER_RANK = -1           # where the MindSpore scheduler sorts among ranks: first
 FOLLOW_POLL_SECONDS = 0.1     # logs --follow: how often log sizes are checked
@@ -507,7 +508,7 @@ def _alive(proc) -> bool:
 
 
 def _last_line(path: str) -> str:
-    from launcher.execute.tee import tail_lines
+    from launcher.lines import tail_lines
 
     lines = tail_lines(path, 1, max_bytes=4096)
     if not lines:
@@ -635,7 +636,7 @@ class _Tail:
     def __init__(self, ref: RankRef, attempt: int, offset: int = 0):
         self.ref, self.attempt, self.offset = ref, attempt, offset
         self.path = log_path(ref, attempt)
-        self.pending = b""
+        self.buffer = LineBuffer(READ_CHUNK)   # a "line" without end (a progress bar): shown in pieces
         self.prefix = f"[{ref.label}]: ".encode()
 
     def read(self, out, final: bool = False) -> bool:
@@ -653,53 +654,18 @@ class _Tail:
                     if not chunk:
                         break
                     self.offset += len(chunk)
-                    wrote = self._lines(out, self.pending + chunk) or wrote
-        if final and self.pending:
-            wrote = self._lines(out, self.pending + b"\n") or wrote
+                    wrote = self._write(out, self.buffer.feed(chunk)) or wrote
+        if final:
+            wrote = self._write(out, self.buffer.flush()) or wrote
         return wrote
 
-    def _lines(self, out, data: bytes) -> bool:
-        """Write ``data``'s whole lines, prefixed; keep the unended rest (shown anyway past READ_CHUNK)."""
-        cut = data.rfind(b"\n") + 1
-        if len(data) - cut > READ_CHUNK:  # a "line" without end (a progress bar): shown in pieces
-            data += b"\n"
-            cut = len(data)
-        self.pending = data[cut:]
-        if not cut:
+    def _write(self, out, lines: bytes) -> bool:
+        """Write whole ``lines``, each prefixed."""
+        if not lines:
             return False
-        body = data[:cut - 1]
+        body = lines.removesuffix(b"\n")
         out.write(self.prefix + body.replace(b"\n", b"\n" + self.prefix) + b"\n")
         return True
-
-
-def _tail_offset(path: str, lines: int) -> int:
-    """Byte offset where the last ``lines`` lines of ``path`` begin (read from the end, in blocks)."""
-    try:
-        with open(path, "rb") as fh:
-            end = fh.seek(0, os.SEEK_END)
-            if lines <= 0:
-                return end
-            pos, seen, block = end, 0, 65536
-            fh.seek(max(0, end - 1))
-            ends_with_newline = fh.read(1) == b"\n"
-            skip = 1 if ends_with_newline else 0  # the final newline ends the last line; it starts none
-            while pos > 0:
-                step = min(block, pos)
-                pos -= step
-                fh.seek(pos)
-                chunk = fh.read(step)
-                index = len(chunk) - skip
-                skip = 0
-                while True:
-                    index = chunk.rfind(b"\n", 0, index)
-                    if index < 0:
-                        break
-                    seen += 1
-                    if seen == lines:
-                        return pos + index + 1
-            return 0
-    except OSError:
-        return 0
 
 
 def _parse_attempt(text: str):
@@ -747,13 +713,13 @@ def _logs(args) -> int:
             chosen = [attempts[-1] if attempts else 0]
         for number in chosen[:-1]:
             _note(out, f"rank {ref.rank}: attempt {number} ({os.path.basename(log_path(ref, number))})")
-            done = _Tail(ref, number, _tail_offset(log_path(ref, number), args.lines)
+            done = _Tail(ref, number, tail_offset(log_path(ref, number), args.lines)
                          if args.lines is not None else 0)
             done.read(out, final=True)
         if len(chosen) > 1:
             _note(out, f"rank {ref.rank}: attempt {chosen[-1]} ({os.path.basename(log_path(ref, chosen[-1]))})")
         path = log_path(ref, chosen[-1])
-        tail = _Tail(ref, chosen[-1], _tail_offset(path, args.lines) if args.lines is not None else 0)
+        tail = _Tail(ref, chosen[-1], tail_offset(path, args.lines) if args.lines is not None else 0)
         tail.read(out, final=not args.follow)
         tails[ref.rank] = tail
     out.flush()

@@ -82,3 +82,18 @@ def master_address(table: RankTable) -> str:
     if len(table.servers) == 1:
         return "127.0.0.1"
     return str(next(s.server_id for s in table.servers if any(dev.rank == 0 for dev in s.devices)))
+
+
+def read_table(path: str) -> tuple[str, RankTable]:
+    """A rank-table file's text (hosts over SSH get it as is, unknown fields and all) and its parsed form.
+
+    The one "load, name the file in the error" of every command that takes a table to launch or merge.
+    """
+    from launcher.table.model import MAX_TABLE_BYTES, RankTableError, loads
+    from launcher.userfiles import read_text
+
+    text = read_text(path, "rank table", MAX_TABLE_BYTES)
+    try:
+        return text, loads(text)
+    except RankTableError as exc:
+        raise UsageError(f"rank table {path}: {exc}") from None

@@ -1,0 +1,105 @@
+"""How a ``cluster --ssh`` job ended, from its hosts' reports: the root cause, the head summary, its lines.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+
+from launcher.results import how_it_ended
+from launcher.execute.ssh.plan import SshPlan
+from launcher.execute.ssh.session import HostRun
+
+HCCL_CONNECT_TIMEOUT_DEFAULT = 120   # seconds HCCL waits for its peers unless told otherwise
+HEAD_SUMMARY = "summary.head.json"
+
+
+# ---------------------------------------------------------------- outcome
+
+
+def root_cause(runs: list[HostRun]) -> dict | None:
+    """The failure that came first: among every host's own root cause (a rank) and every host that failed by
+    itself (a lost connection, a launcher error), the one with the earliest end time."""
+    causes = []
+    for run in runs:
+        cause = (run.summary or {}).get("root_cause")
+        if cause:  # the host launcher's own exit code says how it judged the cause (124: a hang)
+            causes.append({**cause, "host": run.server_id, "launcher_exit_code": run.summary.get("exit_code")})
+        elif run.told is None and run.exit_code not in (0, None):
+            reason = run.lost or f"its launcher exited with code {run.exit_code}"
+            last = [line for line in run.stderr_tail if line.strip()]
+            causes.append({"host": run.server_id, "rank": None, "exit_code": run.exit_code, "end": run.ended_at,
+                           "reason": reason + (f": {last[-1].strip()}" if last and not run.lost else "")})
+    return min(causes, key=lambda c: c.get("end") or float("inf"), default=None)
+
+
+def _host_status(run: HostRun, cause: dict | None) -> str:
+    if run.exit_code == 0:
+        return "succeeded"
+    if cause and cause["host"] == run.server_id:
+        return "failed"
+    if run.abandoned:
+        return "did not stop in time"
+    if run.lost:
+        return "connection lost"
+    if run.told is not None:
+        return "stopped"
+    return "failed"
+
+
+def head_summary(plan: SshPlan, runs: list[HostRun], interrupted_by: int | None, started: float) -> dict:
+    """summary.head.json: per host status, exit code and start; the root cause; the spread of host starts."""
+    cause = root_cause(runs)
+    starts = [run.started_at for run in runs if run.started_at is not None]
+    spread = max(starts) - min(starts) if len(starts) == len(runs) and starts else None
+    if cause is not None:
+        exit_code, status = cause.get("launcher_exit_code") or cause.get("exit_code") or 1, "failed"
+    elif interrupted_by is not None:
+        exit_code, status = 128 + interrupted_by, "interrupted"
+    else:
+        failed = [run.exit_code for run in runs if run.exit_code not in (0, None)]
+        exit_code, status = (failed[0], "failed") if failed else (0, "succeeded")
+    return {
+        "run_id": plan.run_id, "run_dir": plan.run_dir, "world_size": plan.world_size, "status": status,
+        "exit_code": exit_code, "started": started, "ended": time.time(),
+        "interrupted_by": signal.Signals(interrupted_by).name if interrupted_by else None,
+        "root_cause": cause, "hosts_started_within_s": spread,
+        "hccl_connect_timeout_default_s": HCCL_CONNECT_TIMEOUT_DEFAULT,
+        "hosts": [{"host": run.server_id, "target": str(run.host.target), "ranks": list(run.host.ranks),
+                   "status": _host_status(run, cause), "exit_code": run.exit_code, "started_at": run.started_at,
+                   "ended_at": run.ended_at, "told": signal.Signals(run.told).name if run.told else None,
+                   "reason": run.lost, "summary": run.summary_path} for run in runs],
+    }
+
+
+def report(summary: dict, path: str, out=None) -> None:
+    """The head's closing lines: how closely the hosts started, then success or the root cause."""
+    out = out or sys.stderr
+    hosts = summary["hosts"]
+    started = [h for h in hosts if h["started_at"] is not None]
+    if summary["hosts_started_within_s"] is not None:
+        print(f"dlaunch: hosts started within {summary['hosts_started_within_s']:.2f} s of each other "
+              f"(HCCL_CONNECT_TIMEOUT default {HCCL_CONNECT_TIMEOUT_DEFAULT} s)", file=out)
+    elif started:
+        print(f"dlaunch: only {len(started)} of {len(hosts)} host(s) started their ranks", file=out)
+    cause, others = summary["root_cause"], len(hosts) - 1
+    if summary["status"] == "succeeded":
+        print(f"dlaunch: all {summary['world_size']} rank(s) on {len(hosts)} host(s) exited 0 in "
+              f"{summary['ended'] - summary['started']:.1f} s; summary {path}", file=out)
+        return
+    if cause and cause.get("hung"):
+        print(f"dlaunch: on host {cause['host']}: {cause['reason']}", file=out)
+    if cause and cause.get("rank") is not None:
+        how = how_it_ended(cause)
+        print(f"dlaunch: rank {cause['rank']} on host {cause['host']} (device {cause.get('device_id')}) {how}; "
+              f"log on that host: {cause.get('log')}", file=out)
+        for line in cause.get("log_tail") or []:
+            print(f"    | {line}", file=out)
+    elif cause:
+        print(f"dlaunch: host {cause['host']} failed: {cause['reason']}", file=out)
+    else:
+        print(f"dlaunch: interrupted by {summary['interrupted_by']}", file=out)
+    stopped = (f"stopped the other {others} host(s); " if others else "") if cause else \
+        f"stopped all {len(hosts)} host(s); "
+    print(f"dlaunch: {stopped}exit code {summary['exit_code']}; summary {path}", file=out)

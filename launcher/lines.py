@@ -1,0 +1,84 @@
+"""Whole lines out of byte streams, and the last lines of a log: the one place that cuts bytes into lines.
+
+Rank output, the SSH channels, the control pipe and ``dlaunch logs`` all receive bytes in arbitrary
+chunks; a line may only be shown (or parsed) once its newline has arrived, or two ranks' halves would
+meet on one console line. A "line" that never ends (a progress bar of ``\\r`` updates) is released once it
+grows past a limit, so memory stays bounded.
+"""
+
+from __future__ import annotations
+
+import os
+
+
+class LineBuffer:
+    """Bytes in, whole lines out; what follows the last newline waits for the next chunk."""
+
+    def __init__(self, limit: int | None = None):
+        self.pending = b""
+        self.limit = limit   # an unended rest longer than this is released as it is
+
+    def feed(self, chunk: bytes) -> bytes:
+        """Everything up to and including the last newline (or all of it, past the limit); may be empty."""
+        data = self.pending + chunk
+        cut = data.rfind(b"\n") + 1
+        if self.limit is not None and len(data) - cut > self.limit:
+            cut = len(data)
+        self.pending = data[cut:]
+        return data[:cut]
+
+    def lines(self, chunk: bytes) -> list[bytes]:
+        """The whole lines ``chunk`` completes, without their newlines."""
+        *lines, self.pending = (self.pending + chunk).split(b"\n")
+        return lines
+
+    def flush(self) -> bytes:
+        """The unended rest, ended: the stream is over."""
+        rest, self.pending = self.pending, b""
+        return rest + b"\n" if rest else b""
+
+
+def tail_lines(path: str, count: int = 10, max_bytes: int = 16384) -> list[str]:
+    """The last ``count`` lines of a log, read from its end (logs can be gigabytes)."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - max_bytes))
+            data = fh.read()
+    except OSError:
+        return []
+    lines = data.decode("utf-8", "replace").splitlines()
+    if size > max_bytes and lines:
+        lines = lines[1:]  # the first line is probably cut
+    return lines[-count:]
+
+
+def tail_offset(path: str, lines: int) -> int:
+    """Byte offset where the last ``lines`` lines of ``path`` begin (read from the end, in blocks)."""
+    try:
+        with open(path, "rb") as fh:
+            end = fh.seek(0, os.SEEK_END)
+            if lines <= 0:
+                return end
+            pos, seen, block = end, 0, 65536
+            fh.seek(max(0, end - 1))
+            ends_with_newline = fh.read(1) == b"\n"
+            skip = 1 if ends_with_newline else 0  # the final newline ends the last line; it starts none
+            while pos > 0:
+                step = min(block, pos)
+                pos -= step
+                fh.seek(pos)
+                chunk = fh.read(step)
+                index = len(chunk) - skip
+                skip = 0
+                while True:
+                    index = chunk.rfind(b"\n", 0, index)
+                    if index < 0:
+                        break
+                    seen += 1
+                    if seen == lines:
+                        return pos + index + 1
+            return 0
+    except OSError:
+        return 0
