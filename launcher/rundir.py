@@ -10,13 +10,16 @@ directories and writes only its own host-suffixed files.
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import re
 import secrets
 import time
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from launcher import numlists
 from launcher.errors import LaunchError, UsageError
 
 if TYPE_CHECKING:
@@ -40,8 +43,6 @@ def check_run_id(run_id: str) -> str:
 
 
 def is_run_dir(path: str) -> bool:
-    import glob
-
     return os.path.isdir(path) and any(glob.glob(os.path.join(glob.escape(path), m)) for m in RUN_MARKERS)
 
 
@@ -177,3 +178,205 @@ def resolve(path: str) -> str:
     directory or file that only has the name)."""
     latest = os.path.join(path, LATEST)
     return os.path.realpath(latest) if os.path.islink(latest) and os.path.isdir(latest) else os.path.realpath(path)
+
+
+# ---------------------------------------------------------------- reading a run back
+# What status, logs, report and ckpt read: plan*.json (the ranks, hosts, devices, rank directories; one file
+# per host when hosts share the directory), pids*.json (the live pids each launcher publishes),
+# summary*.json (how each rank ended), rank_NNN/output.log and output.K.log (each attempt's output).
+
+SCHEDULER_RANK = -1           # where the MindSpore scheduler sorts among ranks: first
+_ATTEMPT_LOG = re.compile(r"^output(?:\.(\d+))?\.log$")
+
+
+@dataclass(frozen=True)
+class RankRef:
+    """A rank as its host's plan names it."""
+
+    rank: int            # SCHEDULER_RANK for MindSpore's scheduler (``role`` "scheduler"): shown first
+    local_rank: int
+    host: str
+    device_id: int
+    rank_dir: str
+    suffix: str          # its host's file suffix: "" or ".<server_id>"
+    role: str = "rank"
+
+    @property
+    def label(self) -> str:
+        return "scheduler" if self.role == "scheduler" else f"rank{self.rank}"
+
+
+@dataclass
+class Run:
+    run_dir: str
+    run_id: str
+    world_size: int
+    ranks: list[RankRef] = field(default_factory=list)
+    plans: dict[str, dict] = field(default_factory=dict)       # host suffix -> plan
+    summaries: dict[str, dict] = field(default_factory=dict)   # host suffix -> summary
+    pids: dict[str, dict] = field(default_factory=dict)        # host suffix -> pids file
+    missing_hosts: list[dict] = field(default_factory=list)     # servers of the table with no plan here
+
+    @property
+    def finished(self) -> bool:
+        """Every host whose plan is here has written its summary."""
+        return bool(self.plans) and all(suffix in self.summaries for suffix in self.plans)
+
+
+def _read_json(path: str):
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return None   # gone, or being replaced (writers rename atomically, but not every writer does)
+
+
+def _suffix(path: str, stem: str) -> str:
+    name = os.path.basename(path)
+    return name[len(stem):-len(".json")]
+
+
+def _host_files(run_dir: str, stem: str) -> dict[str, dict]:
+    found = {}
+    for path in sorted(glob.glob(os.path.join(glob.escape(run_dir), f"{stem}*.json"))):
+        data = _read_json(path)
+        if isinstance(data, dict):
+            found[_suffix(path, stem)] = data
+    return found
+
+
+def run_directory(path: str | None, output_dir: str) -> str:
+    """RUN_DIR as given (a run, or an output directory with a ``latest`` link), else the latest run."""
+    from launcher.rundir import resolve
+
+    where = resolve(path if path else output_dir)
+    if not os.path.isdir(where):
+        raise UsageError(f"no run directory at {path or output_dir}"
+                         + ("" if path else " (give RUN_DIR, or --output-dir)"))
+    if not glob.glob(os.path.join(glob.escape(where), "plan*.json")) and \
+            not glob.glob(os.path.join(glob.escape(where), "summary*.json")):
+        raise UsageError(f"{where} is not a dlaunch run directory (it has no plan*.json)")
+    return where
+
+
+def load_run(run_dir: str) -> Run:
+    """The run as its files say now: plans, summaries and pids files of every host."""
+    plans = _host_files(run_dir, "plan")
+    summaries = _host_files(run_dir, "summary")
+    run = Run(run_dir=run_dir, run_id=os.path.basename(run_dir), world_size=0, plans=plans, summaries=summaries,
+              pids=_host_files(run_dir, "pids"))
+    seen = set()
+    for suffix, plan in sorted(plans.items()):
+        run.run_id = plan.get("run_id", run.run_id)
+        run.world_size = max(run.world_size, int(plan.get("world_size") or 0))
+        for spec in plan.get("ranks", []):
+            if spec["rank"] in seen:
+                continue
+            seen.add(spec["rank"])
+            run.ranks.append(RankRef(rank=int(spec["rank"]), local_rank=int(spec.get("local_rank", 0)),
+                                     host=str(spec.get("server_id", plan.get("server_id", ""))),
+                                     device_id=int(spec.get("device_id", -1)), rank_dir=spec["rank_dir"],
+                                     suffix=suffix))
+    for suffix, summ in summaries.items():  # a summary without its plan (copied runs): ranks from the summary
+        if suffix in plans:
+            continue
+        run.world_size = max(run.world_size, int(summ.get("world_size") or 0))
+        for entry in summ.get("ranks", []):
+            if entry["rank"] not in seen:
+                seen.add(entry["rank"])
+                run.ranks.append(RankRef(rank=int(entry["rank"]), local_rank=int(entry.get("local_rank", 0)),
+                                         host=str(entry.get("host", "")), device_id=int(entry.get("device_id", -1)),
+                                         rank_dir=os.path.dirname(entry.get("log") or ""), suffix=suffix))
+    for suffix, plan in sorted(plans.items()):
+        scheduler = plan.get("scheduler")
+        if isinstance(scheduler, dict) and scheduler.get("rank_dir"):
+            run.ranks.append(RankRef(rank=SCHEDULER_RANK, local_rank=-1, host=str(scheduler.get("server_id", "")),
+                                     device_id=-1, rank_dir=scheduler["rank_dir"], suffix=suffix, role="scheduler"))
+    run.ranks.sort(key=lambda ref: ref.rank)
+    run.missing_hosts = _missing_hosts(run_dir, plans, summaries)
+    if run.missing_hosts:
+        run.world_size = max(run.world_size, len(run.ranks) + sum(h["count"] for h in run.missing_hosts))
+    return run
+
+
+def _missing_hosts(run_dir: str, plans: dict, summaries: dict) -> list[dict]:
+    """Servers of the job's rank table that wrote neither a plan nor a summary into this run directory."""
+    from launcher.plan import host_suffix
+    from launcher.table.model import RankTableError, loads
+
+    if "" in plans or "" in summaries:
+        return []   # a one-host run: its table has no other server
+    for path in sorted(glob.glob(os.path.join(glob.escape(run_dir), "rank_table*.json"))):
+        try:
+            with open(path, encoding="utf-8") as fh:
+                table = loads(fh.read())
+        except (OSError, UnicodeDecodeError, RankTableError):
+            continue
+        seen = set(plans) | set(summaries)
+        return [{"host": str(server.server_id), "count": len(server.devices),
+                 "ranks": numlists.format_ranges(d.rank for d in server.devices if d.rank is not None)}
+                for server in table.servers if host_suffix(server.server_id) not in seen]
+    return []
+
+
+def log_attempts(rank_dir: str) -> list[int]:
+    """Attempts that have an output log in ``rank_dir``, ascending (0 is ``output.log``)."""
+    try:
+        names = os.listdir(rank_dir)
+    except OSError:
+        return []
+    found = []
+    for name in names:
+        match = _ATTEMPT_LOG.match(name)
+        if match:
+            found.append(int(match.group(1) or 0))
+    return sorted(found)
+
+
+def log_path(ref: RankRef, attempt: int) -> str:
+    """``output.log`` for attempt 0, ``output.K.log`` after restart K (plan.attempt_file's names)."""
+    return os.path.join(ref.rank_dir, "output.log" if attempt == 0 else f"output.{attempt}.log")
+
+
+def current_attempt(ref: RankRef) -> int:
+    attempts = log_attempts(ref.rank_dir)
+    return attempts[-1] if attempts else 0
+
+
+def summary_entry(run: Run, ref: RankRef) -> dict | None:
+    summ = run.summaries.get(ref.suffix)
+    if summ is None:
+        return None
+    if ref.role == "scheduler":
+        return summ.get("scheduler") or {}
+    for entry in summ.get("ranks", []):
+        if entry.get("rank") == ref.rank:
+            return entry
+    return {}   # the host finished without starting this rank (an earlier rank failed to spawn)
+
+
+def published_pids(run: Run, ref: RankRef):
+    """What the launcher's pids file says of this rank (or of the scheduler)."""
+    pids = run.pids.get(ref.suffix) or {}
+    return pids.get("scheduler") if ref.role == "scheduler" else pids.get("ranks", {}).get(str(ref.rank))
+
+
+def select_ranks(run: Run, wanted: list[str] | None) -> list[RankRef]:
+    """``--rank 0 --rank 3,5-7`` (or ``--rank scheduler``): the ranks named, in rank order; all when none are
+    named."""
+    if not wanted:
+        return list(run.ranks)
+    chosen: set[int] = set()
+    for item in wanted:
+        if item.strip().lower() in ("scheduler", "sched"):
+            chosen.add(SCHEDULER_RANK)
+            continue
+        chosen.update(numlists.parse(item, "--rank"))
+    if SCHEDULER_RANK in chosen and not any(ref.role == "scheduler" for ref in run.ranks):
+        raise UsageError(f"run {run.run_id} has no MindSpore scheduler (it ran without --ms-scheduler)")
+    known = {ref.rank for ref in run.ranks if ref.role == "rank"}
+    unknown = sorted(chosen - known - {SCHEDULER_RANK})
+    if unknown:
+        raise UsageError(f"run {run.run_id} has no rank {unknown[0]} (its ranks: "
+                         f"{numlists.format_ranges(sorted(known)) or 'none yet'})")
+    return [ref for ref in run.ranks if ref.rank in chosen]

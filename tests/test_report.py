@@ -15,8 +15,8 @@ import zlib
 
 import pytest
 
-from launcher.observe.report import (OUTCOME_COLOURS, ROOT_COLOUR, colour_distance, log_ticks, nice_ticks, parse_metrics,
-                             rank_colour)
+from launcher.observe.charts import OUTCOME_COLOURS, ROOT_COLOUR, colour_distance, log_ticks, nice_ticks, rank_colour
+from launcher.observe.metrics import parse_metrics
 from tests.launching import ROOT, kill_run, latest_run, run_dlaunch, start_dlaunch, wait_until
 
 PROGRAM = str(ROOT / "tests" / "programs" / "watch_rank.py")

@@ -476,8 +476,10 @@ def build_parser() -> argparse.ArgumentParser:
     # subparser with set_defaults(handler=...), importing nothing heavy at module level.
     from launcher.scriptgen import add_parser as add_script_parser
     add_script_parser(sub, _launch_args)
-    from launcher.observe.status import add_parser as add_watch_parser
-    add_watch_parser(sub, _launch_args)
+    from launcher.observe.status import add_parser as add_status_parser
+    add_status_parser(sub, _launch_args)
+    from launcher.observe.logs import add_parser as add_logs_parser
+    add_logs_parser(sub, _launch_args)
     from launcher.observe.report import add_parser as add_report_parser
     add_report_parser(sub, _launch_args)
     from launcher.observe.prune import add_parser as add_prune_parser

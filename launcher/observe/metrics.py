@@ -1,0 +1,198 @@
+"""What happened in a run, read from its directory: each rank's attempts as spans, and the metrics its logs print.
+
+Metrics come from each rank's output logs, in these forms:
+
+- the seeds' (MindSpore ``LossMonitor``, ``examples/train_cifar.py``):
+  ``epoch: 2 step: 40, loss is 1.234``; the step counts within its epoch, so the
+  x value is ``(epoch - 1) * S + step`` where S is the largest step the log shows
+  for any epoch (the steps per epoch when the last step of an epoch is logged);
+- accuracy lines (``accuracy is 0.91``, ``acc: 0.91``, ``epoch: 2 accuracy: 0.83``,
+  MindSpore's ``Model.eval`` result ``{'accuracy': 0.91}``): at the end of the
+  epoch they name, else at the loss line before them, else numbered 1, 2, ...;
+- one JSON object per line, tagged ``"dlaunch": "metric"``:
+  ``{"dlaunch": "metric", "step": 120, "loss": 0.52, "lr": 0.1}``; ``step`` is the
+  x value as given, every other number (but ``epoch`` and ``time``) is a metric
+  of that name.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from dataclasses import dataclass, field
+
+from launcher.rundir import RankRef, Run, log_attempts, log_path
+
+SEEDS_LOSS = re.compile(r"epoch:\s*(\d+)\s*,?\s*step:\s*(\d+)\s*,?\s*loss is\b(.*)")
+NUMBER_TEXT = r"(?<![\w.])[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|(?<!\w)[-+]?(?:nan|inf)\b"
+NUMBER = re.compile(NUMBER_TEXT, re.IGNORECASE)  # the first number that is not part of a name (Float32)
+# "accuracy is 0.91", "acc: 0.91", "epoch: 2 accuracy: 0.83", MindSpore's Model.eval dict {'accuracy': 0.91}
+ACCURACY = re.compile(r"(?<![\w-])['\"]?(?:acc|accuracy)['\"]?\s*(?:\bis\b|[:=])\s*[\[(]?\s*(" + NUMBER_TEXT + ")",
+                      re.IGNORECASE)
+EPOCH = re.compile(r"\bepoch\s*[:=]?\s*(\d+)\b", re.IGNORECASE)
+METRIC_TAG = "metric"          # {"dlaunch": "metric", ...}
+NOT_METRICS = {"dlaunch", "step", "epoch", "time", "rank"}
+
+
+@dataclass
+class Span:
+    """One attempt of one rank on the timeline."""
+
+    attempt: int
+    start: float | None
+    end: float | None
+    outcome: str                    # a key of charts.OUTCOME_COLOURS
+    label: str                      # "exited 3", "SIGTERM", "hung", "running"
+    detail: str = ""
+
+
+@dataclass
+class RankStory:
+    ref: RankRef
+    spans: list[Span] = field(default_factory=list)
+    metrics: dict[str, dict[int, list[tuple[float, float]]]] = field(default_factory=dict)  # name -> attempt -> pts
+
+
+class Points(list):
+    """[(x, value)] of one metric in one log; ``axis`` says what x is: "step", or "evaluation" (the
+    evaluation's number) for accuracy lines in a log that shows no step at all."""
+
+    axis = "step"
+
+
+def parse_metrics(lines) -> dict[str, list[tuple[float, float]]]:
+    """Metric name -> [(step, value)] from a log's lines: the seeds' loss lines, accuracy lines, JSON lines.
+
+    An accuracy line's step: the end of its epoch where it names one ("epoch: 2 accuracy: 0.83"), else the
+    step of the loss line before it, else (no loss line yet) the evaluation's number.
+    """
+    seeds: list[tuple[int, int, float]] = []
+    accuracy: list[tuple[int | None, int, float]] = []   # (epoch, how many seeds' lines came before, value)
+    found: dict[str, list[tuple[float, float]]] = {}
+    json_step = None
+    for line in lines:
+        text = line.strip()
+        if text.startswith("{") and '"dlaunch"' in text:
+            try:
+                record = json.loads(text)
+            except ValueError:
+                record = None
+            step = record.get("step") if isinstance(record, dict) else None
+            if isinstance(record, dict) and record.get("dlaunch") == METRIC_TAG and _is_number(step):
+                json_step = float(step)
+                for name, value in record.items():
+                    if name not in NOT_METRICS and _is_number(value):
+                        found.setdefault(str(name), Points()).append((float(step), float(value)))
+                continue
+        match = SEEDS_LOSS.search(text)
+        if match:
+            number = NUMBER.search(match.group(3))
+            if number:
+                seeds.append((int(match.group(1)), int(match.group(2)), float(number.group(0))))
+            continue
+        acc = ACCURACY.search(text)
+        if acc:
+            epoch = EPOCH.search(text[:acc.start()])
+            if not seeds and json_step is not None and not epoch:
+                found.setdefault("accuracy", Points()).append((json_step, float(acc.group(1))))
+            else:
+                accuracy.append((int(epoch.group(1)) if epoch else None, len(seeds), float(acc.group(1))))
+    per_epoch = max((step for _, step, _ in seeds), default=0)
+    if seeds:
+        found.setdefault("loss", Points()).extend(((epoch - 1) * per_epoch + step, value)
+                                                   for epoch, step, value in seeds)
+    if accuracy:
+        points = found.setdefault("accuracy", Points())
+        for number, (epoch, before, value) in enumerate(accuracy, 1):
+            if epoch is not None and per_epoch:
+                x = epoch * per_epoch
+            elif before:
+                last_epoch, last_step, _ = seeds[before - 1]
+                x = (last_epoch - 1) * per_epoch + last_step
+            else:
+                x = epoch if epoch is not None else number
+                if not seeds:
+                    points.axis = "epoch" if epoch is not None else "evaluation"
+            points.append((x, value))
+    return found
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _read_lines(path: str):
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            yield from fh
+    except OSError:
+        return
+
+
+def span_outcome(entry: dict, cause: dict | None, rank: int) -> tuple[str, str, str]:
+    """(outcome, short label, detail) of one rank in one attempt's summary."""
+    is_root = bool(cause) and cause.get("rank") == rank
+    if entry.get("hung") or (is_root and cause.get("hung")):
+        return ("root" if is_root else "failed"), "hung", entry.get("reason") or cause.get("reason") or "no progress"
+    if entry.get("spawn_error"):
+        return ("root" if is_root else "failed"), "failed to start", entry["spawn_error"]
+    if entry.get("signal"):
+        outcome = "root" if is_root else ("stopped" if cause or entry["signal"] in ("SIGTERM", "SIGKILL", "SIGINT",
+                                                                                     "SIGHUP") else "failed")
+        return outcome, entry["signal"], f"died of {entry['signal']}"
+    code = entry.get("exit_code")
+    if code is None:
+        return "stopped", "not started", ""
+    if code == 0:
+        return "ok", "exit 0", "exited 0"
+    if is_root:
+        return "root", f"exit {code}", f"exited {code}"
+    stopped = bool(cause) and (entry.get("end") or 0) >= (cause.get("end") or float("inf"))  # ended as told to
+    return ("stopped" if stopped else "failed"), f"exit {code}", f"exited {code}"
+
+
+def _spans_from_logs(ref: RankRef, now: float) -> list[Span]:
+    """A host without a summary yet (running, or its launcher died): attempts from the log files' times."""
+    spans = []
+    attempts = log_attempts(ref.rank_dir)
+    for attempt in attempts:
+        env_log = os.path.join(ref.rank_dir, "env.log" if attempt == 0 else f"env.{attempt}.log")
+        try:
+            start = os.stat(env_log).st_mtime    # written just before the rank started
+        except OSError:
+            start = None
+        current = attempt == attempts[-1]
+        try:
+            end = now if current else os.stat(log_path(ref, attempt)).st_mtime
+        except OSError:
+            end = now
+        spans.append(Span(attempt, start, end, "running" if current else "failed",
+                          "no summary" if current else "restarted"))
+    return spans
+
+
+def collect(run: Run, now: float | None = None) -> list[RankStory]:
+    """Every rank's attempts (from its host's summary, else its logs) and metrics (from its logs)."""
+    now = time.time() if now is None else now
+    stories = []
+    for ref in run.ranks:
+        story = RankStory(ref)
+        summ = run.summaries.get(ref.suffix)
+        if summ is not None:
+            for attempt in summ.get("attempts") or [{"attempt": 0, "root_cause": summ.get("root_cause"),
+                                                     "ranks": summ.get("ranks", [])}]:
+                entry = next((r for r in attempt.get("ranks", []) if r.get("rank") == ref.rank), None)
+                if entry is None:
+                    continue
+                outcome, label, detail = span_outcome(entry, attempt.get("root_cause"), ref.rank)
+                story.spans.append(Span(int(attempt.get("attempt", 0)), entry.get("start"), entry.get("end"),
+                                        outcome, label, detail))
+        else:
+            story.spans = _spans_from_logs(ref, now)
+        for attempt in log_attempts(ref.rank_dir):
+            for name, points in parse_metrics(_read_lines(log_path(ref, attempt))).items():
+                story.metrics.setdefault(name, {})[attempt] = points
+        stories.append(story)
+    return stories
