@@ -40,11 +40,11 @@ import shutil
 import signal
 import socket
 import sys
-import tempfile
 import threading
 import time
 
 from launcher import ckptwriter
+from launcher.atomic import commit, fsync_path, temp_beside
 from launcher.ckptfile import EarlyWriteback, write_torch
 from launcher.resume import checkpoint_name, parse_name
 
@@ -107,18 +107,9 @@ def _checked_name(prefix: str, epoch: int, step: int) -> str:
 # --------------------------------------------------------------------------
 
 
-def _fsync_path(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _write_temp(path: str, write) -> str:
     """``write(tmp)`` into a hidden, fsynced temporary beside ``path``; the temporary's name says host and pid."""
-    directory, name = os.path.split(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{name}~{_HOST}~{os.getpid()}~", suffix=_TEMP_SUFFIX, dir=directory or ".")
+    fd, tmp = temp_beside(path, f"~{_HOST}~{os.getpid()}~")
     try:
         with EarlyWriteback(fd):
             write(tmp)
@@ -132,19 +123,9 @@ def _write_temp(path: str, write) -> str:
     return tmp
 
 
-def _commit(tmp: str, path: str) -> None:
-    try:
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    _fsync_path(os.path.dirname(path) or ".")
-
-
 def _write_atomically(path: str, write) -> None:
     """Readers see no file or a whole one at ``path``, never a torn one, even if this process is killed."""
-    _commit(_write_temp(path, write), path)
+    commit(_write_temp(path, write), path)
 
 
 def _torch_writer(state, locations: dict | None = None):
@@ -231,7 +212,7 @@ def _keep_aside(path: str) -> str:
     if os.path.lexists(_companion(path)):
         _link_or_copy(_companion(path), _companion(target))
     _link_or_copy(path, target)
-    _fsync_path(aside)
+    fsync_path(aside)
     return target
 
 
@@ -278,7 +259,7 @@ def _store(state, directory: str, name: str, prefix: str, keep_max: int | None =
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    _commit(tmp, path)
+    commit(tmp, path)
     if kept is not None:   # only now: a stderr that blocks must not hold a step unlisted
         print(f"dlaunch checkpoint: {path} already existed; kept the earlier file as {kept}",
               file=sys.stderr, flush=True)

@@ -59,17 +59,11 @@ def enclosing_run_dir(path: str) -> str | None:
 
 
 def write_json(path: str, data) -> None:
-    """Write JSON atomically (temporary file + rename): readers never see half a file, a failure leaves none."""
-    tmp = f"{path}.tmp.{os.getpid()}"
-    try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=2, default=str)
-            fh.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.lexists(tmp):
-            os.unlink(tmp)
-        raise
+    """Write JSON atomically: readers (status, other hosts) never see half a file, a failure leaves none."""
+    from launcher.atomic import write_atomically
+
+    write_atomically(path, lambda fh: fh.write(json.dumps(data, indent=2, default=str) + "\n"),
+                     permissions=0o666)
 
 
 def _make_dirs(path: str, made: list[str]) -> None:

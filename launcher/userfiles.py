@@ -24,8 +24,8 @@ from __future__ import annotations
 import os
 import stat
 import sys
-import tempfile
 
+from launcher.atomic import write_atomically
 from launcher.errors import UsageError
 
 MAX_TEXT_BYTES = 16 << 20
@@ -97,7 +97,8 @@ def write_output(path: str, write, *, force: bool, binary: bool = False, executa
             return path
         if info is not None and not force:
             raise UsageError(f"{path} exists; nothing was written (--force replaces it)")
-        _replace_atomically(target, write, binary, by_path, 0o777 if executable else 0o666)
+        write_atomically(target, write, binary=binary, durable=True, permissions=0o777 if executable else 0o666,
+                         by_path=by_path)
     except OSError as exc:
         raise UsageError(f"cannot write {path}: {exc.strerror}") from None
     return path
@@ -109,24 +110,6 @@ def _write_to(path: str, write, binary: bool, by_path: bool) -> None:
         return
     with open(path, "wb" if binary else "w", encoding=None if binary else "utf-8") as fh:
         write(fh)
-
-
-def _replace_atomically(target: str, write, binary: bool, by_path: bool, permissions: int) -> None:
-    directory, name = os.path.split(target)
-    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory)
-    os.close(fd)
-    try:
-        _write_to(tmp, write, binary, by_path)
-        with open(tmp, "rb") as fh:
-            os.fsync(fh.fileno())
-        os.chmod(tmp, permissions & ~_umask())
-        os.replace(tmp, target)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass   # the rename happened before the failure: nothing of ours is left to remove
-        raise
 
 
 def _umask() -> int:

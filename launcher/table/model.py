@@ -272,18 +272,10 @@ def dumps(table: RankTable) -> str:
 
 def dump(table: RankTable, path: str) -> None:
     """Write the table atomically, so a reader (HCCL, another host) never sees half a file."""
-    import os
-    import tempfile
+    from launcher.atomic import write_atomically
 
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".rank_table.", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(dumps(table))
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    text = dumps(table)
+    write_atomically(path, lambda fh: fh.write(text), permissions=0o666)
 
 
 def numbered_like(template: Any, number: int) -> Any:
