@@ -4,19 +4,20 @@ import json
 
 import pytest
 
-from launcher import cli
+from launcher.cli.parsers import build_parser
+from launcher.options import settle
 from launcher.errors import UsageError
 from tests.launching import RANK_PROGRAM, run_dlaunch
 
 
 def settled(argv, environ=None, files=()):
-    parser = cli.build_parser()
+    parser = build_parser()
     cut = argv.index("--") if "--" in argv else None
     script_args = argv[cut + 1:] if cut is not None else []
     args = parser.parse_args(argv[:cut] if cut is not None else argv)
     args.script_args = script_args
     args.config = list(files) + (args.config or [])
-    return cli.settle(args, args._launch_parsers[args.command], cut is not None, environ=environ or {})
+    return settle(args, args._launch_parsers[args.command], cut is not None, environ=environ or {})
 
 
 # (option key in YAML, flag value, env value, file value, expected value of each layer, default)

@@ -1,0 +1,229 @@
+"""The built-in commands' handlers: each takes settled arguments, calls one stage, prints, returns the exit code.
+
+Every stage's module is imported inside its handler, so ``dlaunch --help`` and ``dlaunch
+validate-ranktable`` never pay for paramiko, jinja2 or torch. Input errors surface as ``UsageError``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from launcher.config import apply_layers
+from launcher.console import printable
+from launcher.errors import UsageError
+from launcher.options import head_launch, launch_options, launch_table
+from launcher.cli.parsers import LAUNCH_COMMANDS, unrecognized
+
+EXIT_INVALID = 1
+
+
+def _describe(table) -> str:
+    from launcher.table.rules import summary
+
+    info = summary(table)
+    return f"version {info['version']}, {info['servers']} server(s), {info['devices']} device(s)"
+
+
+def _server_lines(table, limit: int = 8) -> list[str]:
+    from launcher.table.rules import summary
+
+    lines = []
+    servers = summary(table)["server_list"]
+    for server in servers[:limit]:
+        ranks = "-".join(map(str, server["ranks"])) or "?"
+        lines.append(printable(f"  server {server['server_id']}: devices {server['devices']}, ranks {ranks}"))
+    if len(servers) > limit:
+        lines.append(f"  ... and {len(servers) - limit} more server(s)")
+    return lines
+
+
+def _load_waiting(path: str, wait: float):
+    """Load a table; with --wait, poll until its status says "completed" or the time is up."""
+    from launcher.table.model import RankTableError, load
+
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            table = load(path)
+            if table.status == "completed" or time.monotonic() >= deadline:
+                return table
+        except RankTableError:
+            if time.monotonic() >= deadline:
+                raise
+        time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from launcher.table.model import RankTableError
+    from launcher.table.rules import errors, summary, validate
+
+    results, worst = [], 0
+    for path in args.files:
+        try:
+            table = _load_waiting(path, args.wait)
+        except RankTableError as exc:
+            results.append({"file": path, "valid": False, "readable": False, "error": str(exc)})
+            worst = max(worst, UsageError.exit_code)
+            if not args.json:
+                print(printable(f"{path}: unreadable: {exc}"), file=sys.stderr)
+            continue
+        problems = validate(table, args.profile)
+        bad = errors(problems)
+        worst = max(worst, EXIT_INVALID if bad else 0)
+        results.append({"file": path, "valid": not bad, "readable": True, "profile": args.profile,
+                        "summary": summary(table), "problems": [p.as_dict() for p in problems]})
+        if args.json:
+            continue
+        warnings = len(problems) - len(bad)
+        if bad:
+            print(printable(f"{path}: INVALID: {len(bad)} error(s), {warnings} warning(s) "
+                            f"({_describe(table)}; profile {args.profile})"))
+        else:
+            print(printable(f"{path}: valid ({_describe(table)}; profile {args.profile})"
+                            + (f", {warnings} warning(s)" if warnings else "")))
+            if not args.quiet:
+                print("\n".join(_server_lines(table)))
+        for problem in problems:
+            print(f"  {problem}")
+    if args.json:
+        json.dump(results[0] if len(results) == 1 else results, sys.stdout, indent=2, default=str)
+        print()
+    return worst
+
+
+def _write_table(table, output: str | None, force: bool) -> None:
+    from launcher.table.model import dumps
+    from launcher.userfiles import write_output
+
+    text = dumps(table)
+    write_output(output or "-", lambda fh: fh.write(text), force=force)
+
+
+def cmd_gen(args: argparse.Namespace) -> int:
+    from launcher.table.build import parse_devices, primary_address, read_hccn_conf, single_server_table
+    from launcher.table.rules import require_valid
+
+    devices = parse_devices(args.devices)
+    table = single_server_table(devices, args.server_id or primary_address(), read_hccn_conf(args.hccn_conf))
+    require_valid(table, args.profile, f"device set {args.devices}")
+    _write_table(table, args.output, args.force)
+    if args.output and args.output != "-":
+        print(f"wrote {args.output} ({_describe(table)})", file=sys.stderr)
+    return 0
+
+
+def cmd_merge(args: argparse.Namespace) -> int:
+    from launcher.table.build import merge_tables
+    from launcher.table.rules import require_valid
+    from launcher.table.share import read_table
+
+    tables = [(path, read_table(path)[1]) for path in args.files]
+    merged = merge_tables(tables)
+    require_valid(merged, args.profile, "the merged table")
+    _write_table(merged, args.output, args.force)
+    print(f"wrote {args.output} ({_describe(merged)})", file=sys.stderr)
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from launcher.execute.attempts import launch
+
+    table, server_index, _, view = launch_table(args)
+    return launch(table, server_index, launch_options(args, table, server_index, view=view), dry_run=args.dry_run)
+
+
+def cmd_cluster(args: argparse.Namespace, control=None, on_started=None) -> int:
+    from launcher.execute.attempts import launch
+
+    if args.ssh:
+        from launcher.execute.ssh.head import launch_over_ssh
+
+        return launch_over_ssh(args, *head_launch(args))
+    if not args.rank_table and getattr(args, "rank_table_text", None) is None:
+        raise UsageError("dlaunch cluster needs --rank-table FILE: on each host, dlaunch cluster SCRIPT "
+                         "--rank-table FILE --rank-start K; or from one head node, dlaunch cluster SCRIPT "
+                         "--rank-table FILE --ssh")
+    table, server_index, _, view = launch_table(args)
+    return launch(table, server_index, launch_options(args, table, server_index, view=view), dry_run=args.dry_run,
+                  on_started=on_started, control=control)
+
+
+def cmd_ckpt(args: argparse.Namespace) -> int:
+    import os
+
+    from launcher.observe import ckpt as ckpttool
+    from launcher.rundir import resolve
+
+    run_dir = resolve(args.run_dir or args.output_dir)
+    if not os.path.isdir(run_dir):
+        raise UsageError(f"no run directory at {args.run_dir or args.output_dir}")
+    if args.ckpt_action == "list":
+        rows = ckpttool.list_run(run_dir)
+        if args.json:
+            json.dump(rows, sys.stdout, indent=2, default=str)
+            print()
+        else:
+            print(f"{run_dir}:")
+            print(ckpttool.format_list(rows))
+        return 0
+    if args.ckpt_action == "merge":
+        done = ckpttool.merge(run_dir, args.output, args.step, force=args.force)
+        print(f"merged {done['step']} of {done['ranks']} rank(s): {done['tensors']} tensor(s) ({done['sliced']} "
+              f"sliced, {done['replicated']} replicated), {done['bytes']} bytes -> {done['output']}", file=sys.stderr)
+        return 0
+    done = ckpttool.reshard(run_dir, args.ranks, args.output, args.step)
+    print(f"resharded for {args.ranks} rank(s) -> {args.output}: " + json.dumps(done, default=str), file=sys.stderr)
+    return 0
+
+
+def _settings_for(args: argparse.Namespace, environ) -> tuple[str, argparse.Namespace, dict]:
+    """(command, settled options, sources) for ``config show``: --for, else run unless the flags or configs
+    set options only ``cluster`` has."""
+    tried = [args.for_command] if args.for_command else list(LAUNCH_COMMANDS)
+    failure: Exception | None = None
+    for command in tried:
+        sub = args._launch_parsers[command]
+        layered, extras = sub.parse_known_args(args.launch_flags)
+        if extras:
+            failure = failure or UsageError(unrecognized(sub, "config", extras), usage=sub.format_usage())
+            continue
+        layered.config = (args.config or []) + (layered.config or [])
+        try:
+            return command, layered, apply_layers(layered, sub, environ)
+        except UsageError as exc:
+            failure = failure or exc
+    raise failure
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    import os
+
+    from launcher.environment import mask_value
+
+    command, layered, sources = _settings_for(args, os.environ)
+
+    def safe(value):   # secrets inside --env KEY=VALUE items (and any other KEY=VALUE text) are masked
+        if isinstance(value, list):
+            return [safe(item) for item in value]
+        return mask_value("", value) if isinstance(value, str) else value
+
+    shown = {dest: {"value": safe(getattr(layered, dest) if dest != "args" else layered.script_args),
+                    "source": src} for dest, src in sources.items()}
+    if args.json:
+        json.dump(shown, sys.stdout, indent=2, default=str)
+        print()
+        return 0
+    if args.for_command is None:
+        print(f"settings of dlaunch {command}" + (" (the config or flags set options only cluster has)"
+                                                  if command == "cluster" else ""))
+    width = max(map(len, shown))
+    for dest, item in shown.items():
+        print(f"{dest.replace('_', '-'):{width}}  {item['value']!r:30}  {item['source']}")
+    return 0
+
+
+HANDLERS = {"validate-ranktable": cmd_validate, "gen-ranktable": cmd_gen, "merge-ranktable": cmd_merge,
+            "run": cmd_run, "cluster": cmd_cluster, "config": cmd_config, "ckpt": cmd_ckpt}
