@@ -100,7 +100,8 @@ def launch_options(args: argparse.Namespace, table, server_index: int, view=None
     with the host. ``head`` is ``cluster --ssh``'s head node, which starts no rank itself.
     """
     from launcher.host import free_port
-    from launcher.plan import Command, Options, console_ranks, host_suffix
+    from launcher.plan import Command, Options, console_ranks
+    from launcher.rundir import host_suffix
     from launcher.rundir import check_run_id, new_run_id, resolve
     from launcher.table.share import master_address
 

@@ -16,12 +16,12 @@ from dataclasses import asdict, dataclass, field
 from launcher import numlists
 from launcher.console import printable
 from launcher.host import DeviceView
+from launcher.rundir import CKPT_DIR, SCHEDULER_DIR, attempt_file, host_suffix, rank_dir_name
 from launcher.environment import masked, mindspore_scheduler_environment, mindspore_worker_environment, rank_environment
 from launcher.table.model import RankTable
 
 CWD_LAUNCH = "launch"  # every rank runs where dlaunch was started, as torchrun and msrun do (the default)
 CWD_RANK = "rank"      # each rank runs in its own rank directory, as the seeds' run.sh does
-SCHEDULER_DIR = "scheduler"   # MindSpore's scheduler's own directory in the run directory (output.log, env.log)
 
 
 @dataclass(frozen=True)
@@ -142,23 +142,6 @@ class LaunchPlan:
         return ([self.scheduler] if self.scheduler else []) + list(self.ranks)
 
 
-def attempt_file(directory: str, stem: str, ext: str, attempt: int) -> str:
-    """``output.log`` for the first attempt, ``output.1.log`` after the first restart: nothing overwritten."""
-    return os.path.join(directory, f"{stem}.{ext}" if attempt == 0 else f"{stem}.{attempt}.{ext}")
-
-
-def host_suffix(server_id: str) -> str:
-    """What a host's own files in a shared run directory carry: ``plan.<server_id>.json``."""
-    import re
-
-    return "." + re.sub(r"[^A-Za-z0-9._-]", "_", str(server_id))
-
-
-def rank_dir_name(rank: int, world_size: int) -> str:
-    width = max(3, len(str(max(world_size - 1, 0))))
-    return f"rank_{rank:0{width}d}"
-
-
 def console_ranks(spec: str, world_size: int) -> set[int]:
     """Global ranks whose output goes to the console: "all", "none" or "0,3"; checked by the caller."""
     spec = spec.strip().lower()
@@ -188,7 +171,7 @@ def make_plan(table: RankTable, server_index: int, opts: Options, rank_table_fil
     for local_rank, dev in enumerate(devices):
         rank = dev.rank
         rank_dir = os.path.join(run_dir, rank_dir_name(rank, world_size))
-        ckpt_dir = os.path.join(rank_dir, "ckpt")
+        ckpt_dir = os.path.join(rank_dir, CKPT_DIR)
         error_file = attempt_file(rank_dir, "error", "json", attempt)
         env = rank_environment(
             rank=rank, local_rank=local_rank, world_size=world_size, local_world_size=len(devices),

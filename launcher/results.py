@@ -195,3 +195,24 @@ def closing_lines(summary: dict, summary_path: str) -> list[str]:
     if summary.get("newest_complete_checkpoint"):
         lines.append(f"newest complete checkpoint: {summary['newest_complete_checkpoint']} (what --resume picks)")
     return lines
+
+
+def job_verdict(summaries: list[dict], head: dict | None = None, missing_hosts=()) -> dict:
+    """The whole job, from the summaries of its hosts (and the head's, for ``cluster --ssh``).
+
+    THE rule for a job of several hosts: the head, when there is one, has already judged across hosts (the
+    earliest failure is the root cause; the others were stopped), so its verdict stands. Without a head,
+    a job failed or was interrupted if any host says so, its exit code is the first host's non-zero code
+    (host order), and a job whose reporting hosts all succeeded while others never reported is
+    "incomplete". ``root_causes`` lists each failing host's once, never the same one twice.
+    """
+    if head is not None and head.get("status"):
+        cause = head.get("root_cause")
+        return {"status": head["status"], "exit_code": head.get("exit_code"), "root_causes": [cause] if cause else []}
+    causes = [s["root_cause"] for s in summaries if s.get("root_cause")]
+    statuses = [s.get("status") for s in summaries]
+    status = next((st for st in ("failed", "interrupted") if st in statuses), "succeeded")
+    if status == "succeeded" and missing_hosts:
+        status = "incomplete"   # the hosts here succeeded, but the job's other hosts never reported
+    exit_code = next((s.get("exit_code") for s in summaries if s.get("exit_code")), 0)
+    return {"status": status, "exit_code": exit_code, "root_causes": causes}

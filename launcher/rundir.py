@@ -27,7 +27,30 @@ if TYPE_CHECKING:
 
 RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 LATEST = "latest"   # the link to the newest run: a reserved name, never a run id
+# The layout, version 2: <output>/<run id>/ holds plan[.<host>].json, rank_table[.<host>].json,
+# pids[.<host>].json, summary[.<host>].json (and summary.head.json under --ssh), scheduler/ (MindSpore's),
+# and rank_NNN/ per global rank with output[.K].log, env[.K].log, heartbeat and ckpt/. Version 1 (dlaunch
+# 0.1) had the same files; its plans lack "layout", "peers" and "scheduler", which readers default.
+LAYOUT_VERSION = 2
+CKPT_DIR = "ckpt"                   # a rank's checkpoint directory inside its rank directory
+HEAD_SUMMARY = "summary.head.json"  # the head's summary of a cluster --ssh job
+SCHEDULER_DIR = "scheduler"   # MindSpore's scheduler's own directory in the run directory (output.log, env.log)
 RUN_MARKERS = ("plan*.json", "summary*.json", "rank_table*.json")   # a directory holding one is a run directory
+
+
+def attempt_file(directory: str, stem: str, ext: str, attempt: int) -> str:
+    """``output.log`` for the first attempt, ``output.1.log`` after the first restart: nothing overwritten."""
+    return os.path.join(directory, f"{stem}.{ext}" if attempt == 0 else f"{stem}.{attempt}.{ext}")
+
+
+def host_suffix(server_id: str) -> str:
+    """What a host's own files in a shared run directory carry: ``plan.<server_id>.json``."""
+    return "." + re.sub(r"[^A-Za-z0-9._-]", "_", str(server_id))
+
+
+def rank_dir_name(rank: int, world_size: int) -> str:
+    width = max(3, len(str(max(world_size - 1, 0))))
+    return f"rank_{rank:0{width}d}"
 
 
 def new_run_id() -> str:
@@ -130,7 +153,7 @@ def create(plan: LaunchPlan, rank_table_text: str, shared: bool) -> None:
             made.append(plan.rank_table_file)
             fh.write(rank_table_text)
         writing = plan_file = plan.host_file("plan", "json")
-        write_json(plan_file, plan.to_dict())
+        write_json(plan_file, {"layout": LAYOUT_VERSION, **plan.to_dict()})
         made.append(plan_file)
     except UsageError:
         _remove(made)
@@ -210,6 +233,12 @@ class Run:
     summaries: dict[str, dict] = field(default_factory=dict)   # host suffix -> summary
     pids: dict[str, dict] = field(default_factory=dict)        # host suffix -> pids file
     missing_hosts: list[dict] = field(default_factory=list)     # servers of the table with no plan here
+    head: dict | None = None                                    # summary.head.json of a cluster --ssh job
+
+    @property
+    def layout(self) -> int:
+        """The layout version its plans were written with (1: before versions were recorded)."""
+        return max((int(plan.get("layout", 1)) for plan in self.plans.values()), default=LAYOUT_VERSION)
 
     @property
     def finished(self) -> bool:
@@ -233,6 +262,8 @@ def _suffix(path: str, stem: str) -> str:
 def _host_files(run_dir: str, stem: str) -> dict[str, dict]:
     found = {}
     for path in sorted(glob.glob(os.path.join(glob.escape(run_dir), f"{stem}*.json"))):
+        if os.path.basename(path) == HEAD_SUMMARY:
+            continue   # the head's verdict over every host (Run.head), not one more host's summary
         data = _read_json(path)
         if isinstance(data, dict):
             found[_suffix(path, stem)] = data
@@ -241,8 +272,6 @@ def _host_files(run_dir: str, stem: str) -> dict[str, dict]:
 
 def run_directory(path: str | None, output_dir: str) -> str:
     """RUN_DIR as given (a run, or an output directory with a ``latest`` link), else the latest run."""
-    from launcher.rundir import resolve
-
     where = resolve(path if path else output_dir)
     if not os.path.isdir(where):
         raise UsageError(f"no run directory at {path or output_dir}"
@@ -259,6 +288,8 @@ def load_run(run_dir: str) -> Run:
     summaries = _host_files(run_dir, "summary")
     run = Run(run_dir=run_dir, run_id=os.path.basename(run_dir), world_size=0, plans=plans, summaries=summaries,
               pids=_host_files(run_dir, "pids"))
+    head = _read_json(os.path.join(run_dir, HEAD_SUMMARY))
+    run.head = head if isinstance(head, dict) else None
     seen = set()
     for suffix, plan in sorted(plans.items()):
         run.run_id = plan.get("run_id", run.run_id)
@@ -287,30 +318,27 @@ def load_run(run_dir: str) -> Run:
             run.ranks.append(RankRef(rank=SCHEDULER_RANK, local_rank=-1, host=str(scheduler.get("server_id", "")),
                                      device_id=-1, rank_dir=scheduler["rank_dir"], suffix=suffix, role="scheduler"))
     run.ranks.sort(key=lambda ref: ref.rank)
-    run.missing_hosts = _missing_hosts(run_dir, plans, summaries)
+    run.missing_hosts = _missing_hosts(plans, summaries)
     if run.missing_hosts:
         run.world_size = max(run.world_size, len(run.ranks) + sum(h["count"] for h in run.missing_hosts))
     return run
 
 
-def _missing_hosts(run_dir: str, plans: dict, summaries: dict) -> list[dict]:
-    """Servers of the job's rank table that wrote neither a plan nor a summary into this run directory."""
-    from launcher.plan import host_suffix
-    from launcher.table.model import RankTableError, loads
+def _missing_hosts(plans: dict, summaries: dict) -> list[dict]:
+    """Servers of the job that wrote neither a plan nor a summary into this run directory.
 
-    if "" in plans or "" in summaries:
-        return []   # a one-host run: its table has no other server
-    for path in sorted(glob.glob(os.path.join(glob.escape(run_dir), "rank_table*.json"))):
-        try:
-            with open(path, encoding="utf-8") as fh:
-                table = loads(fh.read())
-        except (OSError, UnicodeDecodeError, RankTableError):
-            continue
-        seen = set(plans) | set(summaries)
-        return [{"host": str(server.server_id), "count": len(server.devices),
-                 "ranks": numlists.format_ranges(d.rank for d in server.devices if d.rank is not None)}
-                for server in table.servers if host_suffix(server.server_id) not in seen]
-    return []
+    Each host's plan lists the job's other servers (``peers``), so one host that reported is enough to
+    name the ones that never did.
+    """
+    seen = set(plans) | set(summaries)
+    missing: dict[str, dict] = {}
+    for plan in plans.values():
+        for peer in plan.get("peers") or []:
+            if isinstance(peer, dict) and peer.get("suffix") not in seen and peer.get("suffix") not in missing:
+                ranks = str(peer.get("ranks", ""))
+                count = len(numlists.parse(ranks, "peer ranks")) if ranks else 0
+                missing[peer.get("suffix")] = {"host": str(peer.get("server_id", "")), "count": count, "ranks": ranks}
+    return list(missing.values())
 
 
 def log_attempts(rank_dir: str) -> list[int]:
@@ -328,8 +356,8 @@ def log_attempts(rank_dir: str) -> list[int]:
 
 
 def log_path(ref: RankRef, attempt: int) -> str:
-    """``output.log`` for attempt 0, ``output.K.log`` after restart K (plan.attempt_file's names)."""
-    return os.path.join(ref.rank_dir, "output.log" if attempt == 0 else f"output.{attempt}.log")
+    """``output.log`` for attempt 0, ``output.K.log`` after restart K."""
+    return attempt_file(ref.rank_dir, "output", "log", attempt)
 
 
 def current_attempt(ref: RankRef) -> int:

@@ -18,10 +18,10 @@ EXIT_BROKEN_PIPE = 141   # 128 + SIGPIPE, what a shell reports for a command who
 
 
 def cmd_from_head() -> int:
-    """``cluster --from-head``: this host's launcher, its request read from the SSH channel (see hostagent)."""
-    from launcher.execute.ssh import agent as hostagent
+    """``cluster --from-head``: this host's launcher, its request read from the SSH channel (ssh.protocol)."""
+    from launcher.execute.ssh import protocol
 
-    request, pending = hostagent.read_request(0)
+    request, pending = protocol.read_request(0)
     args = build_parser().parse_args(["cluster", *map(str, request["argv"])])
     args.script_args = [str(a) for a in request.get("script_args", [])]
     settle(args, args._launch_parsers["cluster"], True, environ={})
@@ -29,7 +29,7 @@ def cmd_from_head() -> int:
     args.head_env = {str(k): str(v) for k, v in (request.get("env") or {}).items()}
 
     def started(ranks):
-        hostagent.emit("started", ranks=len(ranks), at=min(r.start for r in ranks))
+        protocol.emit("started", ranks=len(ranks), at=min(r.start for r in ranks))
 
     return cmd_cluster(args, control=(0, pending), on_started=started)
 

@@ -104,7 +104,7 @@ def launch(table: RankTable, server_index: int, opts: Options, *, dry_run: bool,
         return summary["exit_code"] or 1
     say(*closing_lines(summary, summary_path))
     if control:
-        from launcher.execute.ssh.agent import emit
+        from launcher.execute.ssh.protocol import emit
 
         emit("summary", summary=summary, path=summary_path)
     return summary["exit_code"]

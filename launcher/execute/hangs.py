@@ -18,7 +18,8 @@ import subprocess
 import time
 
 from launcher.lines import tail_lines
-from launcher.plan import RankSpec, attempt_file
+from launcher.plan import RankSpec
+from launcher.rundir import attempt_file
 
 HEARTBEAT_FILE = "heartbeat"
 STACK_DUMP_SECONDS = 20.0

@@ -28,13 +28,13 @@ from launcher.execute.hangs import HangWatch, describe_hang, dump_stacks
 from launcher.execute.tee import ConsoleTee
 from launcher.lines import LineBuffer
 from launcher.execute.peers import PeerWait
+from launcher.execute.ssh.protocol import decode_signals
 from launcher.plan import LaunchPlan, RankSpec
 from launcher.rundir import describe_os_error
 from launcher.execute.reaper import LAUNCHER_ID_VAR, Reaper, become_subreaper, child_setup, sweep
 from launcher.results import AttemptResult, RankResult
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)   # torchrun's set
-CONTROL_SIGNALS = frozenset(sig.name for sig in (*FORWARDED_SIGNALS, signal.SIGKILL))   # names the head may send
 PIPE_DRAIN_SECONDS = 1.0
 
 
@@ -84,19 +84,11 @@ class SignalWatch:
         if not chunk:
             self.control_fd = None
             return [signal.SIGHUP]
-        lines = self._control.lines(chunk)
-        found = []
-        for line in lines:
-            name = line.strip().decode("ascii", "replace")
-            if name in CONTROL_SIGNALS:
-                found.append(int(getattr(signal, name)))
-        return found
+        return decode_signals(self._control.lines(chunk))
 
     def pending_control(self) -> list[int]:
         """Whole signal lines that arrived with the launch request, before the selector watched the channel."""
-        lines = self._control.lines(b"")
-        names = [line.strip().decode("ascii", "replace") for line in lines]
-        return [int(getattr(signal, name)) for name in names if name in CONTROL_SIGNALS]
+        return decode_signals(self._control.lines(b""))
 
     def close(self) -> None:
         for sig, handler in self._previous.items():

@@ -16,7 +16,7 @@ import os
 
 from launcher import checkpoint, numlists, resume
 from launcher.errors import UsageError
-from launcher.plan import rank_dir_name
+from launcher.rundir import CKPT_DIR, rank_dir_name
 
 _KIND_ORDER = {"per-rank": 0, "integrated": 1, "breakpoint": 2}
 
@@ -66,7 +66,7 @@ def list_run(run_dir: str) -> list[dict]:
             rows.append(_row("integrated", name[:-len(".pt")], {0: os.path.join(integrated, name)}, world))
     breakpoints: dict[str, dict[int, str]] = {}
     for rank, directory in resume.rank_dirs(run_dir).items():
-        where = os.path.join(directory, "ckpt", checkpoint.BREAKPOINT_DIR)
+        where = os.path.join(directory, CKPT_DIR, checkpoint.BREAKPOINT_DIR)
         for name in os.listdir(where) if os.path.isdir(where) else ():
             if resume.parse_name(name):
                 breakpoints.setdefault(name[:-len(".pt")], {})[rank] = os.path.join(where, name)
@@ -312,7 +312,7 @@ def reshard(run_dir: str, ranks: int, output_dir: str, step: str | None = None) 
             raise UsageError(f"cannot reshard {path!r} for {ranks} ranks: its split dim {entry['dim']} has size "
                              f"{size}, not divisible by {ranks}")
     name = chosen.label + ".pt"
-    targets = [os.path.join(output_dir, rank_dir_name(r, ranks), "ckpt") for r in range(ranks)]
+    targets = [os.path.join(output_dir, rank_dir_name(r, ranks), CKPT_DIR) for r in range(ranks)]
     taken = [os.path.join(t, n) for t in targets for n in (name, chosen.label + checkpoint.STRATEGY_SUFFIX)
              if os.path.lexists(os.path.join(t, n))]
     if taken:

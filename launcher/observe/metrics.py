@@ -23,7 +23,7 @@ import re
 import time
 from dataclasses import dataclass, field
 
-from launcher.rundir import RankRef, Run, log_attempts, log_path
+from launcher.rundir import RankRef, Run, attempt_file, log_attempts, log_path
 
 SEEDS_LOSS = re.compile(r"epoch:\s*(\d+)\s*,?\s*step:\s*(\d+)\s*,?\s*loss is\b(.*)")
 NUMBER_TEXT = r"(?<![\w.])[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|(?<!\w)[-+]?(?:nan|inf)\b"
@@ -158,7 +158,7 @@ def _spans_from_logs(ref: RankRef, now: float) -> list[Span]:
     spans = []
     attempts = log_attempts(ref.rank_dir)
     for attempt in attempts:
-        env_log = os.path.join(ref.rank_dir, "env.log" if attempt == 0 else f"env.{attempt}.log")
+        env_log = attempt_file(ref.rank_dir, "env", "log", attempt)
         try:
             start = os.stat(env_log).st_mtime    # written just before the rank started
         except OSError:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import time
 from launcher.rundir import RankRef, Run, current_attempt, load_run, log_path, published_pids, select_ranks, summary_entry
+from launcher.results import job_verdict
 
 
 CPU_SAMPLE_SECONDS = 0.2      # status: the window of the first CPU % sample
@@ -243,14 +244,10 @@ class Observer:
 
     def _overall(self, run: Run, refs: list[RankRef], rows: list[dict]) -> dict:
         """The run's state: its summaries' when all are in; else running or starting, or over without one."""
-        causes = [s["root_cause"] for _, s in sorted(run.summaries.items()) if s.get("root_cause")]
+        verdict = job_verdict([s for _, s in sorted(run.summaries.items())], run.head, run.missing_hosts)
+        causes = verdict["root_causes"]
         if run.finished:
-            statuses = [s.get("status") for s in run.summaries.values()]
-            status = next((st for st in ("failed", "interrupted") if st in statuses), "succeeded")
-            if status == "succeeded" and run.missing_hosts:
-                status = "incomplete"   # the hosts here succeeded, but the job's other hosts never reported
-            codes = [s.get("exit_code") or 0 for _, s in sorted(run.summaries.items())]
-            return {"status": status, "finished": True, "exit_code": next((c for c in codes if c), 0),
+            return {"status": verdict["status"], "finished": True, "exit_code": verdict["exit_code"],
                     "root_causes": causes}
         waiting = [row for ref, row in zip(refs, rows) if ref.suffix not in run.summaries]
         launcher = self.launcher_alive()

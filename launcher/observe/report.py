@@ -18,6 +18,7 @@ from launcher.userfiles import write_output
 from launcher.rundir import Run, load_run, log_attempts, log_path, run_directory
 from launcher.observe.charts import OUTCOME_COLOURS, chart_svg, format_number, legend_html, rank_colour, timeline_svg
 from launcher.observe.metrics import RankStory, collect, span_outcome
+from launcher.results import job_verdict
 
 
 def _when(epoch: float | None) -> str:
@@ -86,11 +87,8 @@ def page_context(run: Run, stories: list[RankStory]) -> dict:
     starts = [s.start for st in stories for s in st.spans if s.start]
     ends = [s.end for st in stories for s in st.spans if s.end]
     if run.finished:
-        statuses = [s.get("status") for s in summaries]
-        status = next((st for st in ("failed", "interrupted") if st in statuses), "succeeded")
-        if status == "succeeded" and run.missing_hosts:
-            status = "incomplete"     # the hosts here succeeded; the job's other hosts never reported
-        code = next((s.get("exit_code") for s in summaries if s.get("exit_code")), 0)
+        verdict = job_verdict(summaries, run.head, run.missing_hosts)
+        status, code = verdict["status"], verdict["exit_code"]
     else:
         status, code = "running or ended without a summary", None
     causes = []

@@ -1,1 +1,1 @@
-"""``dlaunch cluster --ssh``: the head (plan, preflight, session) and the agent on each host."""
+"""``dlaunch cluster --ssh``: the head (plan, preflight, session, outcome) and the wire to each host's launcher (protocol)."""

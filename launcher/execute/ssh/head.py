@@ -5,7 +5,7 @@ As everywhere in dlaunch, a plan first, then a thin executor, one module a stage
 connects to every host at once and checks it, so that either every host is ready or nothing starts
 anywhere; ``ssh.session`` sends each host its request and runs one selector loop over the channels and
 the head's signals (the first failure stops all hosts); ``ssh.outcome`` turns the hosts' reports into the
-head summary and the exit code. ``ssh.agent`` is the other end of the channel, on each host.
+head summary and the exit code. ``ssh.protocol`` is the wire format, both ways.
 paramiko is imported inside functions only, so the CLI starts fast.
 """
 
@@ -16,7 +16,8 @@ import sys
 import time
 
 from launcher.errors import UsageError
-from launcher.execute.ssh.outcome import HEAD_SUMMARY, head_summary, report
+from launcher.execute.ssh.outcome import head_summary, report
+from launcher.rundir import HEAD_SUMMARY
 from launcher.execute.ssh.plan import SshPlan, describe_plan, make_ssh_plan
 from launcher.execute.ssh.preflight import Probe, preflight, record_new_keys
 from launcher.execute.ssh.session import HostRun, Session, start_hosts

@@ -12,7 +12,6 @@ from launcher.execute.ssh.plan import SshPlan
 from launcher.execute.ssh.session import HostRun
 
 HCCL_CONNECT_TIMEOUT_DEFAULT = 120   # seconds HCCL waits for its peers unless told otherwise
-HEAD_SUMMARY = "summary.head.json"
 
 
 # ---------------------------------------------------------------- outcome

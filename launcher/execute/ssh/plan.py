@@ -2,7 +2,7 @@
 
 Decided without touching the network (``--dry-run`` prints it): per server of the table, the target
 from the OpenSSH client config (read with ``paramiko.SSHConfig``) and the launch request its remote
-launcher (``ssh.agent``) reads from the channel: cluster arguments, script arguments, environment, the
+launcher reads (``ssh.protocol``) from the channel: cluster arguments, script arguments, environment, the
 table's text. Only paths go on the remote command line: environment values and script arguments travel
 in the request, inside the encrypted channel, never where ``ps`` on the host would show them.
 """

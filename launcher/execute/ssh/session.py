@@ -6,7 +6,6 @@ the channels, the first failure stops all hosts, and each host's end is recorded
 
 from __future__ import annotations
 
-import json
 import os
 import selectors
 import signal
@@ -15,6 +14,7 @@ from collections import deque
 
 from launcher.lines import LineBuffer
 from launcher.execute.ssh.plan import HostLaunch, SshPlan
+from launcher.execute.ssh.protocol import encode_request, encode_signal, parse_event
 
 STOP_MARGIN = 10.0             # beyond the grace period, for a stopped host to kill, drain and report
 EXIT_STATUS_POLL = 0.05        # between a channel's EOF and its exit status (paramiko has no fd for it)
@@ -60,7 +60,7 @@ class HostRun:
         if self.channel is None or self.done:
             return
         try:
-            self.channel.sendall(line.encode() + b"\n")
+            self.channel.sendall(encode_signal(line))
         except Exception as exc:  # OSError, EOFError, SSHException: the transport just died; the loop notices
             self.stderr_tail.append(f"could not send {line}: {exc or type(exc).__name__}")
 
@@ -69,7 +69,7 @@ def start_hosts(runs: list[HostRun]) -> None:
     """Send every waiting launcher its request: a write each, no round trip; a host that is gone has ended."""
     for run in runs:
         try:
-            run.channel.sendall(json.dumps(run.host.request).encode() + b"\n")
+            run.channel.sendall(encode_request(run.host.request))
             run.reading = True
         except Exception as exc:  # the connection died since the preflight: that host failed, the loop stops all
             run.end(CONNECTION_LOST, lost=f"could not send the launch request ({exc or type(exc).__name__})")
@@ -196,7 +196,6 @@ class Session:
 
     def _stderr(self, run: HostRun, data: bytes) -> None:
         """The remote launcher's stderr: events for the head, everything else shown as ``[server] line``."""
-        from launcher.execute.ssh.agent import parse_event
 
         lines = run.stderr.lines(data)
         shown = []

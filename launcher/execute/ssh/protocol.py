@@ -1,4 +1,4 @@
-"""The remote half of ``dlaunch cluster --ssh``: one host's launcher, driven by the head over its SSH channel.
+"""The wire between the head and each host's launcher in ``dlaunch cluster --ssh``: both directions, one module.
 
 The head runs ``python -m launcher cluster --from-head`` on each host with
 nothing else on the command line (where ``ps`` would show it to every user).
@@ -10,18 +10,41 @@ and keeps the channel open.  Later lines are signal names (``SIGINT``,
 ``SIGTERM``, ``SIGKILL``) the head forwards; the channel closing means the head
 is gone, and the ranks are stopped as on SIGHUP.  On stderr the agent reports
 events the head reads, each one line: the marker ``EVENT_MARK`` then JSON.
+
+The head encodes with ``encode_request``/``encode_signal`` and decodes with ``parse_event``; the host
+decodes with ``read_request``/``decode_signals`` and encodes with ``emit``.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 
 from launcher.errors import UsageError
 
 EVENT_MARK = "\x1edlaunch-event "
 MAX_REQUEST_BYTES = 64 << 20
+CONTROL_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGKILL")   # what the head may send
+
+
+def encode_request(request: dict) -> bytes:
+    """The head's first line to a host: its launch request."""
+    return json.dumps(request).encode() + b"\n"
+
+
+def encode_signal(name: str) -> bytes:
+    """A signal the head forwards to a host's launcher."""
+    if name not in CONTROL_SIGNALS:
+        raise ValueError(f"{name} is not a signal the head sends")
+    return name.encode() + b"\n"
+
+
+def decode_signals(lines: list[bytes]) -> list[int]:
+    """The signal numbers in control lines from the head; anything else on the channel is ignored."""
+    names = [line.strip().decode("ascii", "replace") for line in lines]
+    return [int(getattr(signal, name)) for name in names if name in CONTROL_SIGNALS]
 
 
 def read_request(fd: int = 0) -> tuple[dict, bytes]:
@@ -44,9 +67,13 @@ def read_request(fd: int = 0) -> tuple[dict, bytes]:
     return request, rest
 
 
+def encode_event(event: str, **data) -> str:
+    return EVENT_MARK + json.dumps({"event": event, **data}, default=str) + "\n"
+
+
 def emit(event: str, **data) -> None:
     """One machine-readable line for the head, on stderr (rank output owns stdout)."""
-    sys.stderr.write(EVENT_MARK + json.dumps({"event": event, **data}, default=str) + "\n")
+    sys.stderr.write(encode_event(event, **data))
     sys.stderr.flush()
 
 

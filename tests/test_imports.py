@@ -1,0 +1,135 @@
+"""The package's imports point one way down the pipeline, and none goes round in a circle.
+
+Every import counts, including those inside functions (dlaunch imports lazily for start-up time, which
+once hid a cycle cli -> remote -> cli); only ``if TYPE_CHECKING:`` blocks are left out. A module may
+import modules of its own layer or of layers below it, never above; nothing but ``launcher.__main__``
+imports the CLI.
+"""
+
+import ast
+import fnmatch
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "launcher"
+
+# Lowest first. The training-side modules (checkpoint, heartbeat) import nothing of the launcher's upper
+# layers, so a training script that imports them stays light.
+LAYERS = [
+    ["launcher", "launcher.errors", "launcher.console", "launcher.numlists", "launcher.argtypes", "launcher.lines",
+     "launcher.atomic", "launcher.userfiles", "launcher.heartbeat", "launcher.envfiles", "launcher.rundir",
+     "launcher.ckptfile", "launcher.ckptstage", "launcher.ckptwriter"],
+    ["launcher.table", "launcher.table.*", "launcher.host", "launcher.config", "launcher.environment"],
+    ["launcher.plan"],
+    ["launcher.resume", "launcher.results", "launcher.checkpoint"],
+    ["launcher.execute", "launcher.execute.*"],
+    ["launcher.options"],
+    ["launcher.observe", "launcher.observe.*", "launcher.scriptgen", "launcher.msrun"],
+    ["launcher.cli", "launcher.cli.*", "launcher.__main__"],
+]
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+MODULES = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+
+
+def layer_of(module: str) -> int:
+    for index, patterns in enumerate(LAYERS):
+        if any(fnmatch.fnmatchcase(module, pattern) for pattern in patterns):
+            return index
+    raise AssertionError(f"{module} is in no layer of tests/test_imports.py: place it")
+
+
+def _type_checking_nodes(tree) -> set[int]:
+    skipped = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skipped.update(id(child) for stmt in node.body for child in ast.walk(stmt))
+    return skipped
+
+
+def imports_of(module: str) -> set[str]:
+    """Every launcher module ``module`` imports, anywhere in its body."""
+    path = MODULES[module]
+    tree = ast.parse(path.read_text(), str(path))
+    skipped = _type_checking_nodes(tree)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join(anchor + ([base] if base else []))
+            # "from launcher import rundir" imports the module launcher.rundir
+            names = [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names]
+        else:
+            continue
+        found.update(name for name in names if name in MODULES and name != module)
+    return found
+
+
+GRAPH = {module: imports_of(module) for module in MODULES}
+
+
+def test_every_module_has_a_layer():
+    for module in MODULES:
+        layer_of(module)
+
+
+def test_imports_point_down_the_layers():
+    upward = [f"{m} (layer {layer_of(m)}) imports {t} (layer {layer_of(t)})"
+              for m, targets in GRAPH.items() for t in sorted(targets) if layer_of(t) > layer_of(m)]
+    assert not upward, "imports against the order:\n" + "\n".join(upward)
+
+
+def test_nothing_imports_the_cli():
+    outside = [f"{m} imports {t}" for m, targets in GRAPH.items() for t in targets
+               if t.startswith("launcher.cli") and not (m.startswith("launcher.cli") or m == "launcher.__main__")]
+    assert not outside, "\n".join(outside)
+
+
+def test_no_import_cycle():
+    # Tarjan's strongly connected components: any component of more than one module is a cycle
+    index, low, stack, on_stack, cycles = {}, {}, [], set(), []
+
+    def visit(node):
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in GRAPH[node]:
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for module in sorted(GRAPH):
+        if module not in index:
+            visit(module)
+    assert not cycles, f"import cycles: {cycles}"
+
+
+def test_the_checker_sees_imports_inside_functions():
+    # cli.commands imports the executor only inside cmd_run: the walk must still see it
+    assert "launcher.execute.attempts" in GRAPH["launcher.cli.commands"]
