@@ -53,7 +53,6 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from launcher import checkpoint, ckptfile  # noqa: E402
-
 from launcher.observe import ckpt as ckpttool  # noqa: E402
 
 MB = 1e6
@@ -193,7 +192,8 @@ def ways(state, work: Path, device: str):
         return timed(lambda: checkpoint.save(state, n, 0, prefix="async", directory=str(work), async_save=True),
                      lambda handle: handle.wait())
 
-    return {"floor": floor, "copy (reused)": reused, "raw": raw, "torch.save": torch_save, "torch.save+fsync": torch_save_fsync,
+    return {"floor": floor, "copy (reused)": reused, "raw": raw, "torch.save": torch_save,
+            "torch.save+fsync": torch_save_fsync,
             "dcp.save": dcp_save, "dcp.async_save": dcp_async, "dlaunch sync": sync, "dlaunch async": asynchronous,
             "torch.save->null": torch_save_null, "no-CRC writer->null": write_torch_null,
             "write_torch": write_torch, "write_torch+fsync": write_torch_fsync}
@@ -238,11 +238,13 @@ def bench_save(work: Path, repeat: int, device: str) -> None:
     floor, raw = median["floor"][0], median["raw"][1]
     stall_ratio = median["dlaunch async"][0] / floor
     if device == "cpu":
-        print(f"  async stall / copy into reused buffers: {median['dlaunch async'][0] / median['copy (reused)'][0]:.2f}")
+        stall = median['dlaunch async'][0] / median['copy (reused)'][0]
+        print(f"  async stall / copy into reused buffers: {stall:.2f}")
     sync_ratio, async_ratio = raw / median["dlaunch sync"][1], raw / median["dlaunch async"][1]
     print(f"  async stall / floor: {stall_ratio:.2f} (goal <= 2: {'met' if stall_ratio <= 2 else 'NOT met'})")
     for label, ratio in (("sync", sync_ratio), ("async", async_ratio)):
-        print(f"  {label} throughput / raw write+fsync: {ratio:.2f} (goal >= 0.8: {'met' if ratio >= 0.8 else 'NOT met'})")
+        verdict = "met" if ratio >= 0.8 else "NOT met"
+        print(f"  {label} throughput / raw write+fsync: {ratio:.2f} (goal >= 0.8: {verdict})")
     print(f"  dlaunch sync vs torch.save+fsync: {median['torch.save+fsync'][1] / median['dlaunch sync'][1]:.2f}x "
           f"faster; async stall vs dcp.async_save stall: "
           f"{median['dcp.async_save'][0] / median['dlaunch async'][0]:.1f}x shorter")

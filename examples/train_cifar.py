@@ -44,9 +44,9 @@ import signal
 import struct
 import sys
 import tempfile
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
 import torch
 import torch.distributed as dist
@@ -79,10 +79,10 @@ class DistEnv:
     world_size: int = 1
     local_rank: int = 0
     distributed: bool = False
-    mindspore: Dict[str, str] = field(default_factory=dict)
+    mindspore: dict[str, str] = field(default_factory=dict)
 
 
-def _first_int(environ: Mapping[str, str], names: Tuple[str, ...], default: int) -> int:
+def _first_int(environ: Mapping[str, str], names: tuple[str, ...], default: int) -> int:
     """Return the first of ``names`` set in ``environ`` as an int."""
     for name in names:
         value = environ.get(name)
@@ -90,7 +90,7 @@ def _first_int(environ: Mapping[str, str], names: Tuple[str, ...], default: int)
             try:
                 return int(value)
             except ValueError:
-                raise SystemExit(f"environment variable {name}={value!r} is not an integer")
+                raise SystemExit(f"environment variable {name}={value!r} is not an integer") from None
     return default
 
 
@@ -133,7 +133,7 @@ def init_distributed(env: DistEnv) -> None:
 # --------------------------------------------------------------------------
 
 
-def parse_cifar_records(data: bytes) -> Tuple[torch.Tensor, torch.Tensor]:
+def parse_cifar_records(data: bytes) -> tuple[torch.Tensor, torch.Tensor]:
     """Decode CIFAR-10 binary records into (labels uint8 [N], images uint8 [N,3,32,32]).
 
     The bytes are viewed in place with ``torch.frombuffer`` so a 30 MB batch file
@@ -180,8 +180,8 @@ def shard_rows(offset: int, count: int, shard_id: int, num_shards: int) -> range
 
 
 def load_shard(
-    files: List[Path], shard_id: int, num_shards: int
-) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    files: list[Path], shard_id: int, num_shards: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Read the shard's records from ``files``: (global indices, labels, images).
 
     Only the shard's rows are kept, so memory per rank shrinks with world size.
@@ -427,7 +427,7 @@ def evaluate(model: nn.Module, labels: torch.Tensor, images: torch.Tensor, batch
     return correct / max(len(labels), 1)
 
 
-def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=32, help="per-rank batch size")
@@ -546,7 +546,7 @@ def train(args: argparse.Namespace, env: DistEnv) -> None:
     log("training finished")
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -37,7 +37,7 @@ from launcher import heartbeat
 STORAGE_ALIGNMENT = 64    # torch.save's default; recorded in the file as torch.save does
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _start_writeback():
     """Linux's ``sync_file_range(fd, offset, nbytes, SYNC_FILE_RANGE_WRITE)``, or None elsewhere."""
     if not sys.platform.startswith("linux"):
@@ -119,7 +119,8 @@ def _persistent_ids(locations: dict | None):
             return None
         if storage.device.type != "meta" and storage.data_ptr() != 0:
             if dtypes.setdefault(storage.data_ptr(), dtype) != dtype:
-                raise RuntimeError("Cannot save multiple tensors or storages that view the same data as different types")
+                raise RuntimeError("Cannot save multiple tensors or storages that view the same data as "
+                                   "different types")
         key = keys.setdefault(storage._cdata, str(len(keys)))
         storages[key] = storage
         location = (locations or {}).get(storage._cdata) or location_tag(storage)

@@ -28,6 +28,7 @@ import os
 import signal
 import sys
 import threading
+from typing import Any
 
 from launcher import ckptstage
 
@@ -45,7 +46,7 @@ def _default_buffer_limit() -> int:
 class SaveHandle:
     """A background save: ``wait()`` for it (returns the path, or raises what failed), ``done()``, ``exception()``."""
 
-    def __init__(self, path: str, writer: "_Writer"):
+    def __init__(self, path: str, writer: _Writer):
         self.path = path
         self._writer = writer
         self._finished = threading.Event()
@@ -79,9 +80,9 @@ class SaveHandle:
 class _TermGuard:
     """SIGTERM while saves are in flight: finish them, then do what SIGTERM would have done."""
 
-    def __init__(self, writer: "_Writer"):
+    def __init__(self, writer: _Writer):
         self.writer = writer
-        self.previous = None      # the handler below ours, while armed
+        self.previous: Any = None      # the handler below ours, while armed
         self.armed = False
         self.wakeup: tuple[int, int] | None = None   # our signal.set_wakeup_fd pipe, if we could take it
 

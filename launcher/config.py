@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from typing import Any
 
 from launcher.errors import UsageError
 
@@ -79,7 +80,7 @@ def convert(action: argparse.Action, value, where: str):
 
 
 def _scalar(action: argparse.Action, value, where: str, flag: str):
-    kind = action.type or str
+    kind: Any = action.type or str
     if isinstance(value, bool) or isinstance(value, (list, dict)) or value is None:
         kinds = {int: "int", float: "float", str: "str"}
         raise UsageError(f"{where}: {flag} takes {kinds.get(kind, 'a single value')}, not {short(value)}")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+from typing import Any
 
 _UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2066-\u2069\ufeff\ud800-\udfff]")
 
@@ -35,7 +36,7 @@ def silence(fd: int) -> None:
         os.close(null)
 
 
-live_line = None   # the ConsoleTee whose unfinished progress line is on the terminal, if any (logs.py)
+live_line: Any = None   # the ConsoleTee whose unfinished progress line is on the terminal, if any (logs.py)
 
 
 def say(*lines: str, stream=None, usage: str | None = None) -> None:

@@ -129,7 +129,8 @@ def parse_list(text: str, source: str) -> tuple[str, ...]:
 
 
 def from_environment(environ) -> DeviceView | None:
-    """The restriction a user set: ``ASCEND_RT_VISIBLE_DEVICES`` first (it names NPUs), then ``CUDA_VISIBLE_DEVICES``."""
+    """The restriction a user set: ``ASCEND_RT_VISIBLE_DEVICES`` first (it names NPUs), then
+    ``CUDA_VISIBLE_DEVICES``."""
     for var in (ASCEND_VAR, CUDA_VAR):
         if var in environ:
             tokens = parse_list(environ[var], var)
@@ -191,7 +192,8 @@ def auto_count(view: DeviceView) -> list[int]:
         raise UsageError(f"--ranks auto: {view.source} is empty, so no device is visible; pass --ranks N "
                          f"to start N ranks anyway (CPU)")
     raise UsageError(f"--ranks auto found no device: {ASCEND_VAR} and {CUDA_VAR} are unset, there is no "
-                     f"{DAVINCI_GLOB}, and nvidia-smi -L shows no GPU (or is not installed); pass --ranks N (e.g. --ranks 8 for "
+                     f"{DAVINCI_GLOB}, and nvidia-smi -L shows no GPU (or is not installed); "
+                     "pass --ranks N (e.g. --ranks 8 for "
                      f"8 CPU ranks)")
 
 

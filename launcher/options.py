@@ -27,8 +27,8 @@ def launch_table(args: argparse.Namespace):
     """
     from launcher import host as visible
     from launcher.table.build import parse_devices, read_hccn_conf, single_server_table
-    from launcher.table.share import read_table, select_server
     from launcher.table.rules import require_valid
+    from launcher.table.share import read_table, select_server
 
     from_table = getattr(args, "rank_table_text", None) is not None or bool(args.rank_table)
     auto = not from_table and args.devices is None and args.ranks == AUTO
@@ -101,8 +101,7 @@ def launch_options(args: argparse.Namespace, table, server_index: int, view=None
     """
     from launcher.host import free_port
     from launcher.plan import Command, Options, console_ranks
-    from launcher.rundir import host_suffix
-    from launcher.rundir import check_run_id, new_run_id, resolve
+    from launcher.rundir import check_run_id, host_suffix, new_run_id, resolve
     from launcher.table.share import master_address
 
     cluster = args.command == "cluster"

@@ -15,9 +15,9 @@ from dataclasses import asdict, dataclass, field
 
 from launcher import numlists
 from launcher.console import printable
+from launcher.environment import masked, mindspore_scheduler_environment, mindspore_worker_environment, rank_environment
 from launcher.host import DeviceView
 from launcher.rundir import CKPT_DIR, SCHEDULER_DIR, attempt_file, host_suffix, rank_dir_name
-from launcher.environment import masked, mindspore_scheduler_environment, mindspore_worker_environment, rank_environment
 from launcher.table.model import RankTable
 
 CWD_LAUNCH = "launch"  # every rank runs where dlaunch was started, as torchrun and msrun do (the default)
@@ -177,7 +177,8 @@ def make_plan(table: RankTable, server_index: int, opts: Options, rank_table_fil
             rank=rank, local_rank=local_rank, world_size=world_size, local_world_size=len(devices),
             group_rank=server_index, group_world_size=len(table.servers),
             device_id=opts.devices.device_id(dev.device),
-            cuda_visible=opts.devices.cuda_visible(local_devices, inherited), rank_table_file=rank_table_file, master_addr=opts.master_addr,
+            cuda_visible=opts.devices.cuda_visible(local_devices, inherited), rank_table_file=rank_table_file,
+            master_addr=opts.master_addr,
             master_port=opts.master_port, run_id=opts.run_id, run_dir=run_dir, rank_dir=rank_dir,
             ckpt_dir=ckpt_dir, error_file=error_file, restart_count=attempt, max_restarts=opts.max_restarts,
             inherited=inherited)
@@ -231,7 +232,8 @@ def describe(plan: LaunchPlan) -> str:
              f"run directory: {plan.run_dir}",
              f"rank table:    {plan.rank_table_file}",
              f"master:        {plan.master_addr}:{plan.master_port}",
-             f"working dir:   {'each rank its own rank directory' if plan.cwd_mode == CWD_RANK else 'launch directory'}",
+             "working dir:   " + ("each rank its own rank directory" if plan.cwd_mode == CWD_RANK
+                                  else "launch directory"),
              f"on failure:    SIGTERM, {plan.grace_period:g} s grace, SIGKILL; restarts allowed: {plan.max_restarts}",
              "hang check:    " + (f"stop after {plan.hang_timeout:g} s without a sign of life (exit 124)"
                                   if plan.hang_timeout else "off (--hang-timeout)")]

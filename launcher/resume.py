@@ -50,7 +50,7 @@ class Step:
 
 def rank_dirs(run_dir: str) -> dict[int, str]:
     """Global rank -> its rank directory, for every rank directory in the run."""
-    found = {}
+    found: dict[int, str] = {}
     try:
         names = os.listdir(run_dir)
     except OSError:
@@ -88,7 +88,7 @@ def resume_point(run_dir: str, world_size: int | None = None) -> tuple[Step | No
     """The newest step that every rank has, and a message for each newer step skipped as incomplete."""
     steps, ranks = scan(run_dir)
     expected = set(range(world_size)) if world_size is not None else set(ranks)
-    skipped = []
+    skipped: list[str] = []
     for step in reversed(steps):
         missing = sorted(expected - set(step.files))
         if not missing and expected:

@@ -185,7 +185,8 @@ def add_parser(sub, launch_args) -> argparse.ArgumentParser:
                      help="for your own templates: the dlaunch command they run (default: cluster with "
                           "--rank-table, else run)")
     slurm = p.add_argument_group("slurm template (#SBATCH lines)")
-    slurm.add_argument("--nodes", type=whole(1, 100000), metavar="N", help="nodes (default: the rank table's server count)")
+    slurm.add_argument("--nodes", type=whole(1, 100000), metavar="N",
+                       help="nodes (default: the rank table's server count)")
     slurm.add_argument("--time", metavar="LIMIT", help="time limit, e.g. 2:00:00")
     slurm.add_argument("--partition", help="partition")
     slurm.add_argument("--account", help="account to charge")

@@ -4,11 +4,13 @@
 # sshd hosts of the multi-host tests, chromium for the report screenshot,
 # slurm-wlm and munge for a real one-machine Slurm, shellcheck for generated
 # scripts), creates .venv, installs dlaunch with its torch and test extras,
-# then runs pytest. Extra arguments go to pytest.
+# then checks the code (ruff, mypy) and runs pytest. Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/_env.sh
 ensure_debian_packages openssh-server:/usr/sbin/sshd chromium:/usr/bin/chromium \
   slurm-wlm:/usr/sbin/slurmctld munge:/usr/sbin/munged shellcheck:/usr/bin/shellcheck
 ensure_venv torch,test
+.venv/bin/ruff check --quiet launcher tests benchmarks examples
+.venv/bin/mypy launcher
 exec .venv/bin/python -m pytest "$@"

@@ -34,3 +34,15 @@ def private_cache(tmp_path_factory):
         os.environ.pop("XDG_CACHE_HOME", None)
     else:
         os.environ["XDG_CACHE_HOME"] = saved
+
+
+@pytest.fixture
+def run(tmp_path, monkeypatch):
+    """A run directory laid out as dlaunch makes it, this process being rank 0 of 1."""
+    ckpt = tmp_path / "run" / "rank_000" / "ckpt"
+    ckpt.mkdir(parents=True)
+    for name in ("DLAUNCH_RESUME_FROM", "DLAUNCH_RESUME_STEP", "RANK", "RANK_ID", "WORLD_SIZE", "RANK_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("DLAUNCH_CKPT_DIR", str(ckpt))
+    monkeypatch.setenv("DLAUNCH_RUN_DIR", str(tmp_path / "run"))
+    return tmp_path / "run"

@@ -15,21 +15,8 @@ import pytest
 import torch
 
 from launcher import checkpoint, resume
-
 from launcher.observe import ckpt as ckpttool
 from tests.launching import ROOT, wait_until
-
-
-@pytest.fixture
-def run(tmp_path, monkeypatch):
-    """A run directory laid out as dlaunch makes it, this process being rank 0 of 1."""
-    ckpt = tmp_path / "run" / "rank_000" / "ckpt"
-    ckpt.mkdir(parents=True)
-    for name in ("DLAUNCH_RESUME_FROM", "DLAUNCH_RESUME_STEP", "RANK", "RANK_ID", "WORLD_SIZE", "RANK_SIZE"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("DLAUNCH_CKPT_DIR", str(ckpt))
-    monkeypatch.setenv("DLAUNCH_RUN_DIR", str(tmp_path / "run"))
-    return tmp_path / "run"
 
 
 def ckpt_of(run):

@@ -13,10 +13,9 @@ import pytest
 import torch
 
 from launcher import checkpoint, ckptstage, ckptwriter
-
 from launcher.observe import ckpt as ckpttool
 from tests.launching import ROOT, latest_run, run_dlaunch, summary, wait_until
-from tests.test_checkpoint import ckpt_of, labels, python, run, sigterm_when_ready  # noqa: F401 (run is a fixture)
+from tests.test_checkpoint import ckpt_of, labels, python, sigterm_when_ready
 
 SAVER = str(ROOT / "tests" / "programs" / "async_saver.py")
 

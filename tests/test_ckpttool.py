@@ -17,9 +17,8 @@ import pytest
 import torch
 
 from launcher import checkpoint
-
-from launcher.observe import ckpt as ckpttool
 from launcher.errors import UsageError
+from launcher.observe import ckpt as ckpttool
 from tests.launching import ROOT, latest_run, run_dlaunch
 
 EXAMPLE = str(ROOT / "examples" / "model_parallel.py")

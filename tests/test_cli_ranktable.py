@@ -21,7 +21,7 @@ def test_valid_table_exits_0_and_lists_servers():
 def test_invalid_table_exits_1_with_path_value_and_fix():
     result = dlaunch("validate-ranktable", RANK_TABLES / "invalid" / "r5_rank_gap.json")
     assert result.returncode == 1
-    line = next(l for l in result.stdout.splitlines() if "R5 rank-contiguous" in l)
+    line = next(x for x in result.stdout.splitlines() if "R5 rank-contiguous" in x)
     assert 'server_list[0].device[7].rank_id = "9"' in line and "Fix:" in line
 
 

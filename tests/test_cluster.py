@@ -4,11 +4,18 @@ import json
 
 import pytest
 
-from launcher.table import model as ranktable
 from launcher.errors import UsageError
+from launcher.table import model as ranktable
 from launcher.table.share import master_address, select_server
-from tests.launching import (RANK_PROGRAM, processes_of_run, records, run_dlaunch, side_by_side, summary,
-                             write_rank_table)
+from tests.launching import (
+    RANK_PROGRAM,
+    processes_of_run,
+    records,
+    run_dlaunch,
+    side_by_side,
+    summary,
+    write_rank_table,
+)
 
 
 def two_host_table(path, ids=("127.0.0.2", "127.0.0.3")):

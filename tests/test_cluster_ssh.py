@@ -19,10 +19,21 @@ import time
 
 import psutil
 import pytest
-
 from sshd_hosts import cluster_fixture, require_sshd, start_cluster
-from tests.launching import (RANK_PROGRAM, ROOT, kill_run, pid_alive, processes_of_run, records, run_dlaunch,
-                             start_dlaunch, summary, wait_until, write_rank_table)
+
+from tests.launching import (
+    RANK_PROGRAM,
+    ROOT,
+    kill_run,
+    pid_alive,
+    processes_of_run,
+    records,
+    run_dlaunch,
+    start_dlaunch,
+    summary,
+    wait_until,
+    write_rank_table,
+)
 
 HOSTS = ("127.0.0.2", "127.0.0.3")
 
@@ -203,7 +214,8 @@ def test_dry_run_prints_every_hosts_plan_without_connecting(tmp_path, out):
     assert "host 127.0.0.2 (nobody@127.0.0.2:1): ranks 0-1" in text and "host 127.0.0.3 (nobody@127.0.0.3:1)" in text
     assert "--server-id 127.0.0.3" in text and "--master-addr 127.0.0.2" in text
     host_line = next(line for line in text.splitlines() if "--server-id 127.0.0.3" in line)
-    assert "--grace-period 10.0" in host_line and "--hang-timeout 30.0" in host_line  # per-host features reach every host
+    # per-host features reach every host
+    assert "--grace-period 10.0" in host_line and "--hang-timeout 30.0" in host_line
     assert "API_TOKEN='****'" in text and "hunter2" not in text and "PLAIN='a b'" in text
     assert not out.exists()
 
@@ -510,7 +522,8 @@ def test_ssh_needs_a_rank_table(tmp_path):
 
 
 def test_cli_and_remote_module_import_neither_paramiko_nor_torch():
-    code = "import sys, launcher.cli, launcher.execute.ssh.head; print(sorted({'paramiko', 'torch'} & set(sys.modules)))"
+    code = ("import sys, launcher.cli, launcher.execute.ssh.head; "
+            "print(sorted({'paramiko', 'torch'} & set(sys.modules)))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
                             env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert result.stdout.strip() == "[]", result.stderr

@@ -5,8 +5,8 @@ import json
 import pytest
 
 from launcher.cli.parsers import build_parser
-from launcher.options import settle
 from launcher.errors import UsageError
+from launcher.options import settle
 from tests.launching import RANK_PROGRAM, run_dlaunch
 
 
@@ -94,7 +94,8 @@ def test_bad_files_name_key_file_and_line(tmp_path, text, line, fragment):
 
 
 def test_bad_environment_values_name_the_variable():
-    with pytest.raises(UsageError, match=r"\$DLAUNCH_MASTER_PORT: --master-port: expected a whole number from 1 to 65535"):
+    expected = r"\$DLAUNCH_MASTER_PORT: --master-port: expected a whole number from 1 to 65535"
+    with pytest.raises(UsageError, match=expected):
         settled(["run", "s.py"], {"DLAUNCH_MASTER_PORT": "high"})
 
 

@@ -61,7 +61,8 @@ def test_logs_that_cannot_be_written_stop_the_job(tmp_path):
 
 
 def test_a_summary_that_cannot_be_written_is_an_error_even_after_success(tmp_path):
-    result, after = on_full_disk(tmp_path, 16, "run", RANK_PROGRAM, "--ranks", "1", "--console", "none", "--output-dir", "runs", "--",
+    result, after = on_full_disk(tmp_path, 16, "run", RANK_PROGRAM, "--ranks", "1", "--console", "none",
+                                 "--output-dir", "runs", "--",
                                  "--fill-disk", "ballast")
     clear_failure(result, "cannot write the summary")
     assert "all 1 rank(s) exited 0" in result.stderr

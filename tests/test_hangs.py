@@ -4,7 +4,6 @@ import os
 import time
 
 from launcher import results
-
 from launcher.execute import hangs
 from launcher.plan import RankSpec
 from tests.launching import RANK_PROGRAM, latest_run, processes_of_run, records, run_dlaunch, summary

@@ -11,8 +11,18 @@ import time
 import psutil
 import pytest
 
-from tests.launching import (RANK_PROGRAM, ROOT, dlaunch_argv, kill_run, latest_run, processes_of_run, records,
-                             start_dlaunch, summary, wait_until)
+from tests.launching import (
+    RANK_PROGRAM,
+    ROOT,
+    dlaunch_argv,
+    kill_run,
+    latest_run,
+    processes_of_run,
+    records,
+    start_dlaunch,
+    summary,
+    wait_until,
+)
 
 
 def test_closed_console_keeps_the_root_cause_exit_code(tmp_path):
@@ -88,11 +98,11 @@ def test_sigkill_at_random_moments_of_the_spawn_loop_leaves_no_rank(tmp_path):
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             launcher = psutil.Process(proc.pid)
-            wait_until(lambda: launcher.children(), timeout=10, interval=0.002)
+            wait_until(launcher.children, timeout=10, interval=0.002)
             time.sleep(rng.uniform(0, 0.15))
             proc.kill()
             proc.wait()
-            if not wait_until(lambda: not processes_of_run(run_id), timeout=5):
+            if not wait_until(lambda run_id=run_id: not processes_of_run(run_id), timeout=5):
                 survivors[run_id] = [p.pid for p in processes_of_run(run_id)]
         finally:
             kill_run(run_id)
@@ -102,7 +112,8 @@ def test_sigkill_at_random_moments_of_the_spawn_loop_leaves_no_rank(tmp_path):
 @pytest.mark.parametrize("ending", ["success", "fail-fast"])
 def test_a_daemon_a_rank_started_does_not_outlive_the_job(tmp_path, ending):
     out = tmp_path / "runs"
-    extra = ["--fail-rank", "1", "--code", "5", "--after", "1", "--sleep", "30"] if ending == "fail-fast" else ["--sleep", "0.5"]
+    failing = ["--fail-rank", "1", "--code", "5", "--after", "1", "--sleep", "30"]
+    extra = failing if ending == "fail-fast" else ["--sleep", "0.5"]
     proc = start_dlaunch("run", RANK_PROGRAM, "--ranks", "2", "--output-dir", out, "--", "--daemon", *extra,
                          cwd=tmp_path)
     _, stderr = proc.communicate(timeout=60)

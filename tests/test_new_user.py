@@ -8,8 +8,16 @@ import subprocess
 import time
 
 from tests.conftest import RANK_TABLES, dlaunch
-from tests.launching import (RANK_PROGRAM, kill_run, latest_run, run_dlaunch, side_by_side, start_dlaunch,
-                             wait_until, write_rank_table)
+from tests.launching import (
+    RANK_PROGRAM,
+    kill_run,
+    latest_run,
+    run_dlaunch,
+    side_by_side,
+    start_dlaunch,
+    wait_until,
+    write_rank_table,
+)
 from tests.test_scripts import SCRIPTS, run_script, seeds_env
 
 TABLE_16 = RANK_TABLES / "rank_table_16pcs.json"

@@ -8,8 +8,15 @@ import sys
 import pytest
 
 from launcher.errors import UsageError
-from launcher.execute.ssh.protocol import (decode_signals, emit, encode_event, encode_request, encode_signal,
-                                           parse_event, read_request)
+from launcher.execute.ssh.protocol import (
+    decode_signals,
+    emit,
+    encode_event,
+    encode_request,
+    encode_signal,
+    parse_event,
+    read_request,
+)
 from launcher.lines import LineBuffer
 from tests.launching import RANK_PROGRAM, ROOT, write_rank_table
 

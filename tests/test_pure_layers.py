@@ -156,9 +156,9 @@ def test_the_job_verdict_across_hosts():
 
 def test_a_hang_under_ssh_is_one_root_cause_in_status_and_the_report(tmp_path):
     """summary.head.json beside the hosts' summaries used to be read as one more host: the cause twice."""
+    from launcher.observe.metrics import collect
     from launcher.observe.processes import Observer
     from launcher.observe.report import page_context
-    from launcher.observe.metrics import collect
     from launcher.observe.status import format_status
 
     run_dir = tmp_path / "job"

@@ -7,9 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from launcher import cli
-
 from launcher.table import model as ranktable
-
 from launcher.table import rules as topology
 from tests.conftest import RANK_TABLES
 

@@ -8,8 +8,18 @@ import time
 
 import pytest
 
-from tests.launching import (RANK_PROGRAM, kill_run, latest_run, pid_alive, processes_of_run, records,
-                             run_dlaunch, start_dlaunch, summary, wait_until)
+from tests.launching import (
+    RANK_PROGRAM,
+    kill_run,
+    latest_run,
+    pid_alive,
+    processes_of_run,
+    records,
+    run_dlaunch,
+    start_dlaunch,
+    summary,
+    wait_until,
+)
 
 
 @pytest.fixture
@@ -173,7 +183,8 @@ def test_grace_period_lets_ranks_finish_their_save(tmp_path, out):
 def test_grace_period_ends_with_sigkill(tmp_path, out):
     started = time.monotonic()
     result = run_dlaunch("run", RANK_PROGRAM, "--ranks", "2", "--output-dir", out, "--grace-period", "0.5", "--",
-                         "--fail-rank", "0", "--after", "1.5", "--sleep", "60", "--trap", "SIGTERM", "--trap-delay", "30",
+                         "--fail-rank", "0", "--after", "1.5", "--sleep", "60", "--trap", "SIGTERM",
+                         "--trap-delay", "30",
                          cwd=tmp_path)
     assert result.returncode == 3
     assert time.monotonic() - started < 15
@@ -245,7 +256,8 @@ def test_options_before_or_after_the_script(tmp_path, out):
 def test_script_arguments_after_double_dash_arrive_untouched(tmp_path, out):
     probe = tmp_path / "argv.py"
     probe.write_text("import json, os, sys\n"
-                     "open(os.path.join(os.environ['DLAUNCH_RANK_DIR'], 'argv.json'), 'w').write(json.dumps(sys.argv[1:]))\n")
+                     "path = os.path.join(os.environ['DLAUNCH_RANK_DIR'], 'argv.json')\n"
+                     "open(path, 'w').write(json.dumps(sys.argv[1:]))\n")
     weird = ["--ranks", "9", "a b", "$(touch pwned)", "'\"", "--", ""]
     result = run_dlaunch("run", probe, "--ranks", "1", "--output-dir", out, "--", *weird, cwd=tmp_path)
     assert result.returncode == 0, result.stderr

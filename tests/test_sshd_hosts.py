@@ -14,7 +14,6 @@ import sys
 import paramiko
 import psutil
 import pytest
-
 from sshd_hosts import cluster_fixture, require_sshd, start_cluster
 
 ssh_cluster = cluster_fixture(2)

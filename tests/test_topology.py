@@ -11,7 +11,6 @@ import json
 import pytest
 
 from launcher.table import model as ranktable
-
 from launcher.table import rules as topology
 from launcher.table.model import MISSING
 from tests.conftest import RANK_TABLES

@@ -192,7 +192,7 @@ def test_logs_prints_chosen_ranks_and_attempts(tmp_path, out):
         return done.stdout.splitlines(), done.stderr
 
     lines, _ = logs()  # every rank's newest attempt, rank by rank
-    assert [l.split(":")[0] for l in lines] == ["[rank0]"] * 7 + ["[rank1]"] * 7 + ["[rank2]"] * 7
+    assert [line.split(":")[0] for line in lines] == ["[rank0]"] * 7 + ["[rank1]"] * 7 + ["[rank2]"] * 7
     assert lines[0] == "[rank0]: rank 0 started (attempt 1)"
     lines, _ = logs("--rank", "1", "--attempt", "0")
     assert lines[0] == "[rank1]: rank 1 started (attempt 0)" and lines[-1] == "[rank1]: rank 1 exits with code 3"

@@ -11,11 +11,11 @@ import json
 import sys
 import time
 
+from launcher.cli.parsers import LAUNCH_COMMANDS, unrecognized
 from launcher.config import apply_layers
 from launcher.console import printable
 from launcher.errors import UsageError
 from launcher.options import head_launch, launch_options, launch_table
-from launcher.cli.parsers import LAUNCH_COMMANDS, unrecognized
 
 EXIT_INVALID = 1
 

@@ -8,6 +8,7 @@ imported here: ``dlaunch --help`` starts in milliseconds.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping
 
 from launcher import __version__
 from launcher.argtypes import port, positive_seconds, seconds, whole
@@ -108,8 +109,14 @@ def _launch_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dry-run", action="store_true", help="print the plan (commands, env, logs) and start nothing")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+class DlaunchParser(argparse.ArgumentParser):
+    """The top-level parser, which also knows each command's own parser (usage errors show the command's)."""
+
+    subcommands: Mapping[str, argparse.ArgumentParser]
+
+
+def build_parser() -> DlaunchParser:
+    parser = DlaunchParser(
         prog="dlaunch",
         description="Launch distributed training on Ascend NPUs and GPUs: one process per device, "
                     "validated HCCL rank tables, per-rank logs and checkpoints, fail-fast, no orphans.",

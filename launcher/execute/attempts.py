@@ -15,12 +15,12 @@ from dataclasses import replace
 from launcher import rundir
 from launcher.console import say
 from launcher.errors import UsageError
-from launcher.plan import Options, make_plan
-from launcher.resume import find_resume_point
-from launcher.table.model import RankTable, dumps
-from launcher.results import AttemptResult, closing_lines, how_it_ended, summarize
 from launcher.execute.local import LocalWorkers, SignalWatch
 from launcher.host import free_port
+from launcher.plan import Options, make_plan
+from launcher.results import AttemptResult, closing_lines, how_it_ended, summarize
+from launcher.resume import find_resume_point
+from launcher.table.model import RankTable, dumps
 
 
 def check_command(opts: Options) -> None:

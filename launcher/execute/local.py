@@ -21,18 +21,20 @@ import signal
 import subprocess
 import time
 import uuid
+from collections.abc import Callable
+from typing import Any
 
 from launcher.console import say
 from launcher.environment import format_env
 from launcher.execute.hangs import HangWatch, describe_hang, dump_stacks
+from launcher.execute.peers import PeerWait
+from launcher.execute.reaper import LAUNCHER_ID_VAR, Reaper, become_subreaper, child_setup, sweep
+from launcher.execute.ssh.protocol import decode_signals
 from launcher.execute.tee import ConsoleTee
 from launcher.lines import LineBuffer
-from launcher.execute.peers import PeerWait
-from launcher.execute.ssh.protocol import decode_signals
 from launcher.plan import LaunchPlan, RankSpec
-from launcher.rundir import describe_os_error
-from launcher.execute.reaper import LAUNCHER_ID_VAR, Reaper, become_subreaper, child_setup, sweep
 from launcher.results import AttemptResult, RankResult
+from launcher.rundir import describe_os_error
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)   # torchrun's set
 PIPE_DRAIN_SECONDS = 1.0
@@ -164,7 +166,7 @@ class LocalWorkers:
         self.subreaper = become_subreaper()
         self.reaper = Reaper(self.launcher_id)
         self._child_setup = child_setup(os.getpid())
-        self.on_started = None  # optional callback(ranks, scheduler) once every process is running
+        self.on_started: Callable | None = None  # callback(ranks, scheduler) once every process is running
 
     def close(self) -> None:
         self.reaper.close()
@@ -415,7 +417,7 @@ class LocalWorkers:
         polling = any(p.pidfd is None and p.alive for p in processes)
         if polling:
             timeout = 0.05 if timeout is None else min(timeout, 0.05)
-        happened = []
+        happened: list[tuple[str, Any]] = []
         for key, _ in selector.select(timeout):
             kind, data = key.data
             if kind == "pipe":

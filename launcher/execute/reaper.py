@@ -45,7 +45,7 @@ GOODBYE_SECONDS = 2.0        # a watchdog that has not left this long after "bye
 _WATCHDOG_IGNORES = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _prctl():
     """libc's prctl, loaded once in the launcher (never between fork and exec), or None off Linux."""
     try:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import re
+
 from launcher.observe.metrics import RankStory
 
 MAX_POINTS = 1000              # per line drawn (wider than a chart's pixels): longer series are thinned evenly
@@ -366,7 +367,7 @@ def chart_svg(name: str, stories: list[RankStory], width: int = 1056, plot_h: in
     if any(attempt != newest[story.ref.rank] for story, attempt, _ in series):
         keys.append(("dash", "earlier attempt"))
     ly = top + plot_h + 52
-    kx = left
+    kx = float(left)
     for kind, text in keys:
         if kind == "band":
             out.append(f'<rect x="{kx}" y="{ly - 9}" width="24" height="12" fill="{MEAN_COLOUR}" fill-opacity="0.10"/>')

@@ -13,6 +13,7 @@ import copy
 import glob
 import json
 import os
+from typing import Any
 
 from launcher import checkpoint, numlists, resume
 from launcher.errors import UsageError
@@ -82,7 +83,7 @@ def _ranges_or_dash(ranks: list[int]) -> str:
     return numlists.format_ranges(ranks) or "-"
 
 
-def _size(count: int) -> str:
+def _size(count: float) -> str:
     for unit in ("B", "KB", "MB", "GB"):
         if count < 1024 or unit == "GB":
             return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
@@ -247,7 +248,7 @@ class _Merger:
             if any(entry[key] != reference[key] for key in layout):
                 raise UsageError(f"tensor {path!r} is sliced differently on ranks {self.ranks[0]} and {rank}: "
                                  + ", ".join(f"{k} {reference[k]} vs {entry[k]}" for k in layout))
-        by_index: dict[int, tuple[int, object]] = {}
+        by_index: dict[int, tuple[int, Any]] = {}
         for rank, value in zip(self.ranks, values):
             index = entries[rank]["index"]
             if index in by_index:   # the same slice on several ranks (hybrid layouts): replicas must agree
@@ -258,7 +259,8 @@ class _Merger:
                 by_index[index] = (rank, value)
         absent = sorted(set(range(reference["count"])) - set(by_index))
         if absent:
-            raise UsageError(f"tensor {path!r}: no rank holds slice(s) {_ranges_or_dash(absent)} of {reference['count']}")
+            raise UsageError(f"tensor {path!r}: no rank holds slice(s) {_ranges_or_dash(absent)} of "
+                             f"{reference['count']}")
         full = torch.cat([by_index[i][1] for i in range(reference["count"])], dim=reference["dim"])
         if list(full.shape) != reference["full_shape"]:
             raise UsageError(f"tensor {path!r}: slices join to shape {list(full.shape)}, the strategy says "

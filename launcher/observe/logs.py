@@ -173,7 +173,8 @@ def add_parser(sub, launch_args) -> None:
     add_run_arguments(p)
     p.add_argument("-f", "--follow", action="store_true",
                    help="keep printing new lines until the run has finished (Ctrl-C stops); follows restarts")
-    p.add_argument("-n", "--lines", type=whole(0, 10**7), metavar="N", help="start with only the last N lines of each rank")
+    p.add_argument("-n", "--lines", type=whole(0, 10**7), metavar="N",
+                   help="start with only the last N lines of each rank")
     p.add_argument("--attempt", metavar="K",
                    help="which attempt's log: 0 the first, 1 after the first restart, ..., or all "
                         "(default: each rank's newest)")

@@ -62,7 +62,7 @@ class Points(list):
     axis = "step"
 
 
-def parse_metrics(lines) -> dict[str, list[tuple[float, float]]]:
+def parse_metrics(lines) -> dict[str, Points]:
     """Metric name -> [(step, value)] from a log's lines: the seeds' loss lines, accuracy lines, JSON lines.
 
     An accuracy line's step: the end of its epoch where it names one ("epoch: 2 accuracy: 0.83"), else the
@@ -70,7 +70,7 @@ def parse_metrics(lines) -> dict[str, list[tuple[float, float]]]:
     """
     seeds: list[tuple[int, int, float]] = []
     accuracy: list[tuple[int | None, int, float]] = []   # (epoch, how many seeds' lines came before, value)
-    found: dict[str, list[tuple[float, float]]] = {}
+    found: dict[str, Points] = {}
     json_step = None
     for line in lines:
         text = line.strip()
@@ -94,27 +94,27 @@ def parse_metrics(lines) -> dict[str, list[tuple[float, float]]]:
             continue
         acc = ACCURACY.search(text)
         if acc:
-            epoch = EPOCH.search(text[:acc.start()])
-            if not seeds and json_step is not None and not epoch:
+            named = EPOCH.search(text[:acc.start()])
+            if not seeds and json_step is not None and not named:
                 found.setdefault("accuracy", Points()).append((json_step, float(acc.group(1))))
             else:
-                accuracy.append((int(epoch.group(1)) if epoch else None, len(seeds), float(acc.group(1))))
+                accuracy.append((int(named.group(1)) if named else None, len(seeds), float(acc.group(1))))
     per_epoch = max((step for _, step, _ in seeds), default=0)
     if seeds:
         found.setdefault("loss", Points()).extend(((epoch - 1) * per_epoch + step, value)
                                                    for epoch, step, value in seeds)
     if accuracy:
         points = found.setdefault("accuracy", Points())
-        for number, (epoch, before, value) in enumerate(accuracy, 1):
-            if epoch is not None and per_epoch:
-                x = epoch * per_epoch
+        for evaluation, (its_epoch, before, value) in enumerate(accuracy, 1):
+            if its_epoch is not None and per_epoch:
+                x = its_epoch * per_epoch
             elif before:
                 last_epoch, last_step, _ = seeds[before - 1]
                 x = (last_epoch - 1) * per_epoch + last_step
             else:
-                x = epoch if epoch is not None else number
+                x = its_epoch if its_epoch is not None else evaluation
                 if not seeds:
-                    points.axis = "epoch" if epoch is not None else "evaluation"
+                    points.axis = "epoch" if its_epoch is not None else "evaluation"
             points.append((x, value))
     return found
 

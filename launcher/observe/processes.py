@@ -10,9 +10,19 @@ from __future__ import annotations
 
 import os
 import time
-from launcher.rundir import RankRef, Run, current_attempt, load_run, log_path, published_pids, select_ranks, summary_entry
-from launcher.results import job_verdict
+from typing import Any
 
+from launcher.results import job_verdict
+from launcher.rundir import (
+    RankRef,
+    Run,
+    current_attempt,
+    load_run,
+    log_path,
+    published_pids,
+    select_ranks,
+    summary_entry,
+)
 
 CPU_SAMPLE_SECONDS = 0.2      # status: the window of the first CPU % sample
 
@@ -39,7 +49,7 @@ class Observer:
     def __init__(self, run_dir: str, hang_after: float | None = None):
         self.run_dir = run_dir
         self.hang_after = hang_after
-        self._procs: dict[int, object] = {}        # pid -> psutil.Process
+        self._procs: dict[int, Any] = {}        # pid -> psutil.Process
         self._primed: set = set()                  # processes whose CPU % has a start
         self._launchers: set[int] = set()          # launcher pids seen (pids files, parents of ranks)
         self._local: set[str] | None = None
@@ -102,7 +112,7 @@ class Observer:
         """
         import psutil
 
-        found: dict[int, object] = {}
+        found: dict[int, Any] = {}
         missing: dict[str, RankRef] = {}
         for ref in refs:
             if ref.suffix in run.summaries:

@@ -14,11 +14,11 @@ import os
 import time
 
 from launcher.console import say
-from launcher.userfiles import write_output
-from launcher.rundir import Run, load_run, log_attempts, log_path, run_directory
 from launcher.observe.charts import OUTCOME_COLOURS, chart_svg, format_number, legend_html, rank_colour, timeline_svg
 from launcher.observe.metrics import RankStory, collect, span_outcome
 from launcher.results import job_verdict
+from launcher.rundir import Run, load_run, log_attempts, log_path, run_directory
+from launcher.userfiles import write_output
 
 
 def _when(epoch: float | None) -> str:

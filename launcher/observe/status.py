@@ -12,9 +12,9 @@ import time
 
 from launcher.argtypes import positive_seconds
 from launcher.console import printable
-from launcher.results import how_it_ended
 from launcher.observe import add_run_arguments
 from launcher.observe.processes import Observer
+from launcher.results import how_it_ended
 from launcher.rundir import run_directory
 
 
@@ -28,7 +28,7 @@ def _seconds(value: float | None) -> str:
     return f"{int(value // 3600)}h{int(value % 3600 // 60):02d}m"
 
 
-def _bytes(value: int | None) -> str:
+def _bytes(value: float | None) -> str:
     if value is None:
         return "-"
     for unit in ("B", "K", "M", "G"):
@@ -74,7 +74,8 @@ def format_status(snap: dict, width: int | None = 120) -> str:
     for row in snap["ranks"]:
         state = row["state"] + (f" (attempt {row['attempt']})" if row["attempt"] else "")
         scheduler = row.get("role") == "scheduler"
-        table.append(["sched" if scheduler else str(row["rank"]), row["host"], "-" if scheduler else str(row["device_id"]),
+        table.append(["sched" if scheduler else str(row["rank"]), row["host"],
+                      "-" if scheduler else str(row["device_id"]),
                       str(row["pid"]) if row["pid"] else "-", state,
                       "-" if row["cpu_percent"] is None else f"{row['cpu_percent']:.0f}",
                       _bytes(row["rss_bytes"]), _seconds(row["idle_seconds"]), row["last_line"]])
@@ -134,7 +135,8 @@ def add_parser(sub, launch_args) -> None:
                               "remote = on another host, whose processes cannot be seen from here")
     add_run_arguments(p)
     p.add_argument("--watch", action="store_true", help="refresh in place until the run finishes (Ctrl-C stops)")
-    p.add_argument("--interval", type=positive_seconds, default=2.0, metavar="SECONDS", help="--watch refresh (default 2)")
+    p.add_argument("--interval", type=positive_seconds, default=2.0, metavar="SECONDS",
+                   help="--watch refresh (default 2)")
     p.add_argument("--json", action="store_true", help="print JSON (with --watch: one object a line)")
     p.add_argument("--hang-after", type=positive_seconds, metavar="SECONDS",
                    help="call a running rank hung when it has printed nothing for this long")

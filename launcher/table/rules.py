@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections import Counter
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from launcher.errors import UsageError
 from launcher.table.model import KNOWN_VERSIONS, MISSING, Problem, RankTable, as_int
@@ -37,10 +37,12 @@ def rule_structure(table: RankTable) -> Iterable[Problem]:
     if table.version is MISSING:
         yield Problem("version", MISSING, "is missing.", 'add "version": "1.0".', "S structure")
     elif str(table.version) not in KNOWN_VERSIONS:
-        yield Problem("version", table.version, f"is not a rank-table version dlaunch knows ({', '.join(KNOWN_VERSIONS)}).",
+        yield Problem("version", table.version,
+                      f"is not a rank-table version dlaunch knows ({', '.join(KNOWN_VERSIONS)}).",
                       'use "1.0" (or "1.2" with super_pod_list).', "S structure")
     if table.server_count is not MISSING and as_int(table.server_count) is None:
-        yield Problem("server_count", table.server_count, "must be a non-negative integer below 10^9 (a string or a number).",
+        yield Problem("server_count", table.server_count,
+                      "must be a non-negative integer below 10^9 (a string or a number).",
                       f'write "server_count": "{len(table.servers)}".', "S structure")
     for s, d, dev in table.devices:
         for key in ("device_id", "rank_id"):
@@ -49,7 +51,8 @@ def rule_structure(table: RankTable) -> Iterable[Problem]:
                 yield Problem(_dev_path(s, d, key), MISSING, "is missing.",
                               f'give every device a {key}, e.g. "{key}": "{d}".', "S structure")
             elif as_int(value) is None:
-                yield Problem(_dev_path(s, d, key), value, "must be a non-negative integer below 10^9 (a string or a number).",
+                yield Problem(_dev_path(s, d, key), value,
+                              "must be a non-negative integer below 10^9 (a string or a number).",
                               f'write it as digits, e.g. "{key}": "{d}".', "S structure")
     if not table.servers and not table.shape_problems:
         yield Problem("server_list", [], "is empty: a job needs at least one server.",
@@ -214,7 +217,8 @@ def rule_ranks(table: RankTable) -> Iterable[Problem]:
     if missing:
         shown = ", ".join(map(str, missing[:8])) + (" ..." if len(missing) > 8 else "")
         for r in sorted(x for x in where if x >= total):
-            yield Problem(where[r], raw[r], f"is out of range: {total} devices need ranks 0..{total - 1} (missing {shown}).",
+            yield Problem(where[r], raw[r],
+                          f"is out of range: {total} devices need ranks 0..{total - 1} (missing {shown}).",
                           "number ranks contiguously from 0.", "R5 rank-contiguous")
     previous_max, previous_server = None, None
     for s, server in enumerate(table.servers):
@@ -239,7 +243,8 @@ def rule_ranks(table: RankTable) -> Iterable[Problem]:
 def _address_order_disagrees(first: str, second: str) -> bool:
     """True when two ids are addresses whose numeric order differs from their text order (10.0.0.9 vs 10.0.0.10)."""
     try:
-        return (ipaddress.ip_address(first) < ipaddress.ip_address(second)) != (first < second)
+        a, b = ipaddress.ip_address(first), ipaddress.ip_address(second)
+        return a.version == b.version and (a < b) != (first < second)  # type: ignore[operator]
     except (ValueError, TypeError):
         return False
 

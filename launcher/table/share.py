@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Mapping
 
 from launcher.errors import UsageError
 from launcher.table.model import RankTable
@@ -47,7 +48,7 @@ def this_host_names() -> set[str]:
 
 
 def select_server(table: RankTable, server_id: str | None = None, rank_start: int | None = None,
-                  environ: dict | None = None, host_names=this_host_names) -> int:
+                  environ: Mapping[str, str] | None = None, host_names=this_host_names) -> int:
     """Index of this host's server in ``table.servers``."""
     environ = os.environ if environ is None else environ
     if server_id is not None:

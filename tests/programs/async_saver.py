@@ -10,9 +10,8 @@ rank's save is being written, saves step 1_2 itself, then exits with code 3.
 import argparse
 import os
 import sys
-import time
-
 import threading
+import time
 
 from launcher import heartbeat
 

@@ -1,1 +1,1 @@
-"""``dlaunch cluster --ssh``: the head (plan, preflight, session, outcome) and the wire to each host's launcher (protocol)."""
+"""``dlaunch cluster --ssh``: the head (plan, preflight, session, outcome) and the wire to each host (protocol)."""

@@ -17,12 +17,10 @@ import time
 
 from launcher.errors import UsageError
 from launcher.execute.ssh.outcome import head_summary, report
-from launcher.rundir import HEAD_SUMMARY
 from launcher.execute.ssh.plan import SshPlan, describe_plan, make_ssh_plan
 from launcher.execute.ssh.preflight import Probe, preflight, record_new_keys
 from launcher.execute.ssh.session import HostRun, Session, start_hosts
-
-
+from launcher.rundir import HEAD_SUMMARY
 
 # ---------------------------------------------------------------- entry point
 

@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from launcher import __version__
 from launcher.execute.ssh.plan import CHECK_MARK, HostLaunch, SshPlan, Target
@@ -46,7 +47,7 @@ class _HostKeyPolicy:
 
     def __init__(self, trust_new: bool):
         self.trust_new = trust_new
-        self.accepted = None   # (known_hosts name, key) of a key accepted as new
+        self.accepted: tuple | None = None   # (known_hosts name, key) of a key accepted as new
 
     def missing_host_key(self, client, hostname, key) -> None:
         if not self.trust_new:
@@ -60,8 +61,8 @@ class Probe:
     with --trust-new-hosts."""
 
     host: HostLaunch
-    client: object = None
-    channel: object = None
+    client: Any = None    # paramiko.SSHClient (paramiko is imported only when --ssh runs)
+    channel: Any = None
     problem: str | None = None
     new_key: tuple | None = None
 
@@ -123,10 +124,10 @@ def _connect(target: Target, trust_new: bool, deadline: float):
         for path in target.known_hosts_files:
             if os.path.isfile(path):
                 client.load_system_host_keys(path)
-        client.set_missing_host_key_policy(policy)
+        client.set_missing_host_key_policy(policy)  # type: ignore[arg-type]  # paramiko duck-types policies
         remaining = max(0.1, deadline - time.monotonic())
-        identities = [p for p in target.identity_files if os.path.isfile(p)]
-        client.connect(target.hostname, port=target.port, username=target.user, key_filename=identities or None,
+        identities: Any = [p for p in target.identity_files if os.path.isfile(p)] or None   # a list: paramiko takes one
+        client.connect(target.hostname, port=target.port, username=target.user, key_filename=identities,
                        look_for_keys=not target.identities_only, allow_agent=not target.identities_only,
                        timeout=min(remaining, target.connect_timeout or remaining), banner_timeout=remaining,
                        auth_timeout=remaining, channel_timeout=remaining)
@@ -198,7 +199,7 @@ def _connect_problem(target: Target, exc: BaseException, plan: SshPlan, timed_ou
         keys = ", ".join(target.identity_files) or "default keys and agent"
         return f"authentication as {target.user} failed ({exc}); tried {keys}"
     if isinstance(exc, NoValidConnectionsError):
-        reasons = sorted({(e.strerror or str(e)) for e in exc.errors.values()})
+        reasons = sorted({(getattr(e, 'strerror', None) or str(e)) for e in exc.errors.values()})
         return f"cannot connect to {where}: {'; '.join(reasons)}"
     if timed_out or isinstance(exc, TimeoutError):
         return f"no SSH answer from {where} within --connect-timeout {plan.connect_timeout:g} s"
