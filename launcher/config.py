@@ -1,86 +1,143 @@
 """Settings in layers: command-line flags > DLAUNCH_<OPTION> environment variables > YAML files > defaults.
 
-Every option of ``run`` and ``cluster`` can come from any layer; the layers are
-derived from the argparse definitions themselves, so a new flag is settable in
-YAML and the environment without a second list to keep in step.  argparse is
-told that every optional's default is ``UNSET``; after parsing, an option still
-``UNSET`` was not on the command line and is filled from the environment, then
-the files (later files override earlier ones), then its real default.  Each
-value remembers where it came from (``dlaunch config show``).
+Every option is declared once, as an ``Option`` (``launcher.options`` declares run's and cluster's,
+``launcher.scriptgen`` its own); the parsers, these layers and generated scripts are all built from the
+declarations, so a new flag is settable in YAML and the environment without a second list to keep in
+step. Parsers give every layered option the default ``argparse.SUPPRESS``: an option absent from the
+parsed namespace was not on the command line, and is filled from the environment, then the files (later
+files override earlier ones), then its declared default. Each value remembers where it came from
+(``dlaunch config show``).
 
-Options that exclude each other (``--ranks``/``--devices``/``--rank-table``;
-``-m``/``--no-python``) are settled by layer: the highest layer that sets one
-member of such a group decides, and lower layers' members are ignored.
+Options that exclude each other (``--ranks``/``--devices``/``--rank-table``; ``-m``/``--no-python``)
+share an ``exclusive`` name and are settled by layer: the highest layer that sets one member of such a
+group decides, and lower layers' members are ignored.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from launcher.errors import UsageError
 
 ENV_PREFIX = "DLAUNCH_"
-# Names the rank environment contract already uses for something else: never read as options.
-NOT_FROM_ENV = {"run_id", "config"}
-NOT_LAYERED = {"help", "config", "dry_run"}
-EXCLUSIVE = ({"ranks", "devices", "rank_table"}, {"module", "no_python"})
 TRUE_WORDS, FALSE_WORDS = {"1", "true", "yes", "on"}, {"0", "false", "no", "off", ""}
 MAX_CONFIG_BYTES = 1 << 20
 MAX_CONFIG_NODES = 10000
 MAX_CONFIG_DEPTH = 32
 
 
-class _Unset:
-    def __repr__(self) -> str:
-        return "UNSET"
+VALUE, FLAG, LIST, OPTIONAL = "value", "flag", "list", "optional"   # how an option takes its value
 
 
-UNSET = _Unset()
+@dataclass(frozen=True)
+class Option:
+    """One option, declared once: its flags, how it takes a value, its default, its help.
+
+    ``kind``: VALUE (``--x V``), FLAG (``--x``, true when given), LIST (``--x V`` repeatable) or OPTIONAL
+    (``--x`` alone means ``const``, ``--x V`` means V). ``exclusive`` names a group of options of which one
+    may be given on the command line; ``rivals`` a group settled by layer (the highest layer that sets one
+    member decides), which defaults to ``exclusive``; ``group`` is the help section. ``layered`` options
+    also come from DLAUNCH_<NAME> (unless ``from_env`` is false: names the rank contract uses) and YAML.
+    """
+
+    flags: tuple[str, ...]
+    help: str
+    kind: str = VALUE
+    type: Callable[[str], Any] | None = None
+    default: Any = None
+    metavar: str | None = None
+    choices: tuple | None = None
+    const: Any = None
+    exclusive: str | None = None
+    rivals: str | None = None   # settled by layer with these options though argparse allows both (default: exclusive)
+    group: str | None = None
+    layered: bool = True
+    from_env: bool = True
+
+    @property
+    def dest(self) -> str:
+        return self.flags[-1].lstrip("-").replace("-", "_")
+
+    @property
+    def flag(self) -> str:
+        return self.flags[-1]
+
+    def add_to(self, container) -> None:
+        """Add this option to an argparse parser or group (public argparse only)."""
+        default = argparse.SUPPRESS if self.layered else self.default
+        extra: dict[str, Any] = {"dest": self.dest, "help": self.help, "default": default}
+        if self.kind == FLAG:
+            container.add_argument(*self.flags, action="store_true", **extra)
+            return
+        extra.update(type=self.type, choices=self.choices, metavar=self.metavar)
+        if self.kind == LIST:
+            container.add_argument(*self.flags, action="append", **extra)
+        elif self.kind == OPTIONAL:
+            container.add_argument(*self.flags, nargs="?", const=self.const, **extra)
+        else:
+            container.add_argument(*self.flags, **extra)
+
+    def words(self, value) -> list[str]:
+        """The command-line words that give this option ``value`` (``[]`` when it needs none)."""
+        def pair(text) -> list[str]:
+            text = str(text)
+            return [f"{self.flag}={text}"] if text.startswith("-") else [self.flag, text]
+
+        if self.kind == FLAG:
+            return [self.flag] if value else []
+        if self.kind == LIST:
+            return [word for item in value or [] for word in pair(item)]
+        if value is None:
+            return []
+        if self.kind == OPTIONAL and value == self.const:
+            return [self.flag]
+        return pair(value)
 
 
-def layerable(parser: argparse.ArgumentParser) -> None:
-    """Record each optional's real default on the parser and make argparse report UNSET instead."""
-    defaults = {}
-    for action in parser._actions:
-        if action.option_strings and action.dest not in NOT_LAYERED:
-            defaults[action.dest] = action.default
-            # argparse appends to the default itself, so a repeatable option's "unset" is None
-            action.default = None if isinstance(action, argparse._AppendAction) else UNSET
-    parser.set_defaults(_layer_defaults=defaults)
-
-
-def _action_index(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
-    return {a.dest: a for a in parser._actions if a.option_strings and a.dest not in NOT_LAYERED}
+def add_options(parser: argparse.ArgumentParser, options, titles: dict[str, Any] | None = None) -> None:
+    """Add declared options to ``parser``: exclusive ones in their mutually exclusive groups, grouped ones
+    under their section (``titles`` maps a group name to an existing argument group)."""
+    groups: dict[str, Any] = dict(titles or {})
+    exclusive: dict[str, Any] = {}
+    for option in options:
+        container = parser
+        if option.group is not None:
+            container = groups.setdefault(option.group, parser.add_argument_group(option.group))
+        if option.exclusive is not None:
+            container = exclusive.setdefault(option.exclusive, container.add_mutually_exclusive_group())
+        option.add_to(container)
 
 
 def option_key(name: str) -> str:
     return name.strip().replace("-", "_")
 
 
-def convert(action: argparse.Action, value, where: str):
+def convert(option: Option, value, where: str):
     """``value`` (from YAML, or a string from the environment) as the option's type, or a UsageError."""
-    flag = action.option_strings[-1]
+    flag = option.flag
     from_text = isinstance(value, str) and where.startswith("$")
-    if isinstance(action, argparse._StoreTrueAction):
+    if option.kind == FLAG:
         if isinstance(value, bool):
             return value
         if from_text and value.strip().lower() in TRUE_WORDS | FALSE_WORDS:
             return value.strip().lower() in TRUE_WORDS
         raise UsageError(f"{where}: {flag} must be true or false, not {short(value)}")
-    if isinstance(action, argparse._AppendAction):
+    if option.kind == LIST:
         items = value.splitlines() if from_text else value
         if isinstance(items, str) or not isinstance(items, list):
             items = [items]
-        return [_scalar(action, item, where, flag) for item in items if not (from_text and not item.strip())]
-    if action.nargs == "?" and value is True:
-        return action.const
-    return _scalar(action, value, where, flag)
+        return [_scalar(option, item, where, flag) for item in items if not (from_text and not item.strip())]
+    if option.kind == OPTIONAL and value is True:
+        return option.const
+    return _scalar(option, value, where, flag)
 
 
-def _scalar(action: argparse.Action, value, where: str, flag: str):
-    kind: Any = action.type or str
+def _scalar(option: Option, value, where: str, flag: str):
+    kind: Any = option.type or str
     if isinstance(value, bool) or isinstance(value, (list, dict)) or value is None:
         kinds = {int: "int", float: "float", str: "str"}
         raise UsageError(f"{where}: {flag} takes {kinds.get(kind, 'a single value')}, not {short(value)}")
@@ -92,8 +149,8 @@ def _scalar(action: argparse.Action, value, where: str, flag: str):
         raise UsageError(f"{where}: {flag}: {exc}") from None
     except (TypeError, ValueError):
         raise UsageError(f"{where}: {flag} takes {kind.__name__}, not {short(value)}") from None
-    if action.choices is not None and converted not in action.choices:
-        raise UsageError(f"{where}: {flag} must be one of {', '.join(map(str, action.choices))}, not "
+    if option.choices is not None and converted not in option.choices:
+        raise UsageError(f"{where}: {flag} must be one of {', '.join(map(str, option.choices))}, not "
                          f"{short(value)}")
     return converted
 
@@ -128,7 +185,7 @@ def _check_size(root, path: str) -> None:
                 stack.append((child, depth + 1))
 
 
-def read_file(path: str, actions: dict[str, argparse.Action]) -> dict[str, tuple[object, str]]:
+def read_file(path: str, actions: dict[str, Option]) -> dict[str, tuple[object, str]]:
     """A YAML config as {dest: (value, "file:line")}; unknown keys and wrong types name key, file and line."""
     import yaml
 
@@ -175,35 +232,34 @@ def read_file(path: str, actions: dict[str, argparse.Action]) -> dict[str, tuple
     return values
 
 
-def read_environ(environ, actions: dict[str, argparse.Action]) -> dict[str, tuple[object, str]]:
+def read_environ(environ, options: dict[str, Option]) -> dict[str, tuple[object, str]]:
     values = {}
-    for dest, action in actions.items():
+    for dest, option in options.items():
         name = ENV_PREFIX + dest.upper()
-        if dest not in NOT_FROM_ENV and name in environ:
-            values[dest] = (convert(action, environ[name], f"${name}"), f"${name}")
+        if option.from_env and name in environ:
+            values[dest] = (convert(option, environ[name], f"${name}"), f"${name}")
     return values
 
 
-def _given(args: argparse.Namespace, dest: str, action: argparse.Action) -> bool:
-    value = getattr(args, dest)
-    return value is not UNSET and not (value is None and isinstance(action, argparse._AppendAction))
-
-
-def apply_layers(args: argparse.Namespace, parser: argparse.ArgumentParser, environ=os.environ,
+def apply_layers(args: argparse.Namespace, declared, environ=os.environ,
                  script_args_given: bool = False) -> dict[str, str]:
-    """Fill every UNSET option of ``args`` from env, files and defaults; returns {dest: source}."""
-    actions = _action_index(parser)
-    defaults = args._layer_defaults
-    flags = {dest: (getattr(args, dest), "command line") for dest in actions if _given(args, dest, actions[dest])}
+    """Fill every layered option of ``args`` the command line did not give from the environment, the
+    ``--config`` files and the declared defaults; returns {dest: source}."""
+    options = {option.dest: option for option in declared if option.layered}
+    flags = {dest: (getattr(args, dest), "command line") for dest in options if hasattr(args, dest)}
     if getattr(args, "script", None) is not None:
         flags["script"] = (args.script, "command line")
     if script_args_given:
         flags["args"] = (args.script_args, "command line")
     files: dict[str, tuple[object, str]] = {}
-    for path in args.config or []:
-        files.update(read_file(path, actions))
-    layers = [flags, read_environ(environ, actions), files]
-    for group in EXCLUSIVE:
+    for path in getattr(args, "config", None) or []:
+        files.update(read_file(path, options))
+    layers = [flags, read_environ(environ, options), files]
+    exclusive: dict[str, set[str]] = {}
+    for option in options.values():
+        if option.rivals or option.exclusive:
+            exclusive.setdefault(option.rivals or option.exclusive, set()).add(option.dest)
+    for group in exclusive.values():
         for index, layer in enumerate(layers):
             if group & set(layer):
                 for lower in layers[index + 1:]:
@@ -211,13 +267,15 @@ def apply_layers(args: argparse.Namespace, parser: argparse.ArgumentParser, envi
                         lower.pop(dest, None)
                 break
     sources = {}
-    for dest in [*actions, "script", "args"]:
+    for dest in [*options, "script", "args"]:
         for layer in layers:
             if dest in layer:
                 value, source = layer[dest]
                 break
         else:
-            value, source = (defaults.get(dest), "default") if dest in actions else (None, "default")
+            value, source = (options[dest].default, "default") if dest in options else (None, "default")
+            if isinstance(value, list):
+                value = list(value)   # a declared default is never shared, let alone appended to
         if dest == "args":
             args.script_args = list(value or [])
         else:

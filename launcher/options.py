@@ -1,9 +1,11 @@
-"""Settled arguments -> what the plan needs: the rank table, this host's share, ``Options``.
+"""Every launch option, declared once; and settled arguments -> the rank table, this host's share, ``Options``.
 
-Between the parsers (``launcher.cli``) and the plan: every launch setting a flag, a
-``DLAUNCH_*`` variable or a config gives ends up in one ``plan.Options`` here, so
-``--dry-run`` and ``plan.json`` show it. ``cluster --ssh``'s head, the host agents and
-``dlaunch script`` use the same functions, and nothing here imports the CLI.
+``LAUNCH_OPTIONS`` is the one declaration of ``run``'s and ``cluster``'s options: the parsers
+(``launcher.cli.parsers``), the ``DLAUNCH_*``/YAML layers (``launcher.config``) and the flags of
+generated scripts (``launcher.scriptgen``) are built from it. Between the parsers and the plan, every
+launch setting ends up in one ``plan.Options`` here, so ``--dry-run`` and ``plan.json`` show it.
+``cluster --ssh``'s head, the host launchers and ``dlaunch script`` use the same functions, and nothing
+here imports the CLI.
 """
 
 from __future__ import annotations
@@ -12,11 +14,138 @@ import argparse
 import os
 import sys
 
-from launcher.config import apply_layers
+from launcher.argtypes import port, positive_seconds, seconds, whole
+from launcher.config import FLAG, LIST, OPTIONAL, Option, add_options, apply_layers
 from launcher.errors import UsageError
+from launcher.table.rules import DEFAULT_PROFILE, PROFILE_HELP
 
 AUTO = "auto"                 # --ranks auto: one rank per visible device
 CLUSTER_DEFAULT_PORT = 29500  # cluster hosts agree on MASTER_PORT without talking (torchrun's default too)
+LAUNCH_COMMANDS = ("run", "cluster")
+MAX_LOCAL_RANKS = 4096        # host.MAX_DEVICES
+SSH_GROUP = "from a head node over SSH"
+
+
+def rank_count(text) -> int | str:
+    """``--ranks``: a positive count, or "auto" (one rank per visible device)."""
+    word = str(text).strip().lower()
+    if word == AUTO:
+        return AUTO
+    if not word.isascii() or not word.isdigit():
+        raise argparse.ArgumentTypeError(f"expected a number of ranks or 'auto', not {str(text)[:40]!r}")
+    if len(word) > 5 or int(word) > MAX_LOCAL_RANKS:
+        raise argparse.ArgumentTypeError(f"{word[:20]}{'...' if len(word) > 20 else ''} is more ranks than one "
+                                         f"host runs (at most {MAX_LOCAL_RANKS})")
+    return int(word)
+
+
+PROFILE = Option(("--profile",), "rule set: " + "; ".join(f"{k}: {v}" for k, v in PROFILE_HELP.items()),
+                 choices=tuple(sorted(PROFILE_HELP)), default=DEFAULT_PROFILE)
+
+
+def _shared(*flags: str, **declared) -> tuple[Option, tuple[str, ...]]:
+    return Option(flags, **declared), LAUNCH_COMMANDS
+
+
+# (option, the commands that take it). Help texts name defaults from the declared values.
+_DECLARED: list[tuple[Option, tuple[str, ...]]] = [
+    _shared("--config", kind=LIST, layered=False, metavar="FILE",
+            help="YAML file of options (repeatable, later files win); flags > DLAUNCH_<OPTION> environment "
+                 "variables > files > defaults"),
+    _shared("-m", "--module", kind=FLAG, exclusive="what", default=False,
+            help="SCRIPT is a Python module, run as python -m"),
+    _shared("--no-python", kind=FLAG, exclusive="what", default=False,
+            help="SCRIPT is an executable, run without python"),
+    _shared("--rank-table", metavar="FILE", rivals="devices",   # a table, or --ranks/--devices (run)
+            help="HCCL rank table; this host runs its own server's devices"),
+    (PROFILE, LAUNCH_COMMANDS),
+    _shared("--output-dir", default="dlaunch_runs", metavar="DIR",
+            help="where run directories go (default ./dlaunch_runs)"),
+    _shared("--run-id", from_env=False,   # DLAUNCH_RUN_ID is the rank contract's: a parent job's id, not ours
+            help="name of the run directory (default: time and a random suffix; for cluster under Slurm, "
+                 "slurm-$SLURM_JOB_ID); hosts of one job share it"),
+    _shared("--cwd", choices=("launch", "rank"), default="launch",   # plan.CWD_LAUNCH, plan.CWD_RANK
+            help="where ranks run: 'launch' (default) all where dlaunch was started, as torchrun and msrun; "
+                 "'rank' each in its own rank directory, as the seeds' run.sh (logs and checkpoints go to the "
+                 "rank directories either way)"),
+    _shared("--console", default="0", metavar="WHICH",
+            help="ranks whose output is shown: all, none, or a list such as 0,3 (default 0); every rank's "
+                 "output always goes to its log"),
+    _shared("--grace-period", type=seconds, default=10.0, metavar="SECONDS",
+            help="after SIGTERM, how long ranks may take to exit (e.g. to save) before SIGKILL (default 10)"),
+    _shared("--max-restarts", type=whole(0, 1000), default=0, metavar="K",
+            help="restart all ranks up to K times after a failure (default 0)"),
+    _shared("--hang-timeout", type=positive_seconds, metavar="SECONDS",
+            help="stop the job as failed (exit 124) when a rank shows no sign of life (output, "
+                 "launcher.heartbeat.beat(), a checkpoint) for this long; every rank's stack is saved first "
+                 "(py-spy)"),
+    _shared("--hccn-conf", default="/etc/hccn.conf", metavar="FILE",
+            help="device NIC addresses for generated rank tables (default /etc/hccn.conf)"),
+    _shared("--waiting-notice", type=seconds, default=30.0, metavar="SECONDS",
+            help="when every rank here has been silent this long and other hosts of the job have not started, "
+                 "say so, and again every minute (default 30; 0: never)"),
+    _shared("--ms-scheduler", kind=FLAG, default=False,
+            help="MindSpore's dynamic cluster, as msrun starts it: a scheduler process (the same script, "
+                 "MS_ROLE=MS_SCHED) beside rank 0, and MS_ROLE/MS_NODE_ID/MS_WORKER_NUM/MS_SCHED_HOST/"
+                 "MS_SCHED_PORT for every rank, so mindspore.communication.init() needs no rank table"),
+    _shared("--ms-topo-timeout", type=positive_seconds, default=600.0, metavar="SECONDS",
+            help="MS_TOPO_TIMEOUT: how long MindSpore waits for the cluster to form (default 600, as msrun's "
+                 "--cluster_time_out)"),
+    _shared("--env", kind=LIST, default=[], metavar="KEY=VALUE", help="set a variable for every rank (repeatable)"),
+    _shared("--env-file", metavar="FILE", help="KEY=VALUE lines to set for every rank"),
+    _shared("--dry-run", kind=FLAG, layered=False, default=False,
+            help="print the plan (commands, env, logs) and start nothing"),
+    # run only
+    (Option(("--master-addr",), "MASTER_ADDR (default 127.0.0.1)"), ("run",)),
+    (Option(("--master-port",), "MASTER_PORT (default: a free port)", type=port), ("run",)),
+    (Option(("--ranks",), "one rank per device for the first N devices this host allows (CUDA_VISIBLE_DEVICES "
+                          "or ASCEND_RT_VISIBLE_DEVICES when set, else 0..N-1); auto (default): one per visible "
+                          "device", type=rank_count, default=AUTO, metavar="N|auto", exclusive="devices"),
+     ("run",)),
+    (Option(("--devices",), "use these devices, e.g. 4,5 or 0-3", metavar="LIST", exclusive="devices"), ("run",)),
+    (Option(("--resume",), "resume from the newest checkpoint step every rank completed in RUN_DIR (default: the "
+                           "latest run in --output-dir); ranks get DLAUNCH_RESUME_FROM and DLAUNCH_RESUME_STEP",
+            kind=OPTIONAL, const="", metavar="RUN_DIR"), ("run",)),
+    # cluster only
+    (Option(("--server-id",), "this host's server_id in the rank table"), ("cluster",)),
+    (Option(("--rank-start",), "this host is the server whose first rank is K", type=whole(0, 10**9 - 1),
+            metavar="K"), ("cluster",)),
+    (Option(("--master-addr",), "MASTER_ADDR (default: the server_id of rank 0's server)"), ("cluster",)),
+    (Option(("--master-port",), f"MASTER_PORT (default {CLUSTER_DEFAULT_PORT}, the same on every host)",
+            type=port), ("cluster",)),
+    (Option(("--ssh",), "start every server of the table over SSH from here", kind=FLAG, default=False,
+            group=SSH_GROUP), ("cluster",)),
+    (Option(("--ssh-config",), "OpenSSH client config (default ~/.ssh/config)", metavar="FILE", group=SSH_GROUP),
+     ("cluster",)),
+    (Option(("--trust-new-hosts",), "accept host keys not yet in known_hosts (and record them); changed keys are "
+                                    "always refused", kind=FLAG, default=False, group=SSH_GROUP), ("cluster",)),
+    (Option(("--remote-python",), "Python with dlaunch on the hosts (default: this Python's path)",
+            metavar="PATH", group=SSH_GROUP), ("cluster",)),
+    (Option(("--connect-timeout",), "SSH connect and preflight timeout per host (default 10)",
+            type=positive_seconds, default=10.0, metavar="SECONDS", group=SSH_GROUP), ("cluster",)),
+]
+
+
+def options_for(command: str) -> list[Option]:
+    """The options ``dlaunch COMMAND`` takes (run or cluster), in help order."""
+    return [option for option, commands in _DECLARED if command in commands]
+
+
+def add_launch_arguments(parser: argparse.ArgumentParser, declared) -> None:
+    """SCRIPT and the declared options, on the parser of a command that launches (or writes a launcher)."""
+    parser.add_argument("script", metavar="SCRIPT", nargs="?",
+                        help="training script (a module name with -m, an executable with --no-python); its "
+                             "arguments go after --")
+    add_options(parser, declared)
+    parser.set_defaults(script_args=[])
+
+
+def launch_option_names() -> dict[str, set[str]]:
+    """dest -> the launch commands that take it."""
+    names: dict[str, set[str]] = {}
+    for option, commands in _DECLARED:
+        names.setdefault(option.dest, set()).update(commands)
+    return names
 
 
 def launch_table(args: argparse.Namespace):
@@ -162,16 +291,17 @@ def scheduler_run_id() -> str | None:
     return f"slurm-{job}" if re.fullmatch(r"[0-9]{1,20}", job) else None
 
 
-def settle(args: argparse.Namespace, sub: argparse.ArgumentParser, script_args_given: bool,
-           environ=None) -> argparse.Namespace:
-    """Fill options from the environment, config files and defaults; a script is required by then."""
-    args._sources = apply_layers(args, sub, os.environ if environ is None else environ, script_args_given)
+def settle(args: argparse.Namespace, declared, script_args_given: bool, environ=None,
+           usage: str | None = None) -> argparse.Namespace:
+    """Fill options from the environment, config files and defaults (``args.sources`` says which gave each);
+    a script is required by then. ``declared`` are the command's options; ``usage`` goes with errors."""
+    args.sources = apply_layers(args, declared, os.environ if environ is None else environ, script_args_given)
     if not args.script:
         resume = getattr(args, "resume", None)
         if resume and (resume.endswith(".py") or os.path.isfile(resume)):
             raise UsageError(f"no SCRIPT given: --resume took {resume} as its run directory (its value is "
                              f"optional); put --resume after the script: dlaunch {args.command} {resume} ... --resume",
-                             usage=sub.format_usage())
+                             usage=usage)
         raise UsageError(f"dlaunch {args.command}: no SCRIPT given (on the command line or as script: in a config)",
-                         usage=sub.format_usage())
+                         usage=usage)
     return args

@@ -10,8 +10,8 @@ user's, ``--template-dir``) into an executable shell script that runs
 * ``slurm``           a batch script: ``srun --ntasks-per-node=1 dlaunch cluster``, each node's
                       share of the rank table chosen by its ``SLURM_NODEID``
 
-The launch options are the very options of ``run`` and ``cluster`` (cloned from
-their parsers, so a new flag appears here too) and are layered like theirs:
+The launch options are the very options of ``run`` and ``cluster`` (built from
+their declarations in ``launcher.options``, so a new flag appears here too) and are layered like theirs:
 flags > ``DLAUNCH_<OPTION>`` variables > ``--config`` files > defaults.  Every
 setting that did not come from a default is baked into the script as a flag,
 so the script depends on neither the config file nor the environment it was
@@ -45,9 +45,12 @@ import os
 import re
 import shlex
 import sys
+from dataclasses import replace
 
 from launcher.argtypes import whole
+from launcher.config import FLAG, LIST, Option
 from launcher.errors import UsageError
+from launcher.options import LAUNCH_COMMANDS, add_launch_arguments, launch_option_names, options_for
 
 TEMPLATE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
 SUFFIX = ".j2"
@@ -67,7 +70,28 @@ REFUSED = {
               "rank_start": "under Slurm each node's share comes from SLURM_NODEID",
               "server_id": "under Slurm each node's share comes from SLURM_NODEID"},
 }
-NOT_RENDERED = {"help", "config"}  # config files are inlined as flags: the script needs none of them
+NOT_RENDERED = {"config"}  # config files are inlined as flags: the script needs none of them
+OUTPUT_GROUP, SLURM_GROUP = "the script file", "slurm template (#SBATCH lines)"
+# dlaunch script's own options, declared as the launch options are (and layered the same way).
+SCRIPT_OPTIONS = [
+    Option(("-o", "--output"), "the script to write (required; - for stdout)", metavar="FILE", group=OUTPUT_GROUP),
+    Option(("--force",), "overwrite FILE if it exists", kind=FLAG, default=False, group=OUTPUT_GROUP),
+    Option(("--template-dir",), f"your templates: NAME{SUFFIX} there is template NAME, and overrides a shipped one "
+                                f"of that name; it may {{%% extends \"{SHIPPED_PREFIX}/NAME{SUFFIX}\" %%}} to change "
+                                f"blocks of the shipped one", metavar="DIR", group=OUTPUT_GROUP),
+    Option(("--launch",), "for your own templates: the dlaunch command they run (default: cluster with "
+                          "--rank-table, else run)", choices=LAUNCH_COMMANDS, group=OUTPUT_GROUP),
+    Option(("--nodes",), "nodes (default: the rank table's server count)", type=whole(1, 100000), metavar="N",
+           group=SLURM_GROUP),
+    Option(("--time",), "time limit, e.g. 2:00:00", metavar="LIMIT", group=SLURM_GROUP),
+    Option(("--partition",), "partition", group=SLURM_GROUP),
+    Option(("--account",), "account to charge", group=SLURM_GROUP),
+    Option(("--job-name",), "job name (default: the training script's name)", metavar="NAME", group=SLURM_GROUP),
+    Option(("--shared",), "let other jobs share the nodes (default: #SBATCH --exclusive)", kind=FLAG,
+           default=False, group=SLURM_GROUP),
+    Option(("--sbatch",), "one more #SBATCH option, e.g. --sbatch=--gres=npu:8 (repeatable)", kind=LIST,
+           default=[], metavar="OPTION", group=SLURM_GROUP),
+]
 CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -103,59 +127,22 @@ def directive(value) -> str:
 
 # ----------------------------------------------------------------------------- parser
 
-def _clone_options(target: argparse.ArgumentParser, source: argparse.ArgumentParser, title: str) -> None:
-    """Give ``target`` the optionals of ``source`` it lacks, with their real (pre-layering) defaults."""
-    have = {a.dest for a in target._actions}
-    defaults = source.get_default("_layer_defaults") or {}
-    exclusive = {id(a): g for g in source._mutually_exclusive_groups for a in g._group_actions}
-    group = target.add_argument_group(title)
-    made: dict[int, argparse._MutuallyExclusiveGroup] = {}
-    for action in source._actions:
-        if not action.option_strings or action.dest in have:
-            continue
-        kwargs = {"dest": action.dest, "help": action.help, "default": defaults.get(action.dest, action.default)}
-        if isinstance(action, argparse._StoreTrueAction):
-            kwargs["action"] = "store_true"
-        elif isinstance(action, argparse._AppendAction):
-            kwargs.update(action="append", type=action.type, choices=action.choices, metavar=action.metavar)
-        elif type(action) is argparse._StoreAction:
-            kwargs.update(nargs=action.nargs, const=action.const, type=action.type, choices=action.choices,
-                          metavar=action.metavar)
-        else:
-            continue
-        container = group
-        if id(action) in exclusive:
-            container = made.setdefault(id(exclusive[id(action)]), group.add_mutually_exclusive_group())
-        container.add_argument(*action.option_strings, **kwargs)
+def script_options() -> list[Option]:
+    """Every option of ``dlaunch script``: run's and cluster's (each once, run's first), then its own."""
+    seen: dict[str, Option] = {}
+    for command in LAUNCH_COMMANDS:
+        for option in options_for(command):
+            if option.dest not in seen:
+                only = launch_option_names()[option.dest]
+                group = option.group or (None if len(only) > 1 else f"dlaunch {command} only")
+                seen[option.dest] = replace(option, group=group)
+    return [*seen.values(), *SCRIPT_OPTIONS]
 
 
-class _IntermixedParser(argparse.ArgumentParser):
-    """TEMPLATE and SCRIPT may come before, between or after options (``script slurm -o job.sh train.py``).
-
-    Plain argparse binds both positionals in the first run of bare words, so a SCRIPT after an option
-    would be "unrecognized"; parse_known_intermixed_args reads options first, positionals after.
-    """
-
-    _intermixing = False
-
-    def parse_known_args(self, args=None, namespace=None):
-        if self._intermixing:
-            return super().parse_known_args(args, namespace)
-        self._intermixing = True
-        try:
-            return self.parse_known_intermixed_args(args, namespace)
-        finally:
-            self._intermixing = False
-
-
-def add_parser(sub, launch_args) -> argparse.ArgumentParser:
-    """Register ``dlaunch script`` on the subparsers ``sub``; ``launch_args`` adds run/cluster's shared options."""
-    from launcher.config import layerable
-
+def add_parser(sub) -> argparse.ArgumentParser:
+    """Register ``dlaunch script`` on the subparsers ``sub``."""
     shipped = "; ".join(f"{name}: {what}" for name, (_, what) in SHIPPED.items())
-    parser_class, sub._parser_class = sub._parser_class, _IntermixedParser
-    try:
-        p = sub.add_parser(
+    p = sub.add_parser(
             "script", help="write a standalone launch script (run.sh, run_cluster.sh, a Slurm batch script)",
             usage="dlaunch script TEMPLATE SCRIPT [launch options] -o FILE [-- script arguments]",
             description="Render a launch script from a template: " + shipped + ". Launch options are those of "
@@ -167,69 +154,27 @@ def add_parser(sub, launch_args) -> argparse.ArgumentParser:
                         "then -- and more script arguments).",
             epilog="examples: dlaunch script run.sh train.py --ranks 8 -o run.sh -- --epochs 3;  "
                    "dlaunch script slurm train.py --rank-table rt16.json --partition npu --time 2:00:00 -o job.sbatch")
-    finally:
-        sub._parser_class = parser_class
+    # TEMPLATE and SCRIPT may come before, between or after options (``script slurm -o job.sh train.py``):
+    # the command parsers (cli.parsers.CommandParser) read such a command's options first, positionals after
+    p.intermixed = True
     p.add_argument("template", metavar="TEMPLATE",
                    help=f"{', '.join(SHIPPED)}, or the name of a template NAME{SUFFIX} in --template-dir")
-    launch_args(p)
-    _clone_options(p, sub.choices["run"], "dlaunch run only")
-    _clone_options(p, sub.choices["cluster"], "dlaunch cluster only")
-    out = p.add_argument_group("the script file")
-    out.add_argument("-o", "--output", metavar="FILE", help="the script to write (required; - for stdout)")
-    out.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
-    out.add_argument("--template-dir", metavar="DIR",
-                     help=f"your templates: NAME{SUFFIX} there is template NAME, and overrides a shipped one "
-                          f"of that name; it may {{%% extends \"{SHIPPED_PREFIX}/NAME{SUFFIX}\" %%}} to change "
-                          f"blocks of the shipped one")
-    out.add_argument("--launch", choices=("run", "cluster"),
-                     help="for your own templates: the dlaunch command they run (default: cluster with "
-                          "--rank-table, else run)")
-    slurm = p.add_argument_group("slurm template (#SBATCH lines)")
-    slurm.add_argument("--nodes", type=whole(1, 100000), metavar="N",
-                       help="nodes (default: the rank table's server count)")
-    slurm.add_argument("--time", metavar="LIMIT", help="time limit, e.g. 2:00:00")
-    slurm.add_argument("--partition", help="partition")
-    slurm.add_argument("--account", help="account to charge")
-    slurm.add_argument("--job-name", metavar="NAME", help="job name (default: the training script's name)")
-    slurm.add_argument("--shared", action="store_true",
-                       help="let other jobs share the nodes (default: #SBATCH --exclusive)")
-    slurm.add_argument("--sbatch", action="append", default=[], metavar="OPTION",
-                       help="one more #SBATCH option, e.g. --sbatch=--gres=npu:8 (repeatable)")
-    p.set_defaults(handler=functools.partial(cmd_script, parser=p), script_args=[])
-    layerable(p)
+    add_launch_arguments(p, script_options())
+    p.set_defaults(handler=functools.partial(cmd_script, parser=p))
     return p
 
 
 # ----------------------------------------------------------------------------- settings to words
 
-def _words(action: argparse.Action, value) -> list[str]:
-    """The flag words that give ``action`` this value (``[]`` when it needs none)."""
-    flag = action.option_strings[-1]
-
-    def pair(text) -> list[str]:
-        text = str(text)
-        return [f"{flag}={text}"] if text.startswith("-") else [flag, text]
-
-    if isinstance(action, argparse._StoreTrueAction):
-        return [flag] if value else []
-    if isinstance(action, argparse._AppendAction):
-        return [word for item in value or [] for word in pair(item)]
-    if value is None:
-        return []
-    if action.nargs == "?" and value == action.const:
-        return [flag]
-    return pair(value)
+def _rendered(options) -> list[Option]:
+    return [option for option in options if option.dest not in NOT_RENDERED]
 
 
-def _options(parser: argparse.ArgumentParser) -> list[argparse.Action]:
-    return [a for a in parser._actions if a.option_strings and a.dest not in NOT_RENDERED]
-
-
-def _given(args: argparse.Namespace, action: argparse.Action) -> str | None:
+def _given(args: argparse.Namespace, option: Option) -> str | None:
     """Where the option's value came from, or None when it is a default."""
-    source = args._sources.get(action.dest)
+    source = args.sources.get(option.dest)
     if source is None:  # not layered (--dry-run): given when it differs from its default
-        return "command line" if getattr(args, action.dest) not in (None, False, action.default) else None
+        return "command line" if getattr(args, option.dest) not in (None, False, option.default) else None
     return None if source == "default" else source
 
 
@@ -251,54 +196,51 @@ def _table_info(args) -> tuple[int | None, int | None]:
     return len(table.servers), table.device_count
 
 
-def _drop_misfits(args: argparse.Namespace, parser: argparse.ArgumentParser, base: str, command: str,
-                  shipped: bool) -> list[str]:
+def _drop_misfits(args: argparse.Namespace, base: str, command: str, shipped: bool) -> list[str]:
     """Options the template cannot use: an error when given on the command line, else dropped with a note.
 
     A config file or DLAUNCH_<OPTION> variable may well be meant for another command (``ranks:`` for run),
     so a lower layer's misfit is only noted.
     """
-    launch_parsers = args._launch_parsers
-    launch_dests = {a.dest for p in launch_parsers.values() for a in p._actions if a.option_strings}
-    applicable = {a.dest for a in launch_parsers[command]._actions if a.option_strings}
+    launch_dests = launch_option_names()
     unused = set(SLURM_OPTIONS) - set(TEMPLATE_OPTIONS[base]) if shipped else set()  # yours may use any
     refused = REFUSED.get(base, {}) if shipped else {}
     notes = []
-    for action in _options(parser):
-        source = _given(args, action)
-        flag = action.option_strings[-1]
+    for option in _rendered(script_options()):
+        source = _given(args, option)
         if source is None:
             continue
-        if action.dest in launch_dests:
-            why = f"dlaunch {command} has no {flag}" if action.dest not in applicable else refused.get(action.dest)
+        if option.dest in launch_dests:
+            why = (f"dlaunch {command} has no {option.flag}" if command not in launch_dests[option.dest]
+                   else refused.get(option.dest))
         else:
-            why = f"{flag} is for the slurm template" if action.dest in unused else None
+            why = f"{option.flag} is for the slurm template" if option.dest in unused else None
         if why and source == "command line":
-            raise UsageError(f"{flag} does not fit the {base} template: {why}")
+            raise UsageError(f"{option.flag} does not fit the {base} template: {why}")
         if why:
-            notes.append(f"ignored {flag} (from {source}): {why}")
-            setattr(args, action.dest, args._layer_defaults.get(action.dest))
-            args._sources[action.dest] = "default"
+            notes.append(f"ignored {option.flag} (from {source}): {why}")
+            setattr(args, option.dest, option.default)
+            args.sources[option.dest] = "default"
     return notes
 
 
-def _recorded(args: argparse.Namespace, parser: argparse.ArgumentParser, command: str):
+def _recorded(args: argparse.Namespace, command: str):
     """(the dlaunch command's words in groups, the settings with their sources, the argv that renders again)."""
     groups = [[args.script]]
-    for action in _options(args._launch_parsers[command]):
-        words = _words(action, getattr(args, action.dest)) if _given(args, action) else []
+    for option in _rendered(options_for(command)):
+        words = option.words(getattr(args, option.dest)) if _given(args, option) else []
         if words:
             groups.append(words)
-    settings = [{"words": [args.script], "source": args._sources.get("script", "command line")}]
+    settings = [{"words": [args.script], "source": args.sources.get("script", "command line")}]
     remake = ["dlaunch", "script", args.template, args.script]
-    for action in _options(parser):
-        source = _given(args, action)
-        words = _words(action, getattr(args, action.dest)) if source else []
+    for option in _rendered(script_options()):
+        source = _given(args, option)
+        words = option.words(getattr(args, option.dest)) if source else []
         if words:
             settings.append({"words": words, "source": source})
             remake += words
-    if args.script_args or args._sources.get("args", "default") != "default":
-        settings.append({"words": ["--", *args.script_args], "source": args._sources.get("args")})
+    if args.script_args or args.sources.get("args", "default") != "default":
+        settings.append({"words": ["--", *args.script_args], "source": args.sources.get("args")})
         remake += ["--", *args.script_args]
     return groups, settings, remake
 
@@ -342,7 +284,7 @@ def _absolute_paths(args: argparse.Namespace) -> None:
         args.script = os.path.abspath(args.script)
     for dest in PATH_OPTIONS:
         value = getattr(args, dest, None)
-        if isinstance(value, str) and value and args._sources.get(dest, "default") != "default":
+        if isinstance(value, str) and value and args.sources.get(dest, "default") != "default":
             setattr(args, dest, os.path.abspath(value))
 
 
@@ -358,7 +300,7 @@ def _refuse_secrets(args: argparse.Namespace) -> None:
                              f"secret), or export {name} where the script runs (ranks inherit it)")
 
 
-def _resolve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> dict:
+def _resolve(args: argparse.Namespace) -> dict:
     """Check the settled options against the template; the template's context."""
     from launcher import __version__
 
@@ -368,7 +310,7 @@ def _resolve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> dict:
     command = SHIPPED[base][0] if shipped else args.launch or ("cluster" if args.rank_table else "run")
     if shipped and args.launch and args.launch != command:
         raise UsageError(f"the {base} template runs dlaunch {command}, not {args.launch}")
-    notes = _drop_misfits(args, parser, base, command, shipped)
+    notes = _drop_misfits(args, base, command, shipped)
     if not args.output:
         raise UsageError("dlaunch script needs -o FILE (- for stdout)")
     if command == "cluster" and not args.rank_table and not getattr(args, "ssh", False):
@@ -377,7 +319,7 @@ def _resolve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> dict:
         raise UsageError(f"SCRIPT {args.script!r} looks like an option")
     _refuse_secrets(args)
     _absolute_paths(args)
-    groups, settings, remake = _recorded(args, parser, command)
+    groups, settings, remake = _recorded(args, command)
     servers, world_size = _table_info(args)
     slurm = _slurm_settings(args, servers, required=base == "slurm")
     for note in notes:
@@ -445,10 +387,10 @@ def write_script(path: str, text: str, force: bool) -> None:
 def cmd_script(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from launcher.options import settle
 
-    settle(args, parser, getattr(args, "script_args_given", False))
+    settle(args, script_options(), getattr(args, "script_args_given", False), usage=parser.format_usage())
     if args.template_dir and not os.path.isdir(args.template_dir):
         raise UsageError(f"--template-dir {args.template_dir} is not a directory")
-    context = _resolve(args, parser)
+    context = _resolve(args)
     text = render(args.template, context, args.template_dir)
     write_script(args.output, text, args.force)
     if args.output != "-":

@@ -6,7 +6,7 @@ import pytest
 
 from launcher.cli.parsers import build_parser
 from launcher.errors import UsageError
-from launcher.options import settle
+from launcher.options import options_for, settle
 from tests.launching import RANK_PROGRAM, run_dlaunch
 
 
@@ -17,7 +17,7 @@ def settled(argv, environ=None, files=()):
     args = parser.parse_args(argv[:cut] if cut is not None else argv)
     args.script_args = script_args
     args.config = list(files) + (args.config or [])
-    return settle(args, args._launch_parsers[args.command], cut is not None, environ=environ or {})
+    return settle(args, options_for(args.command), cut is not None, environ=environ or {})
 
 
 # (option key in YAML, flag value, env value, file value, expected value of each layer, default)
@@ -40,11 +40,11 @@ def test_precedence_for_every_option_type(tmp_path, key, flag, env_value, file_v
     base = ["run", "s.py"]
     assert getattr(settled(base + flag, env, [conf]), key) == expected[0]
     args = settled(base, env, [conf])
-    assert (getattr(args, key), args._sources[key]) == (expected[1], "$DLAUNCH_" + key.upper())
+    assert (getattr(args, key), args.sources[key]) == (expected[1], "$DLAUNCH_" + key.upper())
     args = settled(base, {}, [conf])
-    assert (getattr(args, key), args._sources[key]) == (expected[2], f"{conf}:1")
+    assert (getattr(args, key), args.sources[key]) == (expected[2], f"{conf}:1")
     args = settled(base)
-    assert (getattr(args, key), args._sources[key]) == (default, "default")
+    assert (getattr(args, key), args.sources[key]) == (default, "default")
 
 
 def test_later_files_override_earlier_ones(tmp_path):

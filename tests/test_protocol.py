@@ -65,7 +65,7 @@ def test_a_host_launcher_driven_over_its_channel(tmp_path):
     line stops it like a signal would, with the exit code of one."""
     from launcher.cli.parsers import build_parser
     from launcher.execute.ssh.plan import make_ssh_plan
-    from launcher.options import head_launch, settle
+    from launcher.options import head_launch, options_for, settle
 
     table = write_rank_table(tmp_path / "rt.json", devices_per_host=1)
     argv = ["cluster", RANK_PROGRAM, "--rank-table", str(table), "--ssh", "--profile", "a2",
@@ -75,7 +75,7 @@ def test_a_host_launcher_driven_over_its_channel(tmp_path):
     try:
         args = build_parser().parse_args(argv)
         args.script_args = ["--sleep", "60"]
-        settle(args, args._launch_parsers["cluster"], True, environ={})
+        settle(args, options_for("cluster"), True, environ={})
         plan = make_ssh_plan(args, *head_launch(args), environ={})
     finally:
         os.chdir(cwd)

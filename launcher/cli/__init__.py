@@ -9,10 +9,10 @@ from __future__ import annotations
 import sys
 
 from launcher.cli.commands import HANDLERS, cmd_cluster
-from launcher.cli.parsers import LAUNCH_COMMANDS, SCRIPT_ARG_COMMANDS, build_parser, unrecognized
+from launcher.cli.parsers import SCRIPT_ARG_COMMANDS, build_parser, unrecognized
 from launcher.console import printable, say, settle_streams, silence
 from launcher.errors import UsageError
-from launcher.options import settle
+from launcher.options import LAUNCH_COMMANDS, options_for, settle
 
 EXIT_BROKEN_PIPE = 141   # 128 + SIGPIPE, what a shell reports for a command whose reader went away
 
@@ -24,7 +24,7 @@ def cmd_from_head() -> int:
     request, pending = protocol.read_request(0)
     args = build_parser().parse_args(["cluster", *map(str, request["argv"])])
     args.script_args = [str(a) for a in request.get("script_args", [])]
-    settle(args, args._launch_parsers["cluster"], True, environ={})
+    settle(args, options_for("cluster"), True, environ={})
     args.rank_table_text = request.get("rank_table")
     args.head_env = {str(k): str(v) for k, v in (request.get("env") or {}).items()}
 
@@ -58,8 +58,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command in SCRIPT_ARG_COMMANDS:
             args.script_args, args.script_args_given = script_args, cut_at is not None
         if args.command in LAUNCH_COMMANDS:
-            sub = args._launch_parsers[args.command]
-            handler = lambda: run(settle(args, sub, cut_at is not None))  # noqa: E731
+            usage = parser.subcommands[args.command].format_usage()
+            handler = lambda: run(settle(args, options_for(args.command), cut_at is not None,  # noqa: E731
+                                         usage=usage))
         else:
             handler = lambda: run(args)  # noqa: E731
     try:

@@ -11,11 +11,11 @@ import json
 import sys
 import time
 
-from launcher.cli.parsers import LAUNCH_COMMANDS, unrecognized
+from launcher.cli.parsers import build_parser, unrecognized
 from launcher.config import apply_layers
 from launcher.console import printable
 from launcher.errors import UsageError
-from launcher.options import head_launch, launch_options, launch_table
+from launcher.options import LAUNCH_COMMANDS, head_launch, launch_options, launch_table, options_for
 
 EXIT_INVALID = 1
 
@@ -184,15 +184,16 @@ def _settings_for(args: argparse.Namespace, environ) -> tuple[str, argparse.Name
     set options only ``cluster`` has."""
     tried = [args.for_command] if args.for_command else list(LAUNCH_COMMANDS)
     failure: Exception | None = None
+    launch_parsers = build_parser().launch_parsers
     for command in tried:
-        sub = args._launch_parsers[command]
+        sub = launch_parsers[command]
         layered, extras = sub.parse_known_args(args.launch_flags)
         if extras:
             failure = failure or UsageError(unrecognized(sub, "config", extras), usage=sub.format_usage())
             continue
         layered.config = (args.config or []) + (layered.config or [])
         try:
-            return command, layered, apply_layers(layered, sub, environ)
+            return command, layered, apply_layers(layered, options_for(command), environ)
         except UsageError as exc:
             failure = failure or exc
     raise failure

@@ -9,35 +9,29 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Mapping
+from dataclasses import replace
 
 from launcher import __version__
-from launcher.argtypes import port, positive_seconds, seconds, whole
-from launcher.config import layerable
-from launcher.options import AUTO, CLUSTER_DEFAULT_PORT
+from launcher.argtypes import seconds, whole
+from launcher.options import CLUSTER_DEFAULT_PORT, LAUNCH_COMMANDS, PROFILE, add_launch_arguments, options_for
 
-MAX_LOCAL_RANKS = 4096  # devices.MAX_DEVICES (not imported here: start-up time)
-LAUNCH_COMMANDS = ("run", "cluster")
 SCRIPT_ARG_COMMANDS = (*LAUNCH_COMMANDS, "script")  # everything after -- is the training script's
 
 
-def rank_count(text) -> int | str:
-    """``--ranks``: a positive count, or "auto" (one rank per visible device)."""
-    word = str(text).strip().lower()
-    if word == AUTO:
-        return AUTO
-    if not word.isascii() or not word.isdigit():
-        raise argparse.ArgumentTypeError(f"expected a number of ranks or 'auto', not {str(text)[:40]!r}")
-    if len(word) > 5 or int(word) > MAX_LOCAL_RANKS:
-        raise argparse.ArgumentTypeError(f"{word[:20]}{'...' if len(word) > 20 else ''} is more ranks than one "
-                                         f"host runs (at most {MAX_LOCAL_RANKS})")
-    return int(word)
-
-
 def _profile_arg(parser: argparse.ArgumentParser) -> None:
-    from launcher.table.rules import DEFAULT_PROFILE, PROFILE_HELP
+    replace(PROFILE, layered=False).add_to(parser)
 
-    parser.add_argument("--profile", choices=sorted(PROFILE_HELP), default=DEFAULT_PROFILE,
-                        help="rule set: " + "; ".join(f"{k}: {v}" for k, v in PROFILE_HELP.items()))
+
+def _flags(parser: argparse.ArgumentParser) -> list[str]:
+    """The long flags a parser takes, read from its help's option lines ("  -m, --module", "  --x VALUE")."""
+    import re
+
+    found = set()
+    for line in parser.format_help().splitlines():
+        invocation = re.match(r"^ {2,6}(-\S.*?)(?: {2,}|$)", line)
+        if invocation:
+            found.update(re.findall(r"(?:^|, )(--[\w-]+)", invocation.group(1)))
+    return sorted(found)
 
 
 def unrecognized(sub: argparse.ArgumentParser, command: str, extras: list[str]) -> str:
@@ -46,7 +40,7 @@ def unrecognized(sub: argparse.ArgumentParser, command: str, extras: list[str]) 
 
     shown = " ".join(extra if len(extra) <= 40 else extra[:40] + "..." for extra in extras[:8])
     message = f"unrecognized arguments: {shown}{' ...' if len(extras) > 8 else ''}"
-    known = [flag for action in sub._actions for flag in action.option_strings]
+    known = _flags(sub)
     meant = [close[0] for extra in extras if extra.startswith("--")
              for close in [difflib.get_close_matches(extra.split("=", 1)[0], known, n=1, cutoff=0.75)] if close]
     if meant:
@@ -57,62 +51,30 @@ def unrecognized(sub: argparse.ArgumentParser, command: str, extras: list[str]) 
     return message
 
 
-def _launch_args(p: argparse.ArgumentParser) -> None:
-    """Options shared by run and cluster: what to run, where its files go, how to fail."""
-    cwd_rank, cwd_launch = "rank", "launch"  # plan.CWD_RANK, plan.CWD_LAUNCH (not imported: start-up time)
+class CommandParser(argparse.ArgumentParser):
+    """A command's parser. With ``intermixed`` set, positionals may come before, between or after options
+    (``dlaunch script slurm -o job.sh train.py``): plain argparse binds all positionals in the first run of
+    bare words, so a positional after an option would be "unrecognized"; ``parse_known_intermixed_args``
+    reads the options first and the positionals after."""
 
-    p.add_argument("script", metavar="SCRIPT", nargs="?",
-                   help="training script (a module name with -m, an executable with --no-python); its arguments "
-                        "go after --")
-    p.add_argument("--config", action="append", metavar="FILE",
-                   help="YAML file of options (repeatable, later files win); flags > DLAUNCH_<OPTION> "
-                        "environment variables > files > defaults")
-    what = p.add_mutually_exclusive_group()
-    what.add_argument("-m", "--module", action="store_true", help="SCRIPT is a Python module, run as python -m")
-    what.add_argument("--no-python", action="store_true", help="SCRIPT is an executable, run without python")
-    p.add_argument("--rank-table", metavar="FILE", help="HCCL rank table; this host runs its own server's devices")
-    _profile_arg(p)
-    p.add_argument("--output-dir", default="dlaunch_runs", metavar="DIR",
-                   help="where run directories go (default ./dlaunch_runs)")
-    p.add_argument("--run-id", help="name of the run directory (default: time and a random suffix; for "
-                                    "cluster under Slurm, slurm-$SLURM_JOB_ID); hosts of one job share it")
-    p.add_argument("--cwd", choices=(cwd_launch, cwd_rank), default=cwd_launch,
-                   help="where ranks run: 'launch' (default) all where dlaunch was started, as torchrun and msrun; "
-                        "'rank' each in its own rank directory, as the seeds' run.sh (logs and checkpoints "
-                        "go to the rank directories either way)")
-    p.add_argument("--console", default="0", metavar="WHICH",
-                   help="ranks whose output is shown: all, none, or a list such as 0,3 (default 0); "
-                        "every rank's output always goes to its log")
-    p.add_argument("--grace-period", type=seconds, default=10.0, metavar="SECONDS",
-                   help="after SIGTERM, how long ranks may take to exit (e.g. to save) before SIGKILL (default 10)")
-    p.add_argument("--max-restarts", type=whole(0, 1000), default=0, metavar="K",
-                   help="restart all ranks up to K times after a failure (default 0)")
-    p.add_argument("--hang-timeout", type=positive_seconds, metavar="SECONDS",
-                   help="stop the job as failed (exit 124) when a rank shows no sign of life (output, "
-                        "launcher.heartbeat.beat(), a checkpoint) for this long; every rank's stack is "
-                        "saved first (py-spy)")
-    p.add_argument("--hccn-conf", default="/etc/hccn.conf", metavar="FILE",
-                   help="device NIC addresses for generated rank tables (default /etc/hccn.conf)")
-    p.add_argument("--waiting-notice", type=seconds, default=30.0, metavar="SECONDS",
-                   help="when every rank here has been silent this long and other hosts of the job have not "
-                        "started, say so, and again every minute (default 30; 0: never)")
-    p.add_argument("--ms-scheduler", action="store_true",
-                   help="MindSpore's dynamic cluster, as msrun starts it: a scheduler process (the same script, "
-                        "MS_ROLE=MS_SCHED) beside rank 0, and MS_ROLE/MS_NODE_ID/MS_WORKER_NUM/MS_SCHED_HOST/"
-                        "MS_SCHED_PORT for every rank, so mindspore.communication.init() needs no rank table")
-    p.add_argument("--ms-topo-timeout", type=positive_seconds, default=600.0, metavar="SECONDS",
-                   help="MS_TOPO_TIMEOUT: how long MindSpore waits for the cluster to form (default 600, as "
-                        "msrun's --cluster_time_out)")
-    p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
-                   help="set a variable for every rank (repeatable)")
-    p.add_argument("--env-file", metavar="FILE", help="KEY=VALUE lines to set for every rank")
-    p.add_argument("--dry-run", action="store_true", help="print the plan (commands, env, logs) and start nothing")
+    intermixed = False
+    _intermixing = False
+
+    def parse_known_args(self, args=None, namespace=None):
+        if not self.intermixed or self._intermixing:
+            return super().parse_known_args(args, namespace)
+        self._intermixing = True
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._intermixing = False
 
 
 class DlaunchParser(argparse.ArgumentParser):
     """The top-level parser, which also knows each command's own parser (usage errors show the command's)."""
 
     subcommands: Mapping[str, argparse.ArgumentParser]
+    launch_parsers: dict[str, argparse.ArgumentParser]   # run's and cluster's: config show parses with them
 
 
 def build_parser() -> DlaunchParser:
@@ -122,7 +84,7 @@ def build_parser() -> DlaunchParser:
                     "validated HCCL rank tables, per-rank logs and checkpoints, fail-fast, no orphans.",
         epilog="Run 'dlaunch COMMAND --help' for a command's options.")
     parser.add_argument("--version", action="version", version=f"dlaunch {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=CommandParser)
     launch_parsers: dict[str, argparse.ArgumentParser] = {}
 
     p = sub.add_parser("validate-ranktable", help="check HCCL rank tables against the topology rules",
@@ -163,20 +125,7 @@ def build_parser() -> DlaunchParser:
                                    "stops all; the exit code is the failing rank's.",
                        epilog="examples: dlaunch run train.py --ranks 8 -- --epochs 3;  "
                               "dlaunch run --devices 4,5 train.py;  dlaunch run train.py --rank-table rt.json")
-    _launch_args(p)
-    p.add_argument("--master-addr", help="MASTER_ADDR (default 127.0.0.1)")
-    p.add_argument("--master-port", type=port, help="MASTER_PORT (default: a free port)")
-    devices = p.add_mutually_exclusive_group()
-    devices.add_argument("--ranks", type=rank_count, default=AUTO, metavar="N|auto",
-                         help="one rank per device for the first N devices this host allows (CUDA_VISIBLE_DEVICES "
-                              "or ASCEND_RT_VISIBLE_DEVICES when set, else 0..N-1); auto (default): one per "
-                              "visible device")
-    devices.add_argument("--devices", metavar="LIST", help="use these devices, e.g. 4,5 or 0-3")
-    p.add_argument("--resume", nargs="?", const="", metavar="RUN_DIR",
-                   help="resume from the newest checkpoint step every rank completed in RUN_DIR (default: the "
-                        "latest run in --output-dir); ranks get DLAUNCH_RESUME_FROM and DLAUNCH_RESUME_STEP")
-    p.set_defaults(script_args=[])
-    layerable(p)
+    add_launch_arguments(p, options_for("run"))
     launch_parsers["run"] = p
 
     p = sub.add_parser("cluster", help="run this host's share of a multi-host job, or every host's over SSH",
@@ -190,25 +139,7 @@ def build_parser() -> DlaunchParser:
                                    "share from this head node over SSH.",
                        epilog="examples: dlaunch cluster train.py --rank-table rt16.json --rank-start 8 "
                               "--run-id job42;  dlaunch cluster train.py --rank-table rt16.json --ssh")
-    _launch_args(p)
-    p.add_argument("--server-id", help="this host's server_id in the rank table")
-    p.add_argument("--rank-start", type=whole(0, 10**9 - 1), metavar="K",
-                   help="this host is the server whose first rank is K")
-    p.add_argument("--master-addr", help="MASTER_ADDR (default: the server_id of rank 0's server)")
-    p.add_argument("--master-port", type=port,
-                   help=f"MASTER_PORT (default {CLUSTER_DEFAULT_PORT}, the same on every host)")
-    ssh = p.add_argument_group("from a head node over SSH")
-    ssh.add_argument("--ssh", action="store_true", help="start every server of the table over SSH from here")
-    ssh.add_argument("--ssh-config", metavar="FILE", help="OpenSSH client config (default ~/.ssh/config)")
-    ssh.add_argument("--trust-new-hosts", action="store_true",
-                     help="accept host keys not yet in known_hosts (and record them); changed keys are "
-                          "always refused")
-    ssh.add_argument("--remote-python", metavar="PATH",
-                     help="Python with dlaunch on the hosts (default: this Python's path)")
-    ssh.add_argument("--connect-timeout", type=positive_seconds, default=10.0, metavar="SECONDS",
-                     help="SSH connect and preflight timeout per host (default 10)")
-    p.set_defaults(script_args=[])
-    layerable(p)
+    add_launch_arguments(p, options_for("cluster"))
     launch_parsers["cluster"] = p
 
     p = sub.add_parser("config", help="show the effective launch settings and where each came from",
@@ -245,18 +176,12 @@ def build_parser() -> DlaunchParser:
                            help="a new run directory for the resliced checkpoint")
         if name == "list":
             a.add_argument("--json", action="store_true", help="print JSON")
-    # Commands in modules of their own register here: each module's add_parser(sub, launch_args) adds its
-    # subparser with set_defaults(handler=...), importing nothing heavy at module level.
-    from launcher.scriptgen import add_parser as add_script_parser
-    add_script_parser(sub, _launch_args)
-    from launcher.observe.status import add_parser as add_status_parser
-    add_status_parser(sub, _launch_args)
-    from launcher.observe.logs import add_parser as add_logs_parser
-    add_logs_parser(sub, _launch_args)
-    from launcher.observe.report import add_parser as add_report_parser
-    add_report_parser(sub, _launch_args)
-    from launcher.observe.prune import add_parser as add_prune_parser
-    add_prune_parser(sub)
-    parser.set_defaults(_launch_parsers=launch_parsers)
+    # Commands in modules of their own register here: each module's add_parser(sub) adds its subparser with
+    # set_defaults(handler=...), importing nothing heavy at module level.
+    from launcher import scriptgen
+    from launcher.observe import logs, prune, report, status
+    for module in (scriptgen, status, logs, report, prune):
+        module.add_parser(sub)
+    parser.launch_parsers = launch_parsers
     parser.subcommands = sub.choices   # command name -> its parser: errors show the usage of the command used
     return parser

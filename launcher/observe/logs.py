@@ -162,8 +162,8 @@ def _switch_attempts(tails: dict[int, _Tail], out) -> None:
             tails[rank] = _Tail(tail.ref, newest)
 
 
-def add_parser(sub, launch_args) -> None:
-    """Register ``logs``; ``launch_args`` (run's options) is not needed here."""
+def add_parser(sub) -> None:
+    """Register ``logs``."""
     p = sub.add_parser("logs", help="print ranks' logs, each line prefixed [rankN]: ; --follow to stream",
                        description="Print ranks' output logs, each line prefixed [rankN]: . Lines carry no "
                                    "time, so what is already written is printed rank by rank, each in file "

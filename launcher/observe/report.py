@@ -153,8 +153,8 @@ def cmd_report(args) -> int:
     return 0
 
 
-def add_parser(sub, launch_args) -> None:
-    """Register ``report``; ``launch_args`` (run's options) is not needed here."""
+def add_parser(sub) -> None:
+    """Register ``report``."""
     p = sub.add_parser("report", help="write a self-contained HTML page: command, timeline, loss and accuracy",
                        description="Write one HTML file that needs no network to view: the command and settings "
                                    "the ranks ran with, a timeline of every rank's attempts (start, end, how it "

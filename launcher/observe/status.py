@@ -123,8 +123,8 @@ def cmd_status(args) -> int:
         return 0
 
 
-def add_parser(sub, launch_args) -> None:
-    """Register ``status``; ``launch_args`` (run's options) is not needed here."""
+def add_parser(sub) -> None:
+    """Register ``status``."""
     p = sub.add_parser("status", help="each rank of a run, live or finished: state, CPU, memory, last output",
                        description="One row per rank: host, device, pid, state (starting, running, exited N, "
                                    "died of SIG, hung, ended, remote), CPU % and resident memory of its "
