@@ -1,3 +1,6 @@
+# changed: nothing.
+# From pytorch/examples (https://github.com/pytorch/examples) at 77f55b9, distributed/ddp-tutorial-series/datautils.py.
+# BSD 3-Clause License, Copyright (c) 2017, Pytorch contributors; full text in tests/clients/LICENSE.pytorch-examples.
 import torch
 from torch.utils.data import Dataset
 

@@ -1,3 +1,6 @@
+# changed: backend nccl->gloo, device cpu (no .to(gpu_id), no device_ids, snapshot loaded to cpu); with KILL_RANK1_AFTER_EPOCH=N, on the first attempt only, a barrier after epoch N, then rank 1 SIGKILLs itself.
+# From pytorch/examples (https://github.com/pytorch/examples) at 77f55b9, distributed/ddp-tutorial-series/multigpu_torchrun.py.
+# BSD 3-Clause License, Copyright (c) 2017, Pytorch contributors; full text in tests/clients/LICENSE.pytorch-examples.
 import torch
 import torch.nn.functional as F
 from torch.utils.data import Dataset, DataLoader
@@ -8,11 +11,12 @@ from torch.utils.data.distributed import DistributedSampler
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.distributed import init_process_group, destroy_process_group
 import os
+import signal
+import torch.distributed as dist
 
 
 def ddp_setup():
-    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
-    init_process_group(backend="nccl")
+    init_process_group(backend="gloo")
 
 class Trainer:
     def __init__(
@@ -24,7 +28,7 @@ class Trainer:
         snapshot_path: str,
     ) -> None:
         self.gpu_id = int(os.environ["LOCAL_RANK"])
-        self.model = model.to(self.gpu_id)
+        self.model = model
         self.train_data = train_data
         self.optimizer = optimizer
         self.save_every = save_every
@@ -34,10 +38,10 @@ class Trainer:
             print("Loading snapshot")
             self._load_snapshot(snapshot_path)
 
-        self.model = DDP(self.model, device_ids=[self.gpu_id])
+        self.model = DDP(self.model)
 
     def _load_snapshot(self, snapshot_path):
-        loc = f"cuda:{self.gpu_id}"
+        loc = "cpu"
         snapshot = torch.load(snapshot_path, map_location=loc)
         self.model.load_state_dict(snapshot["MODEL_STATE"])
         self.epochs_run = snapshot["EPOCHS_RUN"]
@@ -55,8 +59,6 @@ class Trainer:
         print(f"[GPU{self.gpu_id}] Epoch {epoch} | Batchsize: {b_sz} | Steps: {len(self.train_data)}")
         self.train_data.sampler.set_epoch(epoch)
         for source, targets in self.train_data:
-            source = source.to(self.gpu_id)
-            targets = targets.to(self.gpu_id)
             self._run_batch(source, targets)
 
     def _save_snapshot(self, epoch):
@@ -72,6 +74,10 @@ class Trainer:
             self._run_epoch(epoch)
             if self.gpu_id == 0 and epoch % self.save_every == 0:
                 self._save_snapshot(epoch)
+            if str(epoch) == os.environ.get("KILL_RANK1_AFTER_EPOCH") and os.environ["TORCHELASTIC_RESTART_COUNT"] == "0":
+                dist.barrier()
+                if self.gpu_id == 1:
+                    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def load_train_objs():

@@ -1,3 +1,7 @@
+# changed: nothing.
+# From pytorch/examples (https://github.com/pytorch/examples) at 77f55b9, distributed/minGPT-ddp/mingpt/char_dataset.py.
+# BSD 3-Clause License, Copyright (c) 2017, Pytorch contributors; full text in tests/clients/LICENSE.pytorch-examples.
+# Adapted there from karpathy/minGPT: MIT License, Copyright (c) 2020 Andrej Karpathy; full text in LICENSE.minGPT.
 import torch
 from torch.utils.data import Dataset
 import fsspec

@@ -1,3 +1,6 @@
+# changed: device cpu (no device_ids), boto3 imported only when saving to s3.
+# From pytorch/examples (https://github.com/pytorch/examples) at 77f55b9, distributed/minGPT-ddp/mingpt/trainer.py.
+# BSD 3-Clause License, Copyright (c) 2017, Pytorch contributors; full text in tests/clients/LICENSE.pytorch-examples.
 """
 Simple training loop; Boilerplate that could apply to any arbitrary neural network,
 so nothing in this file really has anything to do with GPT specifically.
@@ -13,7 +16,6 @@ from torch.utils.data import Dataset, DataLoader
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data.distributed import DistributedSampler
 
-import boto3
 from urllib.parse import urlparse
 import fsspec
 import io
@@ -35,6 +37,7 @@ class Snapshot:
     finished_epoch: int
 
 def upload_to_s3(obj, dst):
+    import boto3
     buffer = io.BytesIO()
     torch.save(obj, buffer)
     buffer.seek(0)
@@ -49,8 +52,7 @@ class Trainer:
         self.local_rank = int(os.environ["LOCAL_RANK"])
         self.global_rank = int(os.environ["RANK"])  
         # set device
-        self.acc = torch.accelerator.current_accelerator()
-        self.device: torch.device = torch.device(f"{self.acc}:{self.local_rank}")
+        self.device: torch.device = torch.device("cpu")
         self.device_type = self.device.type
         # data stuff
         self.train_dataset = train_dataset
@@ -58,7 +60,7 @@ class Trainer:
         self.test_loader = self._prepare_dataloader(test_dataset) if test_dataset else None
         # initialize train states
         self.epochs_run = 0
-        self.model = model.to(self.local_rank)
+        self.model = model.to(self.device)
         self.optimizer = optimizer        
         self.save_every = self.config.save_every
         if self.config.use_amp:
@@ -68,7 +70,7 @@ class Trainer:
             self.config.snapshot_path = "snapshot.pt"
         self._load_snapshot()
         # wrap with DDP. this step will synch model across all the processes.
-        self.model = DDP(self.model, device_ids=[self.local_rank])
+        self.model = DDP(self.model)
         
     def _prepare_dataloader(self, dataset: Dataset):
         return DataLoader(
@@ -119,8 +121,8 @@ class Trainer:
             dataloader.sampler.set_epoch(epoch)
         for iter, (source, targets) in enumerate(dataloader):
             step_type = "Train" if train else "Eval"
-            source = source.to(self.local_rank)
-            targets = targets.to(self.local_rank)
+            source = source.to(self.device)
+            targets = targets.to(self.device)
             batch_loss = self._run_batch(source, targets, train)
             if iter % 100 == 0:
                 print(f"[RANK{self.global_rank}] Epoch {epoch} | Iter {iter} | {step_type} Loss {batch_loss:.5f}")
