@@ -10,6 +10,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 RANK_TABLES = ROOT / "rank_tables"
 
+# Third-party clients that tests/test_clients.py launches: programs, not tests.
+collect_ignore_glob = ["clients/*"]
+
 
 def dlaunch(*args, cwd=None, env=None, timeout=60, input=None):
     """Run the real CLI in a fresh interpreter, as a user would."""
