@@ -4,7 +4,9 @@
 # sshd hosts of the multi-host tests, chromium for the report screenshot,
 # slurm-wlm and munge for a real one-machine Slurm, shellcheck for generated
 # scripts), creates .venv, installs dlaunch with its torch and test extras,
-# then checks the code (ruff, mypy) and runs pytest. Extra arguments go to pytest.
+# then checks the code (ruff, mypy) and runs pytest, test files spread over
+# DLAUNCH_TEST_WORKERS processes (default 2; 0 runs them in this one). Extra
+# arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/_env.sh
@@ -13,4 +15,11 @@ ensure_debian_packages openssh-server:/usr/sbin/sshd chromium:/usr/bin/chromium 
 ensure_venv torch,test
 .venv/bin/ruff check --quiet launcher tests benchmarks examples
 .venv/bin/mypy launcher
-exec .venv/bin/python -m pytest "$@"
+# Most tests wait on real processes (sockets, signals, grace periods) more than they compute, so two
+# workers finish sooner even on 2 cores. A file's tests stay together (--dist loadfile): they share
+# fixtures such as one sshd per simulated host and one Slurm.
+workers="${DLAUNCH_TEST_WORKERS:-2}"
+if [ "$workers" = 0 ]; then
+  exec .venv/bin/python -m pytest "$@"
+fi
+exec .venv/bin/python -m pytest -n "$workers" --dist loadfile "$@"
