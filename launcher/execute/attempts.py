@@ -24,6 +24,7 @@ from launcher.resume import find_resume_point, resume_point
 from launcher.table.model import RankTable, dumps
 from launcher.results import AttemptResult
 from launcher.execute.local import LocalWorkers, SignalWatch
+from launcher.execute.sharedckpt import shared_checkpoint_warnings
 
 
 def free_port(address: str) -> int:
@@ -82,7 +83,7 @@ def _newest_complete_checkpoint(plan: LaunchPlan) -> str | None:
     return step.label if step else None
 
 
-def summarize(plan: LaunchPlan, attempts: list[AttemptResult], started: float) -> dict:
+def summarize(plan: LaunchPlan, attempts: list[AttemptResult], started: float, warnings: list[str] = ()) -> dict:
     last = attempts[-1]
     if last.root_cause is not None or last.launcher_error is not None:
         status = "failed"
@@ -104,6 +105,7 @@ def summarize(plan: LaunchPlan, attempts: list[AttemptResult], started: float) -
         **({"scheduler": last.scheduler.to_dict()} if last.scheduler else {}),
         "attempts": [{"attempt": a.attempt, "exit_code": a.exit_code, "root_cause": _root_cause(a),
                       "ranks": [r.to_dict() for r in a.ranks]} for a in attempts],
+        **({"warnings": list(warnings)} if warnings else {}),
     }
 
 
@@ -202,16 +204,17 @@ def launch(table: RankTable, server_index: int, opts: Options, *, dry_run: bool,
     finally:
         workers.close()
         signals.close()
-    summary = summarize(plan, attempts, started)
+    warnings = shared_checkpoint_warnings(plan, started)
+    summary = summarize(plan, attempts, started, warnings)
     summary_path = plan.host_file("summary", "json")
     try:
         rundir.write_json(summary_path, summary)
     except OSError as exc:
-        say(*closing_lines(summary, "not written"),
+        say(*closing_lines(summary, "not written"), *warnings,
             f"error: cannot write the summary {summary_path}: {exc.strerror}; the ranks' logs are in "
             f"{plan.run_dir}")
         return summary["exit_code"] or 1
-    say(*closing_lines(summary, summary_path))
+    say(*closing_lines(summary, summary_path), *warnings)
     if control:
         from launcher.execute.ssh.agent import emit
 
