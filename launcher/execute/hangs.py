@@ -6,9 +6,10 @@ checkpoint (its checkpoint directory changes, or a save's temporary file in it
 grows: dlaunch's own saves also beat the heartbeat while they write, MindSpore's
 ``{prefix}-{epoch}_{step}.tmp`` only grow).  All three are file times, so
 watching costs the launcher a few ``stat`` calls and one directory listing per
-rank per check, whatever the rank prints.  Before the job is stopped, the Python stack of every rank on
-this host goes into its rank directory (``py-spy dump``), so the blocking call
-(an all_reduce one rank never joined, a dead data loader) is on record.
+rank per check, whatever the rank prints.  Before the job is stopped, the
+Python stack of every rank on this host goes into its rank directory
+(``py-spy dump``), so the blocking call (an all_reduce one rank never joined, a
+dead data loader) is on record.
 """
 
 from __future__ import annotations
