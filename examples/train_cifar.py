@@ -20,10 +20,10 @@ Data is the CIFAR-10 *binary* format (``cifar-10-batches-bin/data_batch_N.bin``
 and ``test_batch.bin``; each record is 1 label byte followed by 3072 pixel bytes,
 32x32 image stored channel-major R, G, B).  Pass a real copy with
 ``--data-path`` or ``DATA_PATH`` (the directory itself or its parent).  With
-neither, a small, learnable synthetic dataset is written in exactly that format
-(deterministic, so every rank produces byte-identical files and can write them
-concurrently with an atomic rename) once, under the user's cache directory
-(``$XDG_CACHE_HOME/dlaunch/synthetic-cifar``), and the same parser reads it back.
+neither, a learnable synthetic dataset in exactly that format is written once
+under the user's cache directory by ``synthetic_cifar.py`` (shared with the
+MindSpore example), and the first ``--samples`` records of it are read back by
+the same parser.
 
 Like MindSpore's ``num_shards=RANK_SIZE, shard_id=RANK_ID``, every rank keeps
 only its strided shard of the records and reshuffles that shard each epoch with
@@ -37,14 +37,12 @@ Each epoch ends with a rank-local checkpoint ``{prefix}-{epoch}_{step}.pt`` in
 from __future__ import annotations
 
 import argparse
-import contextlib
 import ctypes
 import os
 import signal
 import struct
 import sys
-import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -52,14 +50,18 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
-
-IMAGE_SHAPE = (3, 32, 32)
-IMAGE_BYTES = 3 * 32 * 32
-RECORD_BYTES = 1 + IMAGE_BYTES
-NUM_CLASSES = 10
-TRAIN_FILES = tuple(f"data_batch_{i}.bin" for i in range(1, 6))
-TEST_FILE = "test_batch.bin"
-BATCHES_DIR = "cifar-10-batches-bin"
+from synthetic_cifar import (
+    BATCHES_DIR,
+    IMAGE_BYTES,
+    IMAGE_SHAPE,
+    MAX_SAMPLES,
+    NUM_CLASSES,
+    RECORD_BYTES,
+    TEST_FILE,
+    TRAIN_FILES,
+    default_cache_root,
+    ensure_synthetic_cifar,
+)
 
 # Per-channel mean/std of real CIFAR-10, as used by the MindSpore recipe.
 CIFAR_MEAN = torch.tensor([0.4914, 0.4822, 0.4465]).view(1, 3, 1, 1)
@@ -180,16 +182,21 @@ def shard_rows(offset: int, count: int, shard_id: int, num_shards: int) -> range
 
 
 def load_shard(
-    files: list[Path], shard_id: int, num_shards: int
+    files: list[Path], shard_id: int, num_shards: int, limit: int | None = None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Read the shard's records from ``files``: (global indices, labels, images).
+    """Read the shard's records from ``files``, the first ``limit`` records only when given:
+    (global indices, labels, images).
 
     Only the shard's rows are kept, so memory per rank shrinks with world size.
     """
     indices, labels, images = [], [], []
     offset = 0
     for path in files:
-        file_labels, file_images = parse_cifar_records(path.read_bytes())
+        if limit is not None and offset >= limit:
+            break
+        with open(path, "rb") as handle:
+            data = handle.read() if limit is None else handle.read((limit - offset) * RECORD_BYTES)
+        file_labels, file_images = parse_cifar_records(data)
         rows = shard_rows(offset, len(file_labels), shard_id, num_shards)
         picked = torch.tensor(list(rows), dtype=torch.long)
         indices.append(picked + offset)
@@ -209,98 +216,6 @@ def resolve_data_dir(path: str) -> Path:
         f"no CIFAR-10 binary data at {given}: expected {', '.join(TRAIN_FILES)} and "
         f"{TEST_FILE} there or in {given / BATCHES_DIR}"
     )
-
-
-# --------------------------------------------------------------------------
-# Synthetic data (no downloads on air-gapped machines)
-# --------------------------------------------------------------------------
-
-# Well-separated colours, one per class, so the task is learnable in few steps.
-PALETTE = torch.tensor(
-    [
-        [230, 25, 75], [60, 180, 75], [255, 225, 25], [0, 130, 200], [245, 130, 48],
-        [145, 30, 180], [70, 240, 240], [240, 50, 230], [210, 245, 60], [0, 0, 128],
-    ],
-    dtype=torch.int32,
-)
-
-
-def synthetic_images(labels: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """Images = class colour + class-specific stripes + uniform noise, as uint8.
-
-    Colour alone separates the classes; the stripes give the convolutions
-    something spatial to find.  Integer-only ops keep the bytes identical
-    across processes and thread counts, which the concurrent writes rely on.
-    """
-    n = labels.numel()
-    coords = torch.arange(32, dtype=torch.int32)
-    base = (PALETTE[labels.long()] * 2 // 5 + 75).view(n, 3, 1, 1)
-    period = (2 + labels.long() // 2).view(n, 1, 1)
-    horizontal = (labels.long() % 2 == 0).view(n, 1, 1)
-    along = torch.where(horizontal, coords.view(1, 32, 1), coords.view(1, 1, 32))
-    stripes = ((along // period) % 2 * 48 - 24).to(torch.int32).view(n, 1, 32, 32)
-    noise = torch.randint(-96, 97, (n, *IMAGE_SHAPE), generator=generator, dtype=torch.int32)
-    return (base + stripes + noise).clamp(0, 255).to(torch.uint8)
-
-
-def synthetic_split(samples: int, seed: int, stream: int) -> bytes:
-    """Encoded records for one synthetic file; ``stream`` decorrelates the files."""
-    generator = torch.Generator().manual_seed(seed * 1_000_003 + stream)
-    labels = torch.randint(0, NUM_CLASSES, (samples,), generator=generator, dtype=torch.int64)
-    return encode_cifar_records(labels.to(torch.uint8), synthetic_images(labels, generator))
-
-
-def atomic_write(path: Path, write: Callable) -> None:
-    """Write via a temp file in the same directory, fsync, then ``os.replace``.
-
-    Readers (other ranks, a resuming job) see either no file or a complete one,
-    never a torn write, even if this process is killed half-way.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            write(handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)  # make the rename itself durable
-    finally:
-        os.close(dir_fd)
-
-
-def default_cache_root() -> Path:
-    """The user's cache directory ($XDG_CACHE_HOME, else ~/.cache): made once, reused by every later run."""
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(cache) / "dlaunch" / "synthetic-cifar"
-
-
-def ensure_synthetic_cifar(root: Path, samples: int, seed: int) -> Path:
-    """Create (once) a synthetic ``cifar-10-batches-bin`` and return its path.
-
-    Every rank may call this at the same time: content is a pure function of
-    (samples, seed), and each file appears atomically, so concurrent writers
-    just replace a file with identical bytes.  No barrier is needed, which keeps
-    data preparation independent of the process group.
-    """
-    directory = root / f"n{samples}-seed{seed}" / BATCHES_DIR
-    test_samples = max(samples // 4, NUM_CLASSES)
-    per_file = [samples // len(TRAIN_FILES) + (i < samples % len(TRAIN_FILES))
-                for i in range(len(TRAIN_FILES))]
-    plan = list(zip(TRAIN_FILES + (TEST_FILE,), per_file + [test_samples]))
-    for stream, (name, count) in enumerate(plan):
-        path = directory / name
-        if path.is_file() and path.stat().st_size == count * RECORD_BYTES:
-            continue
-        data = synthetic_split(count, seed, stream)
-        atomic_write(path, lambda handle, data=data: handle.write(data))
-    return directory
 
 
 # --------------------------------------------------------------------------
@@ -439,7 +354,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="cifar-10-batches-bin or its parent (default: $DATA_PATH, "
                              "else synthetic data)")
     parser.add_argument("--samples", type=int, default=4096,
-                        help="synthetic training set size, total across ranks")
+                        help=f"synthetic training set size, total across ranks (at most {MAX_SAMPLES})")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--threads", type=int, default=None,
                         help="torch.set_num_threads (default: as OMP_NUM_THREADS says)")
@@ -457,6 +372,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for name in ("epochs", "batch_size", "log_every", "samples", "width"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    if args.samples > MAX_SAMPLES:
+        parser.error(f"--samples must be at most {MAX_SAMPLES}")
     return args
 
 
@@ -464,16 +381,19 @@ def prepare_data(args: argparse.Namespace, env: DistEnv):
     """Locate or synthesize the dataset and load this rank's train and test shards."""
     if args.data_path:
         data_dir = resolve_data_dir(args.data_path)
+        limit, test_limit = None, None
     else:
         data_dir = ensure_synthetic_cifar(default_cache_root(), args.samples, args.seed)
+        limit, test_limit = args.samples, max(args.samples // 4, NUM_CLASSES)
     log(f"data: {data_dir}{'' if args.data_path else ' (synthetic)'}")
-    train_files = [data_dir / name for name in TRAIN_FILES]
-    train = load_shard(train_files, env.rank, env.world_size)
-    test = load_shard([data_dir / TEST_FILE], env.rank, env.world_size)
+    train_files = [data_dir / name for name in TRAIN_FILES if (data_dir / name).is_file()]
+    train = load_shard(train_files, env.rank, env.world_size, limit)
+    test = load_shard([data_dir / TEST_FILE], env.rank, env.world_size, test_limit)
     # Equal step counts on every rank, or DDP's all-reduce would hang: trim every
     # shard to the smallest one (computable from file sizes alone), then drop the
     # last partial batch like the recipe's batch(drop_remainder=True).
-    per_rank = sum(record_count(path) for path in train_files) // env.world_size
+    total = sum(record_count(path) for path in train_files)
+    per_rank = (total if limit is None else min(limit, total)) // env.world_size
     train = tuple(t[:per_rank] for t in train)
     return train, test
 

@@ -6,7 +6,7 @@ inside the functions that need it, so the launcher itself never pays for it.
 Every file is written the same way: a ``torch.save`` archive (``ckptfile.write_torch``, at about
 the disk's speed) into a hidden temporary file in the target directory, ``fsync``, ``os.replace``
 onto the final name, ``fsync`` of the directory.  A file with a checkpoint's name
-(``{prefix}-{epoch}_{step}.pt``, see ``resume.py``) is therefore always whole, and a process killed
+(``{prefix}-{epoch}_{step}.pt``, see ``ckptnames``) is therefore always whole, and a process killed
 mid-save leaves the previous checkpoint untouched and only a hidden temporary, which
 ``resume.scan`` ignores and the next save into that directory removes.
 
@@ -43,10 +43,9 @@ import sys
 import threading
 import time
 
-from launcher import ckptwriter
+from launcher import ckptnames, ckptwriter
 from launcher.atomic import commit, fsync_path, temp_beside
 from launcher.ckptfile import EarlyWriteback, write_torch
-from launcher.resume import checkpoint_name, parse_name
 
 STRATEGY_SUFFIX = ".strategy.json"
 STRATEGY_FORMAT = 1
@@ -55,7 +54,6 @@ SUPERSEDED_DIR = "superseded"
 INTEGRATED_DIR = "integrated"
 
 _HOST = socket.gethostname().replace("~", "-")
-_TEMP_SUFFIX = ".tmp"
 _FOREIGN_TEMP_AGE = 3600.0   # seconds: a temporary from another host is stale when untouched this long
 
 
@@ -93,9 +91,9 @@ def _rank_and_world() -> tuple[int, int]:
 
 
 def _checked_name(prefix: str, epoch: int, step: int) -> str:
-    name = checkpoint_name(prefix, epoch, step)
+    name = ckptnames.dlaunch_name(prefix, epoch, step)
     if (not isinstance(epoch, int) or not isinstance(step, int) or os.sep in prefix
-            or parse_name(name) != (prefix, epoch, step)):
+            or ckptnames.parse_dlaunch(name) != (prefix, epoch, step)):
         raise ValueError(f"cannot name a checkpoint prefix={prefix!r} epoch={epoch!r} step={step!r}: "
                          "epoch and step must be non-negative integers and the prefix a plain file name "
                          "not starting with '.'")
@@ -160,16 +158,14 @@ def _clean_stale_temps(directory: str) -> None:
         return
     now = time.time()
     for name in names:
-        if not (name.startswith(".") and name.endswith(_TEMP_SUFFIX)):
-            continue
-        parts = name[1:].rsplit("~", 3)
-        if len(parts) != 4 or not parts[2].isdigit():
+        temporary = ckptnames.parse_dlaunch_temporary(name)
+        if temporary is None:
             continue
         path = os.path.join(directory, name)
-        _, host, pid, _ = parts
+        _, host, pid = temporary
         try:
             if host == _HOST:
-                stale = int(pid) != os.getpid() and not _pid_alive(int(pid))
+                stale = pid != os.getpid() and not _pid_alive(pid)
             else:
                 stale = now - os.stat(path).st_mtime > _FOREIGN_TEMP_AGE
             if stale:
@@ -220,7 +216,7 @@ def _rotate(directory: str, prefix: str, keep_max: int, just_saved: str) -> None
     """Delete all but the newest ``keep_max`` checkpoints of ``prefix`` (by epoch, step), never the one just saved."""
     found = []
     for name in os.listdir(directory):
-        parsed = parse_name(name)
+        parsed = ckptnames.parse_dlaunch(name)
         if parsed and parsed[0] == prefix:
             found.append((parsed[1], parsed[2], name))
     found.sort()

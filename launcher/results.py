@@ -135,7 +135,7 @@ def _newest_complete_checkpoint(plan: LaunchPlan) -> str | None:
     return step.label if step else None
 
 
-def summarize(plan: LaunchPlan, attempts: list[AttemptResult], started: float) -> dict:
+def summarize(plan: LaunchPlan, attempts: list[AttemptResult], started: float, warnings=()) -> dict:
     last = attempts[-1]
     if last.root_cause is not None or last.launcher_error is not None:
         status = "failed"
@@ -157,6 +157,7 @@ def summarize(plan: LaunchPlan, attempts: list[AttemptResult], started: float) -
         **({"scheduler": last.scheduler.to_dict()} if last.scheduler else {}),
         "attempts": [{"attempt": a.attempt, "exit_code": a.exit_code, "root_cause": _root_cause(a),
                       "ranks": [r.to_dict() for r in a.ranks]} for a in attempts],
+        **({"warnings": list(warnings)} if warnings else {}),
     }
 
 

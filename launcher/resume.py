@@ -1,10 +1,10 @@
 """Finding checkpoints in a run directory, without torch: names, completeness, the resume point.
 
-Checkpoint files follow the seeds' convention ``{prefix}-{epoch}_{step}.pt`` in
-each rank's ``rank_NNN/ckpt/``.  Saves are atomic (a hidden temporary file
-renamed into place), so a file with a checkpoint's name is a whole checkpoint;
-a *step* is complete only when every rank of the run has it.  ``--resume``
-picks the newest complete step and gives each rank its own file.
+Each rank saves into its own ``rank_NNN/ckpt/`` (``DLAUNCH_CKPT_DIR``): dlaunch's
+``{prefix}-{epoch}_{step}.pt`` or MindSpore's ``{prefix}-{epoch}_{step}.ckpt``/``.safetensors``
+(every name rule lives in ``ckptnames``).  Saves are atomic (a temporary file renamed into place), so a
+file with a checkpoint's name is a whole checkpoint; a *step* is complete only when every rank of the
+run has it.  ``--resume`` picks the newest complete step and gives each rank its own file.
 """
 
 from __future__ import annotations
@@ -13,29 +13,30 @@ import os
 import re
 from dataclasses import dataclass, field
 
-CHECKPOINT_NAME = re.compile(r"^(?P<prefix>.+)-(?P<epoch>\d+)_(?P<step>\d+)\.pt$")
+from launcher import ckptnames
+
 RANK_DIR = re.compile(r"^rank_(\d+)$")
 
 
 def checkpoint_name(prefix: str, epoch: int, step: int) -> str:
-    return f"{prefix}-{epoch}_{step}.pt"
+    """dlaunch's own checkpoint name (``ckptnames.dlaunch_name``)."""
+    return ckptnames.dlaunch_name(prefix, epoch, step)
 
 
 def parse_name(name: str) -> tuple[str, int, int] | None:
-    """(prefix, epoch, step) of a checkpoint file name, or None for anything else (temporaries included)."""
-    match = CHECKPOINT_NAME.match(name)
-    if not match or name.startswith("."):
-        return None
-    return match["prefix"], int(match["epoch"]), int(match["step"])
+    """(prefix, epoch, step) of a dlaunch checkpoint name (.pt), or None for anything else (temporaries included)."""
+    return ckptnames.parse_dlaunch(name)
 
 
 @dataclass
 class Step:
-    """One (prefix, epoch, step) across the ranks of a run."""
+    """One checkpoint (series prefix, epoch, step, format) across the ranks of a run."""
 
     prefix: str
     epoch: int
     step: int
+    format: str = ckptnames.DLAUNCH_FORMAT
+    kind: str = ckptnames.CHECKPOINT
     files: dict[int, str] = field(default_factory=dict)   # global rank -> path
     sizes: dict[int, int] = field(default_factory=dict)
 
@@ -45,7 +46,33 @@ class Step:
 
     @property
     def label(self) -> str:
-        return f"{self.prefix}-{self.epoch}_{self.step}"
+        """The file name, without dlaunch's ``.pt`` (``ckpt-3_156``, ``lenet-3_156.ckpt``)."""
+        name = ckptnames.file_name(self.kind, self.prefix, self.epoch, self.step, self.format)
+        return name.removesuffix("." + ckptnames.DLAUNCH_FORMAT)
+
+    @property
+    def mindspore(self) -> bool:
+        return self.format in ckptnames.MINDSPORE_FORMATS
+
+
+def collect(directories: dict[int, str], kind: str = ckptnames.CHECKPOINT) -> list[Step]:
+    """The checkpoints (or breakpoints) in each rank's directory (rank -> directory), as steps, oldest first."""
+    steps: dict[ckptnames.Key, Step] = {}
+    for rank, directory in directories.items():
+        try:
+            names = os.listdir(directory)
+        except OSError:
+            continue
+        for key, name in ckptnames.by_series(names, kind).items():
+            path = os.path.join(directory, name)
+            try:
+                size = os.path.getsize(path)
+            except OSError:   # gone since the listing (rotated away)
+                continue
+            step = steps.setdefault(key, Step(*key, kind=kind))
+            step.files[rank] = path
+            step.sizes[rank] = size
+    return sorted(steps.values(), key=lambda s: (s.epoch, s.step, s.prefix, s.format))
 
 
 def rank_dirs(run_dir: str) -> dict[int, str]:
@@ -63,25 +90,9 @@ def rank_dirs(run_dir: str) -> dict[int, str]:
 
 
 def scan(run_dir: str) -> tuple[list[Step], list[int]]:
-    """Every checkpoint step in the run, oldest first, and the run's ranks."""
+    """Every checkpoint step in the run's rank checkpoint directories, oldest first, and the run's ranks."""
     ranks = rank_dirs(run_dir)
-    steps: dict[tuple[str, int, int], Step] = {}
-    for rank, directory in ranks.items():
-        ckpt = os.path.join(directory, "ckpt")
-        try:
-            names = os.listdir(ckpt)
-        except OSError:
-            continue
-        for name in names:
-            parsed = parse_name(name)
-            if parsed is None:
-                continue
-            step = steps.setdefault(parsed, Step(*parsed))
-            path = os.path.join(ckpt, name)
-            step.files[rank] = path
-            step.sizes[rank] = os.path.getsize(path)
-    ordered = sorted(steps.values(), key=lambda s: (s.epoch, s.step, s.prefix))
-    return ordered, sorted(ranks)
+    return collect({rank: os.path.join(directory, "ckpt") for rank, directory in ranks.items()}), sorted(ranks)
 
 
 def resume_point(run_dir: str, world_size: int | None = None) -> tuple[Step | None, list[str]]:

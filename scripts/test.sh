@@ -12,7 +12,8 @@ cd "$(dirname "$0")/.."
 source scripts/_env.sh
 ensure_debian_packages openssh-server:/usr/sbin/sshd chromium:/usr/bin/chromium \
   slurm-wlm:/usr/sbin/slurmctld munge:/usr/sbin/munged shellcheck:/usr/bin/shellcheck
-ensure_venv torch,test
+ensure_venv torch,mindspore,test
+export DLAUNCH_REQUIRE_MINDSPORE=1   # the MindSpore tests fail rather than skip when it is missing
 .venv/bin/ruff check --quiet launcher tests benchmarks examples
 .venv/bin/mypy launcher
 # Most tests wait on real processes (sockets, signals, grace periods) more than they compute, so two

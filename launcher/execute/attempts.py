@@ -16,6 +16,7 @@ from launcher import rundir
 from launcher.console import say
 from launcher.errors import UsageError
 from launcher.execute.local import LocalWorkers, SignalWatch
+from launcher.execute.sharedckpt import shared_checkpoint_warnings
 from launcher.host import free_port
 from launcher.plan import Options, make_plan
 from launcher.results import AttemptResult, closing_lines, how_it_ended, summarize
@@ -93,16 +94,17 @@ def launch(table: RankTable, server_index: int, opts: Options, *, dry_run: bool,
     finally:
         workers.close()
         signals.close()
-    summary = summarize(plan, attempts, started)
+    warnings = shared_checkpoint_warnings(plan, started)
+    summary = summarize(plan, attempts, started, warnings)
     summary_path = plan.host_file("summary", "json")
     try:
         rundir.write_json(summary_path, summary)
     except OSError as exc:
-        say(*closing_lines(summary, "not written"),
+        say(*closing_lines(summary, "not written"), *warnings,
             f"error: cannot write the summary {summary_path}: {exc.strerror}; the ranks' logs are in "
             f"{plan.run_dir}")
         return summary["exit_code"] or 1
-    say(*closing_lines(summary, summary_path))
+    say(*closing_lines(summary, summary_path), *warnings)
     if control:
         from launcher.execute.ssh.protocol import emit
 

@@ -2,12 +2,14 @@
 
 A rank is alive while it writes output (its log file grows), touches its
 heartbeat file (``launcher.heartbeat.beat()``, e.g. once a step), or saves a
-checkpoint (its checkpoint directory changes; a save being written, in the
-foreground or in the background, beats the heartbeat while its file grows).  All three are file times, so
-watching costs the launcher a few ``stat`` calls per rank per check, whatever
-the rank prints.  Before the job is stopped, the Python stack of every rank on
-this host goes into its rank directory (``py-spy dump``), so the blocking call
-(an all_reduce one rank never joined, a dead data loader) is on record.
+checkpoint (its checkpoint directory changes, or a save's temporary file in it
+grows: dlaunch's own saves also beat the heartbeat while they write, MindSpore's
+``{prefix}-{epoch}_{step}.tmp`` only grow).  All three are file times, so
+watching costs the launcher a few ``stat`` calls and one directory listing per
+rank per check, whatever the rank prints.  Before the job is stopped, the
+Python stack of every rank on this host goes into its rank directory
+(``py-spy dump``), so the blocking call (an all_reduce one rank never joined, a
+dead data loader) is on record.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import shutil
 import subprocess
 import time
 
+from launcher import ckptnames
 from launcher.lines import tail_lines
 from launcher.plan import RankSpec
 from launcher.rundir import attempt_file
@@ -32,10 +35,21 @@ def _mtime(path: str) -> float:
         return 0.0
 
 
+def _saves_in_progress(directory: str) -> float:
+    """When a checkpoint being written into ``directory`` last grew (0: none is)."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return 0.0
+    return max((_mtime(os.path.join(directory, name)) for name in names
+                if (parsed := ckptnames.parse(name)) is not None and parsed.kind == ckptnames.TEMPORARY), default=0.0)
+
+
 def last_sign_of_life(spec: RankSpec, started: float) -> float:
-    """When the rank last wrote output, beat its heartbeat or touched its checkpoint directory (epoch seconds)."""
+    """When the rank last wrote output, beat its heartbeat, touched its checkpoint directory or wrote a
+    checkpoint into it (epoch seconds)."""
     return max(started, _mtime(spec.log_file), _mtime(os.path.join(spec.rank_dir, HEARTBEAT_FILE)),
-               _mtime(spec.ckpt_dir))
+               _mtime(spec.ckpt_dir), _saves_in_progress(spec.ckpt_dir))
 
 
 class HangWatch:

@@ -15,7 +15,7 @@ import json
 import os
 from typing import Any
 
-from launcher import checkpoint, numlists, resume
+from launcher import checkpoint, ckptnames, numlists, resume
 from launcher.errors import UsageError
 from launcher.rundir import CKPT_DIR, rank_dir_name
 
@@ -43,35 +43,34 @@ def _require_run(run_dir: str) -> None:
         raise UsageError(f"no run directory at {run_dir}")
 
 
-def _row(kind: str, label: str, files: dict[int, str], world: int) -> dict:
-    prefix, epoch, step = resume.parse_name(label + ".pt")
+def _row(kind: str, step: resume.Step, world: int) -> dict:
+    files = step.files
     missing = sorted(set(range(world)) - set(files)) if kind != "integrated" else []
-    strategies = [checkpoint._companion(path) for path in files.values()]
+    strategies = [checkpoint._companion(path) for path in files.values()] if not step.mindspore else []
     sliced = bool(strategies) and all(os.path.exists(path) for path in strategies)
-    size = sum(os.path.getsize(path) for path in files.values())
-    return {"kind": kind, "label": label, "prefix": prefix, "epoch": epoch, "step": step,
-            "ranks": sorted(files), "missing": missing, "complete": not missing, "sliced": sliced,
-            "bytes": size, "files": dict(sorted(files.items()))}
+    size = sum(step.sizes.values())
+    names = sorted({os.path.basename(path) for path in files.values()})
+    return {"kind": kind, "label": step.label, "prefix": step.prefix, "epoch": step.epoch, "step": step.step,
+            "format": step.format, "ranks": sorted(files), "missing": missing, "complete": not missing,
+            "sliced": sliced, "bytes": size, "files": dict(sorted(files.items())),
+            "names": names}
 
 
 def list_run(run_dir: str) -> list[dict]:
     """Every checkpoint of a run: per-rank steps (which ranks have them, complete or not, sliced or
-    not), integrated checkpoints under ``integrated/``, and breakpoints; each a dict, oldest first per kind."""
+    not; dlaunch's and MindSpore's), integrated checkpoints under ``integrated/``, and breakpoints
+    (dlaunch's in ``ckpt/breakpoint/``, MindSpore's ``*_breakpoint.ckpt``); each a dict, oldest first per kind."""
     _require_run(run_dir)
     steps, ranks = resume.scan(run_dir)
     world = _world_size(run_dir, ranks)
-    rows = [_row("per-rank", step.label, step.files, world) for step in steps]
-    integrated = os.path.join(run_dir, checkpoint.INTEGRATED_DIR)
-    for name in sorted(os.listdir(integrated)) if os.path.isdir(integrated) else ():
-        if resume.parse_name(name):
-            rows.append(_row("integrated", name[:-len(".pt")], {0: os.path.join(integrated, name)}, world))
-    breakpoints: dict[str, dict[int, str]] = {}
-    for rank, directory in resume.rank_dirs(run_dir).items():
-        where = os.path.join(directory, CKPT_DIR, checkpoint.BREAKPOINT_DIR)
-        for name in os.listdir(where) if os.path.isdir(where) else ():
-            if resume.parse_name(name):
-                breakpoints.setdefault(name[:-len(".pt")], {})[rank] = os.path.join(where, name)
-    rows += [_row("breakpoint", label, files, world) for label, files in breakpoints.items()]
+    rows = [_row("per-rank", step, world) for step in steps]
+    integrated = resume.collect({0: os.path.join(run_dir, checkpoint.INTEGRATED_DIR)})
+    rows += [_row("integrated", step, world) for step in integrated if not step.mindspore]
+    ckpt_dirs = {rank: os.path.join(directory, CKPT_DIR) for rank, directory in resume.rank_dirs(run_dir).items()}
+    ours = resume.collect({rank: os.path.join(d, checkpoint.BREAKPOINT_DIR) for rank, d in ckpt_dirs.items()})
+    mindspore = resume.collect(ckpt_dirs, ckptnames.BREAKPOINT)
+    rows += [_row("breakpoint", step, world) for step in ours if not step.mindspore]
+    rows += [_row("breakpoint", step, world) for step in mindspore]
     rows.sort(key=lambda row: (_KIND_ORDER[row["kind"]], row["epoch"], row["step"], row["prefix"]))
     resumable = [row for row in rows if row["kind"] == "per-rank" and row["complete"]]
     for row in rows:
@@ -104,6 +103,8 @@ def format_list(rows: list[dict]) -> str:
             status += ", newest (--resume picks it)" if row["newest_complete"] else ""
         else:
             status = f"incomplete: ranks {_ranges_or_dash(row['missing'])} missing"
+        if row["names"] != [row["label"] + ("" if row["format"] != ckptnames.DLAUNCH_FORMAT else ".pt")]:
+            status += f"; saved as {', '.join(row['names'])}"   # MindSpore's {prefix}_N names of the series
         ranks = "-" if row["kind"] == "integrated" else _ranges_or_dash(row["ranks"])
         table.append((row["kind"], row["label"], ranks, _size(row["bytes"]), status))
     widths = [max(len(line[i]) for line in table) for i in range(4)]
@@ -116,6 +117,14 @@ def format_list(rows: list[dict]) -> str:
 # --------------------------------------------------------------------------
 
 
+def _dlaunch_step(step: resume.Step) -> resume.Step:
+    if step.mindspore:
+        raise UsageError(f"{step.label} is a MindSpore checkpoint: merge and reshard join dlaunch's sliced .pt "
+                         "checkpoints (checkpoint.save_sliced); MindSpore's own mindspore.transform_checkpoints "
+                         "re-slices its checkpoints")
+    return step
+
+
 def _pick_step(run_dir: str, label: str | None) -> tuple[resume.Step, int]:
     """The step to merge: ``label`` ("ckpt-3_156", "3_156", with or without .pt), else the newest complete one."""
     _require_run(run_dir)
@@ -125,7 +134,7 @@ def _pick_step(run_dir: str, label: str | None) -> tuple[resume.Step, int]:
         step, _ = resume.resume_point(run_dir, world)
         if step is None:
             raise UsageError(f"{run_dir} has no checkpoint step that every one of its {world} rank(s) saved")
-        return step, world
+        return _dlaunch_step(step), world
     label = label.removesuffix(".pt")
     found = [s for s in steps if label in (s.label, f"{s.epoch}_{s.step}")]
     if not found:
@@ -137,7 +146,7 @@ def _pick_step(run_dir: str, label: str | None) -> tuple[resume.Step, int]:
     missing = sorted(set(range(world)) - set(step.files))
     if missing:
         raise UsageError(f"{step.label} is incomplete: ranks {_ranges_or_dash(missing)} of {world} have no file of it")
-    return step, world
+    return _dlaunch_step(step), world
 
 
 def _read_step(step: resume.Step, world: int) -> tuple[dict, dict]:
