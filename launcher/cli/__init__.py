@@ -647,6 +647,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_report_parser(sub, _launch_args)
     from launcher.observe.prune import add_parser as add_prune_parser
     add_prune_parser(sub)
+    from launcher.cli.msrun import add_parser as add_msrun_parser
+    add_msrun_parser(sub, _launch_args)
     parser.set_defaults(_launch_parsers=launch_parsers)
     parser.subcommands = sub.choices   # command name -> its parser: errors show the usage of the command used
     return parser
