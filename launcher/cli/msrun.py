@@ -72,11 +72,6 @@ def _join(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected True or False, not {str(text)[:40]!r}")
 
 
-def _not_false(text: str) -> str:
-    """``--bind_core``/``--bind_numa``: kept as given; anything but False is refused by ``translate``."""
-    return str(text)
-
-
 def _integer(text: str) -> int:
     try:
         return int(str(text).strip())
@@ -115,8 +110,8 @@ def add_parser(sub, launch_args) -> None:   # launch_args unused: msrun's flags 
     p.add_argument("--rank_table_file", metavar="FILE", default="", help="exported to every rank as RANK_TABLE_FILE")
     p.add_argument("--tail_worker_log", metavar="RANKS", default=MSRUN_ALL_WORKERS,
                    help="ranks whose output the console shows: -1 (default) all, or a list such as 0,3")
-    p.add_argument("--bind_core", metavar="False", type=_not_false, default="False", help="not supported: only False")
-    p.add_argument("--bind_numa", metavar="False", type=_not_false, default="False", help="not supported: only False")
+    p.add_argument("--bind_core", metavar="False", default="False", help="not supported: only False")
+    p.add_argument("--bind_numa", metavar="False", default="False", help="not supported: only False")
     p.add_argument("--sim_level", metavar="-1", type=_integer, default=-1, help="not supported: only -1")
     p.add_argument("--sim_rank_id", metavar="-1", type=_integer, default=-1, help="not supported: only -1")
     p.add_argument("--worker_log_name", metavar="NAME", default="", help="not supported: logs are rank_NNN/output.log")
@@ -178,7 +173,9 @@ def _command(script: str, args: list[str]) -> tuple[list[str], list[str]]:
 
 
 def translate(ns: argparse.Namespace, master_ip: str, devices: list[int], environ=None) -> Translation:
-    """The dlaunch run/cluster command line for msrun flags ``ns``: pure (a UsageError for what dlaunch can't do).
+    """The dlaunch run/cluster command line for msrun flags ``ns`` (a UsageError for what dlaunch can't do).
+
+Pure but for making ``--rank_table_file`` absolute, as the ranks will see it from their working directory.
 
     ``master_ip`` is ``--master_addr`` as an address; ``devices`` this host's first ``--local_worker_num``
     device ids (what ``--ranks`` would take).
@@ -190,16 +187,17 @@ def translate(ns: argparse.Namespace, master_ip: str, devices: list[int], enviro
         raise UsageError(refused[0])
     target, script_args = _command(ns.task_script, list(ns.task_script_args))
     tail = ns.tail_worker_log.strip()
-    argv = [*target, "--ms-scheduler", "--profile", "structure", "--master-addr", master_ip,
-            "--master-port", str(ns.master_port), "--console", "all" if tail == MSRUN_ALL_WORKERS else tail]
+    # OPTION=VALUE throughout: a value that starts with "-" (a directory, an address) stays a value
+    argv = [*target, "--ms-scheduler", "--profile=structure", f"--master-addr={master_ip}",
+            f"--master-port={ns.master_port}", f"--console={'all' if tail == MSRUN_ALL_WORKERS else tail}"]
     if ns.cluster_time_out > 0:
-        argv += ["--ms-topo-timeout", str(ns.cluster_time_out)]
+        argv.append(f"--ms-topo-timeout={ns.cluster_time_out}")
     if ns.log_dir:
-        argv += ["--output-dir", ns.log_dir]
+        argv.append(f"--output-dir={ns.log_dir}")
     if ns.rank_table_file:
-        argv += ["--env", f"RANK_TABLE_FILE={os.path.abspath(ns.rank_table_file)}"]
+        argv.append(f"--env=RANK_TABLE_FILE={os.path.abspath(ns.rank_table_file)}")
     if ns.run_id:
-        argv += ["--run-id", ns.run_id]
+        argv.append(f"--run-id={ns.run_id}")
     if ns.dry_run:
         argv.append("--dry-run")
     topo = float(ns.cluster_time_out) if ns.cluster_time_out < 0 else None
@@ -208,12 +206,12 @@ def translate(ns: argparse.Namespace, master_ip: str, devices: list[int], enviro
         if ns.node_rank not in (-1, 0):
             notes.append(f"all {ns.worker_num} workers run on this node, so --node_rank {ns.node_rank} is "
                          f"ignored (as msrun does)")
-        return Translation(["run", *argv, "--ranks", str(ns.worker_num)], script_args, topo_timeout=topo,
+        return Translation(["run", *argv, f"--ranks={ns.worker_num}"], script_args, topo_timeout=topo,
                            notes=notes)
     per_node = ns.local_worker_num
     nodes = ns.worker_num // per_node
     table = job_table(nodes, devices[:per_node])
-    return Translation(["cluster", *argv, "--rank-start", str(ns.node_rank * per_node)], script_args,
+    return Translation(["cluster", *argv, f"--rank-start={ns.node_rank * per_node}"], script_args,
                        rank_table_text=table, topo_timeout=topo, notes=notes)
 
 
@@ -244,15 +242,13 @@ def master_ip(addr: str) -> str:
 
 
 def is_local_address(ip: str) -> bool:
-    """Whether the scheduler could listen on ``ip`` here: binding to it succeeds (loopback 127/8 included)."""
-    import socket
+    """Whether the scheduler could listen on ``ip`` here: a port can be bound there (loopback 127/8 included)."""
+    from launcher.execute.attempts import free_port
 
-    family = socket.AF_INET6 if ":" in ip else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as probe:
-        try:
-            probe.bind((ip, 0))
-        except OSError:
-            return False
+    try:
+        free_port(ip)
+    except UsageError:
+        return False
     return True
 
 
