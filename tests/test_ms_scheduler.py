@@ -1,8 +1,8 @@
 """Real MindSpore 2.10 (CPU) under --ms-scheduler and dlaunch msrun: the cluster forms, and dlaunch's guarantees hold.
 
 MindSpore takes seconds to import and its cluster seconds to form, so launches are few: one 4-rank msrun line
-(init, AllReduce, a DATA_PARALLEL step), and three 2-rank failures started side by side (a rank exits 3 after
-init; Ctrl-C; the scheduler SIGKILLed).  Skipped without MindSpore, unless CI or DLAUNCH_REQUIRE_MINDSPORE=1
+(init, AllReduce, a DATA_PARALLEL step), then four 2-rank launches side by side: three failures (a rank exits
+3 after init; Ctrl-C; the scheduler SIGKILLed) and an msrun line over two nodes of one rank each.  Skipped without MindSpore, unless CI or DLAUNCH_REQUIRE_MINDSPORE=1
 (scripts/test.sh) says it must be there: then its absence fails.
 """
 
@@ -119,11 +119,27 @@ def _scheduler_killed(tmp_path: Path) -> dict:
     return {**_finish(proc, "schedkill", run_dir), "ready": _both_ready(run_dir), "killed": killed}
 
 
+def _msrun_two_nodes(tmp_path: Path) -> dict:
+    """Two msrun nodes of one rank each, as two hosts would start them: node 0 brings the scheduler."""
+    port = free_port("127.0.0.1")
+
+    def node(rank: int):
+        return run_dlaunch("msrun", "--worker_num=2", "--local_worker_num=1", f"--node_rank={rank}",
+                           f"--master_port={port}", "--log_dir=nodes", "--run-id=two", MS_RANK, "--allreduce",
+                           cwd=tmp_path, timeout=FORMING, env=QUIET)
+
+    results = side_by_side(node, 0, 1)
+    run_dir = tmp_path / "nodes" / "two"
+    left = processes_of_run("two")
+    kill_run("two")
+    return {"results": results, "run_dir": run_dir, "left": left}
+
+
 @pytest.fixture(scope="module")
-def failures(tmp_path_factory):
-    """The three failure launches at once (each 2 ranks and a scheduler): one wait for MindSpore, not three."""
-    tmp = tmp_path_factory.mktemp("ms-failures")
-    return side_by_side(lambda run: run(tmp), _rank_fails_after_init, _ctrl_c, _scheduler_killed)
+def side_launches(tmp_path_factory):
+    """Four 2-rank launches at once (three failures, two msrun nodes): one wait for MindSpore, not four."""
+    tmp = tmp_path_factory.mktemp("ms-side")
+    return side_by_side(lambda run: run(tmp), _rank_fails_after_init, _ctrl_c, _scheduler_killed, _msrun_two_nodes)
 
 
 def _nothing_left(outcome: dict) -> None:
@@ -131,8 +147,8 @@ def _nothing_left(outcome: dict) -> None:
     assert len(outcome["rank_pids"]) == 2 and not any(pid_alive(pid) for pid in outcome["rank_pids"])
 
 
-def test_a_rank_exiting_3_after_init_stops_the_job_with_exit_3(failures):
-    outcome = failures[_rank_fails_after_init]
+def test_a_rank_exiting_3_after_init_stops_the_job_with_exit_3(side_launches):
+    outcome = side_launches[_rank_fails_after_init]
     assert outcome["code"] == 3, outcome["stderr"][-3000:]
     assert "rank 1 (host 127.0.0.1, device 1) exited with code 3" in outcome["stderr"]
     cause = summary(outcome["run_dir"])["root_cause"]
@@ -140,8 +156,8 @@ def test_a_rank_exiting_3_after_init_stops_the_job_with_exit_3(failures):
     _nothing_left(outcome)
 
 
-def test_ctrl_c_stops_ranks_and_scheduler_with_exit_130(failures):
-    outcome = failures[_ctrl_c]
+def test_ctrl_c_stops_ranks_and_scheduler_with_exit_130(side_launches):
+    outcome = side_launches[_ctrl_c]
     assert outcome["ready"], outcome["stderr"][-3000:]
     assert outcome["code"] == 130, outcome["stderr"][-3000:]
     done = summary(outcome["run_dir"])
@@ -150,8 +166,8 @@ def test_ctrl_c_stops_ranks_and_scheduler_with_exit_130(failures):
     _nothing_left(outcome)
 
 
-def test_the_scheduler_killed_mid_run_fails_the_job_naming_it(failures):
-    outcome = failures[_scheduler_killed]
+def test_the_scheduler_killed_mid_run_fails_the_job_naming_it(side_launches):
+    outcome = side_launches[_scheduler_killed]
     assert outcome["ready"] and outcome["killed"], outcome["stderr"][-3000:]
     assert outcome["code"] == 128 + signal.SIGKILL, outcome["stderr"][-3000:]
     assert "the MindSpore scheduler (host 127.0.0.1) died of SIGKILL (exit 137)" in outcome["stderr"]
@@ -159,3 +175,17 @@ def test_the_scheduler_killed_mid_run_fails_the_job_naming_it(failures):
     cause = summary(outcome["run_dir"])["root_cause"]
     assert cause["role"] == "scheduler" and cause["pid"] == outcome["killed"]
     _nothing_left(outcome)
+
+
+def test_msrun_over_two_nodes_runs_each_share_and_the_scheduler_with_node_0(side_launches):
+    outcome = side_launches[_msrun_two_nodes]
+    for node, result in outcome["results"].items():
+        assert result.returncode == 0, (node, result.stderr[-3000:])
+    run_dir = outcome["run_dir"]
+    for rank in range(2):
+        seen = ms_records(run_dir / f"rank_{rank:03d}")
+        assert seen["init"]["ms_rank"] == rank and seen["init"]["ms_size"] == 2 and seen["allreduce"]["sum"] == 3
+        assert summary(run_dir, f"summary.node{rank}.json")["ranks"][0]["rank"] == rank   # node K ran rank K
+    assert "scheduler" in summary(run_dir, "summary.node0.json")
+    assert "scheduler" not in summary(run_dir, "summary.node1.json")
+    assert outcome["left"] == []
