@@ -74,14 +74,14 @@ class DeviceView:
         shown = ",".join(self.tokens) if self.tokens else "(empty)"
         return f"{self.source}={shown}" if self.restricts else f"{self.source} ({shown})"
 
-    def first(self, count: int) -> list[int]:
+    def first(self, count: int, flag: str = "--ranks") -> list[int]:
         """``--ranks N``: the first N devices offered (0..N-1 when nothing describes them, e.g. CPU ranks)."""
         if not self.tokens:
             return list(range(count))
         if count > len(self.tokens):
             verb = "allows" if self.restricts else "shows"
-            raise UsageError(f"--ranks {count}, but {self.describe()} {verb} only {len(self.tokens)} device(s); "
-                             f"use --ranks {len(self.tokens)}" + (f" or widen {self.source}" if self.restricts else ""))
+            raise UsageError(f"{flag} {count}, but {self.describe()} {verb} only {len(self.tokens)} device(s); "
+                             f"use {flag} {len(self.tokens)}" + (f" or widen {self.source}" if self.restricts else ""))
         return self.ids[:count]
 
     def check(self, devices: list[int], what: str) -> None:

@@ -226,5 +226,14 @@ def cmd_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_msrun(args: argparse.Namespace) -> int:
+    """An msrun command line, carried out as the dlaunch run or cluster it translates to (``cli.msrun``)."""
+    from launcher.cli.msrun import settled_launch
+
+    command, settled = settled_launch(args)
+    return HANDLERS[command](settled)
+
+
 HANDLERS = {"validate-ranktable": cmd_validate, "gen-ranktable": cmd_gen, "merge-ranktable": cmd_merge,
-            "run": cmd_run, "cluster": cmd_cluster, "config": cmd_config, "ckpt": cmd_ckpt}
+            "run": cmd_run, "cluster": cmd_cluster, "config": cmd_config, "ckpt": cmd_ckpt,
+            "msrun": cmd_msrun}

@@ -1,7 +1,7 @@
 """dlaunch's argument parsers: every command, its options, defaults and help.
 
 Built-in commands' handlers live in ``cli.commands`` (looked up by command name); commands in modules of
-their own register their parser and handler through ``add_parser(sub, launch_args)``. Nothing heavy is
+their own register their parser (and handler) through ``add_parser(sub)``. Nothing heavy is
 imported here: ``dlaunch --help`` starts in milliseconds.
 """
 
@@ -179,8 +179,9 @@ def build_parser() -> DlaunchParser:
     # Commands in modules of their own register here: each module's add_parser(sub) adds its subparser with
     # set_defaults(handler=...), importing nothing heavy at module level.
     from launcher import scriptgen
+    from launcher.cli import msrun
     from launcher.observe import logs, prune, report, status
-    for module in (scriptgen, status, logs, report, prune):
+    for module in (scriptgen, status, logs, report, prune, msrun):
         module.add_parser(sub)
     parser.launch_parsers = launch_parsers
     parser.subcommands = sub.choices   # command name -> its parser: errors show the usage of the command used
