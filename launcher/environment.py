@@ -127,6 +127,23 @@ def masked(env: dict[str, str]) -> dict[str, str]:
     return {k: mask_value(k, v) for k, v in env.items()}
 
 
+def masked_argv(argv) -> list[str]:
+    """A command line as it may be shown: ``--api-token=X``, ``API_KEY=X`` and the word after a secret-looking
+    flag (``--password X``) masked; everything else as it is."""
+    shown, hide_next = [], False
+    for word in map(str, argv):
+        flag, eq, value = word.partition("=")
+        name = flag.lstrip("-").replace("-", "_")
+        if hide_next:
+            shown.append(MASK)
+        elif word.startswith("-") and eq and is_secret(name):
+            shown.append(f"{flag}={MASK}")
+        else:
+            shown.append(mask_value("", word))
+        hide_next = word.startswith("-") and not eq and is_secret(name)
+    return shown
+
+
 def format_env(env: dict[str, str]) -> str:
     """KEY=VALUE lines, sorted, secrets masked: the env.log format."""
     return "".join(f"{k}={v}\n" for k, v in sorted(masked(env).items()))

@@ -15,7 +15,13 @@ from dataclasses import asdict, dataclass, field
 
 from launcher import numlists
 from launcher.console import printable
-from launcher.environment import masked, mindspore_scheduler_environment, mindspore_worker_environment, rank_environment
+from launcher.environment import (
+    masked,
+    masked_argv,
+    mindspore_scheduler_environment,
+    mindspore_worker_environment,
+    rank_environment,
+)
 from launcher.host import DeviceView
 from launcher.rundir import CKPT_DIR, SCHEDULER_DIR, attempt_file, host_suffix, rank_dir_name
 from launcher.table.model import RankTable
@@ -131,10 +137,10 @@ class LaunchPlan:
         return os.path.join(self.run_dir, f"{name}{self.host_files_suffix}.{ext}")
 
     def to_dict(self) -> dict:
-        """JSON-ready, with secret-looking env values masked."""
+        """JSON-ready, with secret-looking env values and arguments masked."""
         data = asdict(self)
         for spec in data["ranks"] + ([data["scheduler"]] if data["scheduler"] else []):
-            spec["env"] = masked(spec["env"])
+            spec["env"], spec["argv"] = masked(spec["env"]), masked_argv(spec["argv"])
         return data
 
     def processes(self) -> list[RankSpec]:
@@ -245,7 +251,7 @@ def describe(plan: LaunchPlan) -> str:
         else:
             lines.append(f"rank {spec.rank} (local {spec.local_rank}, device {spec.device_id})"
                          + ("  [console]" if spec.console else ""))
-        lines += [f"  command: {shlex.join(spec.argv)}",
+        lines += [f"  command: {shlex.join(masked_argv(spec.argv))}",
                   f"  cwd:     {spec.cwd}",
                   f"  log:     {spec.log_file}"]
         if spec.ckpt_dir:

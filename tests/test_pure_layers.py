@@ -47,7 +47,8 @@ def plan_for(tmp_path, *argv, inherited=None):
 
 def test_every_setting_reaches_the_plan_and_the_dry_run(in_tmp):
     opts, plan = plan_for(in_tmp, "run", "--ranks", "2", "--hang-timeout", "30", "--env", "API_TOKEN=s3cret",
-                          "--max-restarts", "2", "--master-port", "29999", "--", "--lr", "1")
+                          "--max-restarts", "2", "--master-port", "29999", "--", "--password", "pw1",
+                          "--wandb-api-key=k2", "DB_PASS=pw3", "--lr", "1")
     assert (opts.hang_timeout, opts.fixed_port, opts.prefix_host, opts.shared_run_dir) == (30.0, True, False, False)
     assert plan.hang_timeout == 30.0 and plan.master_port == 29999 and plan.max_restarts == 2
     rank1 = plan.ranks[1]
@@ -55,6 +56,10 @@ def test_every_setting_reaches_the_plan_and_the_dry_run(in_tmp):
     text = describe(plan)
     assert "stop after 30 s without a sign of life" in text and "API_TOKEN='****'" in text and "s3cret" not in text
     assert json.dumps(plan.to_dict()).count("s3cret") == 0
+    assert rank1.argv[-6:] == ["--password", "pw1", "--wandb-api-key=k2", "DB_PASS=pw3", "--lr", "1"]  # as given
+    for secret in ("pw1", "k2", "pw3"):   # nothing shown or written has them
+        assert secret not in text and secret not in json.dumps(plan.to_dict())
+    assert "--password '****' '--wandb-api-key=****' 'DB_PASS=****' --lr 1" in text
 
 
 def test_the_rank_environment_is_torchruns_and_the_seeds(in_tmp):

@@ -50,12 +50,12 @@ def command_context(run: Run) -> dict:
     import shlex
 
     from launcher import numlists
-    from launcher.environment import masked
+    from launcher.environment import masked, masked_argv
 
     specs = [spec for _, plan in sorted(run.plans.items()) for spec in plan.get("ranks", [])]
     by_command: dict[str, list[dict]] = {}
     for spec in specs:
-        by_command.setdefault(shlex.join(str(a) for a in spec.get("argv", [])), []).append(spec)
+        by_command.setdefault(shlex.join(masked_argv(spec.get("argv", []))), []).append(spec)
     commands = []
     for line, group in by_command.items():
         cwds = {str(spec.get("cwd", "")) for spec in group}
@@ -70,6 +70,8 @@ def command_context(run: Run) -> dict:
              + (" (a restart may pick another free port)" if plan.get("max_restarts") else ""), None),
             ("on failure", f"SIGTERM, {plan.get('grace_period', 0):g} s grace, then SIGKILL", None),
             ("restarts allowed", str(plan.get("max_restarts", 0)), None),
+            ("hang check", f"stop after {plan['hang_timeout']:g} s without a sign of life" if plan.get("hang_timeout")
+             else "off", None),
             ("hosts in the job", str(plan.get("server_count", 1)), None),
             ("silent ranks", f"said after {plan.get('waiting_notice', 0):g} s" if plan.get("waiting_notice")
              else "never said", None)]
