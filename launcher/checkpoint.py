@@ -10,8 +10,9 @@ onto the final name, ``fsync`` of the directory.  A file with a checkpoint's nam
 mid-save leaves the previous checkpoint untouched and only a hidden temporary, which
 ``resume.scan`` ignores and the next save into that directory removes.
 
-``async_save=True`` does exactly that in a background thread (``ckptwriter``) after capturing the
-state (``ckptstage``: one memory copy), and returns a ``SaveHandle`` at once.
+``ckptstore`` writes every file. ``async_save=True`` does exactly that in a background thread
+(``ckptwriter``) after capturing the state (``ckptstage``: one memory copy), and returns a ``SaveHandle``
+at once.
 
 Nothing is ever overwritten: saving a name that already exists (a restarted run re-saving a step
 an earlier attempt had saved on some ranks only) keeps the old file in ``superseded/`` (a second
@@ -31,30 +32,21 @@ Tensor names are the paths of the tensors in the saved object, keys joined by do
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import json
 import os
 import re
-import shutil
 import signal
-import socket
 import sys
 import threading
-import time
 
-from launcher import ckptnames, ckptwriter
-from launcher.atomic import commit, fsync_path, temp_beside
-from launcher.ckptfile import EarlyWriteback, write_torch
+from launcher import ckptnames, ckptstore, ckptwriter
+from launcher.ckptstore import STRATEGY_SUFFIX, SUPERSEDED_DIR  # noqa: F401 (part of this module's API)
 
-STRATEGY_SUFFIX = ".strategy.json"
 STRATEGY_FORMAT = 1
 BREAKPOINT_DIR = "breakpoint"
-SUPERSEDED_DIR = "superseded"
 INTEGRATED_DIR = "integrated"
 
-_HOST = socket.gethostname().replace("~", "-")
-_FOREIGN_TEMP_AGE = 3600.0   # seconds: a temporary from another host is stale when untouched this long
 
 
 # --------------------------------------------------------------------------
@@ -100,183 +92,20 @@ def _checked_name(prefix: str, epoch: int, step: int) -> str:
     return name
 
 
-# --------------------------------------------------------------------------
-# atomic writing
-# --------------------------------------------------------------------------
-
-
-def _write_temp(path: str, write) -> str:
-    """``write(tmp)`` into a hidden, fsynced temporary beside ``path``; the temporary's name says host and pid."""
-    fd, tmp = temp_beside(path, f"~{_HOST}~{os.getpid()}~")
-    try:
-        with EarlyWriteback(fd):
-            write(tmp)
-        os.fsync(fd)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    finally:
-        os.close(fd)
-    return tmp
-
-
-def _write_atomically(path: str, write) -> None:
-    """Readers see no file or a whole one at ``path``, never a torn one, even if this process is killed."""
-    commit(_write_temp(path, write), path)
-
-
-def _torch_writer(state, locations: dict | None = None):
-    return lambda tmp: write_torch(state, tmp, locations)
-
-
-def _text_writer(text: str):
-    def write(tmp):
-        with open(tmp, "w", encoding="utf-8") as handle:
-            handle.write(text)
-    return write
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _clean_stale_temps(directory: str) -> None:
-    """Remove temporaries that killed saves left here: from a dead pid of this host, or untouched for an hour.
-
-    A live process's temporary is kept whatever its age: a save of a huge state may take minutes.
-    """
-    try:
-        names = os.listdir(directory)
-    except OSError:
-        return
-    now = time.time()
-    for name in names:
-        temporary = ckptnames.parse_dlaunch_temporary(name)
-        if temporary is None:
-            continue
-        path = os.path.join(directory, name)
-        _, host, pid = temporary
-        try:
-            if host == _HOST:
-                stale = pid != os.getpid() and not _pid_alive(pid)
-            else:
-                stale = now - os.stat(path).st_mtime > _FOREIGN_TEMP_AGE
-            if stale:
-                os.unlink(path)
-        except OSError:
-            continue
-
-
-def _companion(path: str) -> str:
-    """The strategy file that belongs to a checkpoint file."""
-    return path[:-len(".pt")] + STRATEGY_SUFFIX
-
-
-def _link_or_copy(source: str, target: str) -> None:
-    """``target`` becomes another name of ``source`` (a hard link), or a whole copy where links are not allowed."""
-    try:
-        os.link(source, target)
-    except OSError:
-        _write_atomically(target, lambda tmp: shutil.copyfile(source, tmp))
-
-
-def _keep_aside(path: str) -> str:
-    """Give the existing ``path`` (and its strategy file) a second name in ``superseded/``; returns it.
-
-    ``path`` itself stays listed until the new file replaces it in one rename, so a process killed
-    at any point of a re-save leaves a whole checkpoint of that step listed, and the earlier one
-    kept.  A name left there by an attempt killed before its rename is used again, not doubled.
-    """
-    directory, name = os.path.split(path)
-    aside = os.path.join(directory, SUPERSEDED_DIR)
-    os.makedirs(aside, exist_ok=True)
-    label = name[:-len(".pt")]
-    target, n = os.path.join(aside, name), 0
-    while os.path.lexists(target) or os.path.lexists(_companion(target)):
-        with contextlib.suppress(OSError):
-            if os.path.samefile(target, path):
-                return target
-        n += 1
-        target = os.path.join(aside, f"{label}.{n}.pt")
-    if os.path.lexists(_companion(path)):
-        _link_or_copy(_companion(path), _companion(target))
-    _link_or_copy(path, target)
-    fsync_path(aside)
-    return target
-
-
-def _rotate(directory: str, prefix: str, keep_max: int, just_saved: str) -> None:
-    """Delete all but the newest ``keep_max`` checkpoints of ``prefix`` (by epoch, step), never the one just saved."""
-    found = []
-    for name in os.listdir(directory):
-        parsed = ckptnames.parse_dlaunch(name)
-        if parsed and parsed[0] == prefix:
-            found.append((parsed[1], parsed[2], name))
-    found.sort()
-    for _, _, name in found[:max(len(found) - keep_max, 0)]:
-        if name == just_saved:
-            continue
-        path = os.path.join(directory, name)
-        for victim in (path, _companion(path)):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(victim)
-
-
-def _check_keep_max(keep_max) -> None:
-    if keep_max is not None and (not isinstance(keep_max, int) or keep_max < 1):
-        raise ValueError(f"keep_max must be a positive integer, not {keep_max!r}")
-
-
-def _store(state, directory: str, name: str, prefix: str, keep_max: int | None = None,
-           strategy_text: str | None = None, locations: dict | None = None) -> str:
-    """The one way a checkpoint reaches the disk: temporary first (the slow part), then the old file
-    kept aside, the strategy file, the rename that makes the new one visible, rotation."""
-    os.makedirs(directory, exist_ok=True)
-    _clean_stale_temps(directory)
-    path = os.path.join(directory, name)
-    tmp = _write_temp(path, _torch_writer(state, locations))
-    kept = None
-    try:
-        if os.path.lexists(path):
-            kept = _keep_aside(path)
-        if strategy_text is not None:
-            # Before the checkpoint itself: once the .pt is visible, its strategy file is there too.
-            _write_atomically(_companion(path), _text_writer(strategy_text))
-        elif os.path.lexists(_companion(path)):
-            os.unlink(_companion(path))   # left by a sliced save killed before its .pt appeared
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    commit(tmp, path)
-    if kept is not None:   # only now: a stderr that blocks must not hold a step unlisted
-        print(f"dlaunch checkpoint: {path} already existed; kept the earlier file as {kept}",
-              file=sys.stderr, flush=True)
-    if keep_max is not None:
-        _rotate(directory, prefix, keep_max, name)
-    return path
-
-
 def _save(state, directory: str, name: str, prefix: str, keep_max: int | None = None,
           strategy_text: str | None = None, async_save: bool = False):
     """A save now (after any in the background, whose failure it raises first), or queued for the background."""
-    _check_keep_max(keep_max)
+    ckptstore.check_keep_max(keep_max)
     if not async_save:
         writer = ckptwriter.active()
         if writer is not None:
             writer.settle()
-        return _store(state, directory, name, prefix, keep_max, strategy_text)
+        return ckptstore.store(state, directory, name, prefix, keep_max, strategy_text)
     os.makedirs(directory, exist_ok=True)
     return ckptwriter.writer().submit(
         os.path.join(directory, name), state,
-        lambda snapshot: _store(snapshot.state, directory, name, prefix, keep_max, strategy_text, snapshot.locations))
+        lambda snapshot: ckptstore.store(snapshot.state, directory, name, prefix, keep_max, strategy_text,
+                                         snapshot.locations))
 
 
 # --------------------------------------------------------------------------
@@ -402,7 +231,7 @@ class saving_on_exception:
             writer.drain()   # background saves finish first; their failures are reported as usual, not here
         try:
             directory = os.path.join(self.directory or ckpt_dir(), BREAKPOINT_DIR)
-            self.path = _store(self.state_fn(), directory, name, f"{self.prefix}_breakpoint")
+            self.path = ckptstore.store(self.state_fn(), directory, name, f"{self.prefix}_breakpoint")
         except Exception as error:  # the original failure matters more than the breakpoint
             print(f"dlaunch checkpoint: could not save a breakpoint after {kind.__name__}: {error}",
                   file=sys.stderr, flush=True)
@@ -417,32 +246,32 @@ class saving_on_exception:
 # --------------------------------------------------------------------------
 
 
-def _join(path: str, key) -> str:
+def tree_path(path: str, key) -> str:
     return f"{path}.{key}" if path else str(key)
 
 
-def _leaves(obj, path: str = ""):
+def leaves(obj, path: str = ""):
     """(path, leaf) for every leaf of nested dicts, lists and tuples."""
     if isinstance(obj, dict):
         for key, value in obj.items():
-            yield from _leaves(value, _join(path, key))
+            yield from leaves(value, tree_path(path, key))
     elif type(obj) in (list, tuple):
         for index, value in enumerate(obj):
-            yield from _leaves(value, _join(path, index))
+            yield from leaves(value, tree_path(path, index))
     else:
         yield path, obj
 
 
-def _map_leaves(obj, fn, path: str = ""):
+def map_leaves(obj, fn, path: str = ""):
     """A copy of ``obj`` with every leaf replaced by ``fn(path, leaf)``; dict types (and their
     ``_metadata``, which ``load_state_dict`` reads) are kept."""
     if isinstance(obj, dict):
         out = copy.copy(obj)
         for key, value in obj.items():
-            out[key] = _map_leaves(value, fn, _join(path, key))
+            out[key] = map_leaves(value, fn, tree_path(path, key))
         return out
     if type(obj) in (list, tuple):
-        return type(obj)(_map_leaves(value, fn, _join(path, index)) for index, value in enumerate(obj))
+        return type(obj)(map_leaves(value, fn, tree_path(path, index)) for index, value in enumerate(obj))
     return fn(path, obj)
 
 
@@ -469,7 +298,7 @@ def _strategy_doc(state, spec: dict, rank: int, world: int, name: str):
     import torch
 
     sliced, replicated = {}, []
-    for path, leaf in _leaves(state):
+    for path, leaf in leaves(state):
         if not torch.is_tensor(leaf):
             if path in spec:
                 raise ValueError(f"strategy names {path!r}, which is a {type(leaf).__name__}, not a tensor")
@@ -496,10 +325,10 @@ def _strategy_doc(state, spec: dict, rank: int, world: int, name: str):
 
     doc = {"format": STRATEGY_FORMAT, "checkpoint": name, "rank": rank, "world_size": world,
            "sliced": sliced, "replicated": replicated}
-    return doc, _map_leaves(state, own_storage)
+    return doc, map_leaves(state, own_storage)
 
 
-def _save_sliced(state, spec, rank: int, world: int, directory: str, name: str, prefix: str,
+def save_slice(state, spec, rank: int, world: int, directory: str, name: str, prefix: str,
                  keep_max: int | None = None, async_save: bool = False):
     doc, state = _strategy_doc(state, spec, rank, world, name)
     text = re.sub(r"\[\s*([-\d,\s]*?)\s*\]", lambda m: "[" + re.sub(r"\s+", " ", m[1]) + "]",
@@ -521,7 +350,7 @@ def save_sliced(state_dict, strategy: dict, epoch: int, step: int, prefix: str =
     ``async_save=True``: as for ``save``.
     """
     rank, world = _rank_and_world()
-    return _save_sliced(state_dict, _slicing(strategy, rank, world), rank, world, directory or ckpt_dir(),
+    return save_slice(state_dict, _slicing(strategy, rank, world), rank, world, directory or ckpt_dir(),
                         _checked_name(prefix, epoch, step), prefix, keep_max, async_save)
 
 
@@ -547,7 +376,7 @@ def _gather_sliced(state, spec: dict, world: int):
             by_index.setdefault(indices[rank][path], part)
         return torch.cat([by_index[i] for i in range(count)], dim=dim % leaf.dim())
 
-    return _map_leaves(state, join)
+    return map_leaves(state, join)
 
 
 def save_integrated(state, epoch: int, step: int, prefix: str = "ckpt", strategy: dict | None = None,

@@ -14,7 +14,7 @@ import zipfile
 import pytest
 import torch
 
-from launcher import checkpoint, resume
+from launcher import checkpoint, ckptstore, resume
 from launcher.observe import ckpt as ckpttool
 from tests.launching import ROOT, wait_until
 
@@ -85,7 +85,7 @@ def test_stale_temporaries_only_of_dead_or_long_gone_writers_are_removed(run):
     directory = ckpt_of(run)
     dead = subprocess.Popen(["true"])
     dead.wait()
-    host = checkpoint._HOST
+    host = ckptstore._HOST
     names = {"dead": f".ckpt-1_1.pt~{host}~{dead.pid}~abc.tmp",
              "alive": f".ckpt-1_1.pt~{host}~{os.getppid()}~abc.tmp",       # a slow save in another process
              "foreign_old": ".ckpt-1_1.pt~otherhost~123~abc.tmp",

@@ -34,7 +34,7 @@ def mp_run(tmp_path_factory):
 
 
 def leaves(state):
-    return dict(checkpoint._leaves(state))
+    return dict(checkpoint.leaves(state))
 
 
 def assert_same(a, b):

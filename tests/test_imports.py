@@ -18,7 +18,7 @@ PACKAGE = ROOT / "launcher"
 LAYERS = [
     ["launcher", "launcher.errors", "launcher.console", "launcher.numlists", "launcher.argtypes", "launcher.lines",
      "launcher.atomic", "launcher.userfiles", "launcher.heartbeat", "launcher.envfiles", "launcher.rundir",
-     "launcher.ckptfile", "launcher.ckptstage", "launcher.ckptwriter", "launcher.ckptnames"],
+     "launcher.ckptfile", "launcher.ckptstage", "launcher.ckptwriter", "launcher.ckptnames", "launcher.ckptstore"],
     ["launcher.table", "launcher.table.*", "launcher.host", "launcher.config", "launcher.environment"],
     ["launcher.plan"],
     ["launcher.resume", "launcher.results", "launcher.checkpoint"],

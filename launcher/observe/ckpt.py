@@ -15,7 +15,7 @@ import json
 import os
 from typing import Any
 
-from launcher import checkpoint, ckptnames, numlists, resume
+from launcher import checkpoint, ckptnames, ckptstore, numlists, resume
 from launcher.errors import UsageError
 from launcher.rundir import CKPT_DIR, rank_dir_name
 
@@ -46,7 +46,7 @@ def _require_run(run_dir: str) -> None:
 def _row(kind: str, step: resume.Step, world: int) -> dict:
     files = step.files
     missing = sorted(set(range(world)) - set(files)) if kind != "integrated" else []
-    strategies = [checkpoint._companion(path) for path in files.values()] if not step.mindspore else []
+    strategies = [ckptstore.companion(path) for path in files.values()] if not step.mindspore else []
     sliced = bool(strategies) and all(os.path.exists(path) for path in strategies)
     size = sum(step.sizes.values())
     names = sorted({os.path.basename(path) for path in files.values()})
@@ -153,23 +153,23 @@ def _read_step(step: resume.Step, world: int) -> tuple[dict, dict]:
     """rank -> strategy doc and rank -> loaded state (memory-mapped) for every rank of the step."""
     import torch
 
-    missing = [r for r in range(world) if not os.path.exists(checkpoint._companion(step.files[r]))]
+    missing = [r for r in range(world) if not os.path.exists(ckptstore.companion(step.files[r]))]
     if missing:
         raise UsageError(f"{step.label}: ranks {_ranges_or_dash(missing)} have no strategy file "
-                         f"({os.path.basename(checkpoint._companion(step.files[missing[0]]))}); merge needs "
+                         f"({os.path.basename(ckptstore.companion(step.files[missing[0]]))}); merge needs "
                          "checkpoints saved with checkpoint.save_sliced")
     docs, states = {}, {}
     for rank in range(world):
         path = step.files[rank]
         try:
-            with open(checkpoint._companion(path), encoding="utf-8") as handle:
+            with open(ckptstore.companion(path), encoding="utf-8") as handle:
                 doc = json.load(handle)
             if doc.get("format") != checkpoint.STRATEGY_FORMAT or not isinstance(doc.get("sliced"), dict):
                 raise ValueError(f"unknown strategy format {doc.get('format')!r}")
         except (OSError, ValueError) as error:
-            raise UsageError(f"cannot read {checkpoint._companion(path)}: {error}") from None
+            raise UsageError(f"cannot read {ckptstore.companion(path)}: {error}") from None
         if doc.get("rank") != rank or doc.get("world_size") != world:
-            raise UsageError(f"{checkpoint._companion(path)} says rank {doc.get('rank')} of "
+            raise UsageError(f"{ckptstore.companion(path)} says rank {doc.get('rank')} of "
                              f"{doc.get('world_size')}, but it is rank {rank}'s file in a run of {world}")
         try:
             states[rank] = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
@@ -226,11 +226,11 @@ class _Merger:
             self._differs("structure at", path, values, lambda a, b: isinstance(b, dict) and a.keys() == b.keys())
             out = copy.copy(first)
             for key in first:
-                out[key] = self._node(checkpoint._join(path, key), [v[key] for v in values])
+                out[key] = self._node(checkpoint.tree_path(path, key), [v[key] for v in values])
             return out
         if type(first) in (list, tuple):
             self._differs("structure at", path, values, lambda a, b: type(a) is type(b) and len(a) == len(b))
-            return type(first)(self._node(checkpoint._join(path, i), [v[i] for v in values])
+            return type(first)(self._node(checkpoint.tree_path(path, i), [v[i] for v in values])
                                for i in range(len(first)))
         if torch.is_tensor(first) and path in self.docs[self.ranks[0]]["sliced"]:
             return self._join_slices(path, values)
@@ -300,7 +300,7 @@ def merge(run_dir: str, output: str, step: str | None = None, force: bool = Fals
     from launcher.userfiles import write_output
 
     chosen, world, state, merger = _merged(run_dir, step)
-    write = checkpoint._torch_writer(state)
+    write = ckptstore.torch_writer(state)
     where = write_output(output, write, force=force, binary=True, by_path=True)
     size = os.path.getsize(output) if os.path.isfile(output) else None
     return {"step": chosen.label, "ranks": world, "tensors": len(merger.sliced) + merger.replicated,
@@ -336,9 +336,9 @@ def reshard(run_dir: str, ranks: int, output_dir: str, step: str | None = None) 
         def cut(path, leaf, rank=rank, width=width):
             return leaf.narrow(spec[path], rank * width[path], width[path]) if path in spec else leaf
 
-        part = checkpoint._map_leaves(state, cut)
+        part = checkpoint.map_leaves(state, cut)
         slicing = {path: (dim, rank, ranks) for path, dim in spec.items()}
-        written.append(checkpoint._save_sliced(part, slicing, rank, ranks, target, name, chosen.prefix))
+        written.append(checkpoint.save_slice(part, slicing, rank, ranks, target, name, chosen.prefix))
         total += os.path.getsize(written[-1])
     return {"step": chosen.label, "from_ranks": world, "ranks": ranks, "sliced": len(spec),
             "files": written, "bytes": total, "output_dir": output_dir}
