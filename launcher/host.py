@@ -206,3 +206,23 @@ def free_port(address: str) -> int:
         except OSError as exc:
             raise UsageError(f"cannot use master address {address}: {exc.strerror}") from None
         return sock.getsockname()[1]
+
+
+def host_names(resolve: bool = False) -> set[str]:
+    """Every name and address this host answers to: its host name and short name, localhost, the addresses
+    of its interfaces; with ``resolve``, also its fully qualified name (a DNS lookup).
+
+    Choosing this host's server in a rank table resolves (a table may name servers by FQDN, and a launch
+    can wait a moment); ``dlaunch status`` does not, since a DNS lookup can hang where there is no network
+    and it only asks whether a rank's processes are visible from here.
+    """
+    import psutil
+
+    name = socket.gethostname()
+    names = {"localhost", "::1", name, name.split(".")[0]}
+    if resolve:
+        names.add(socket.getfqdn())
+    for addrs in psutil.net_if_addrs().values():
+        names.update(addr.address.split("%")[0] for addr in addrs
+                     if addr.family in (socket.AF_INET, socket.AF_INET6))
+    return {found for found in names if found}

@@ -12,6 +12,7 @@ import os
 import time
 from typing import Any
 
+from launcher.host import host_names
 from launcher.results import job_verdict
 from launcher.rundir import (
     RankRef,
@@ -25,18 +26,6 @@ from launcher.rundir import (
 )
 
 CPU_SAMPLE_SECONDS = 0.2      # status: the window of the first CPU % sample
-
-
-def _local_names() -> set[str]:
-    import socket
-
-    import psutil
-
-    hostname = socket.gethostname()  # no getfqdn(): a DNS lookup can hang where there is no network
-    names = {"localhost", "::1", hostname, hostname.split(".")[0]}
-    for addrs in psutil.net_if_addrs().values():
-        names.update(addr.address.split("%")[0] for addr in addrs)
-    return names
 
 
 def _is_local(host: str, names: set[str]) -> bool:
@@ -141,7 +130,7 @@ class Observer:
 
     def local(self, host: str) -> bool:
         if self._local is None:
-            self._local = _local_names()
+            self._local = host_names()
         return _is_local(host, self._local)
 
     def launcher_alive(self) -> bool | None:

@@ -11,7 +11,6 @@ table's servers.
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import Mapping
 
 from launcher.errors import UsageError
@@ -36,15 +35,10 @@ def _servers_listed(table: RankTable) -> str:
 
 
 def this_host_names() -> set[str]:
-    """Every name and address this host answers to."""
-    import psutil
+    """Every name and address this host answers to, its FQDN included (``host.host_names``)."""
+    from launcher.host import host_names
 
-    names = {socket.gethostname(), socket.getfqdn()}
-    for addrs in psutil.net_if_addrs().values():
-        for addr in addrs:
-            if addr.family in (socket.AF_INET, socket.AF_INET6):
-                names.add(addr.address.split("%")[0])
-    return {name for name in names if name}
+    return host_names(resolve=True)
 
 
 def select_server(table: RankTable, server_id: str | None = None, rank_start: int | None = None,
