@@ -217,3 +217,23 @@ def job_verdict(summaries: list[dict], head: dict | None = None, missing_hosts=(
         status = "incomplete"   # the hosts here succeeded, but the job's other hosts never reported
     exit_code = next((s.get("exit_code") for s in summaries if s.get("exit_code")), 0)
     return {"status": status, "exit_code": exit_code, "root_causes": causes}
+
+
+def cluster_verdict(causes: list[dict], interrupted_by: int | None, host_exit_codes) -> dict:
+    """A job whose hosts one head started together (``cluster --ssh``): THE rule across hosts.
+
+    ``causes`` are each failing host's own root cause (a rank, with ``launcher_exit_code`` its host
+    launcher's verdict, e.g. 124 for a hang) or the host itself (a lost connection, a launcher that
+    failed). The root cause is the one that ended first: the others were stopped because of it. Then the
+    exit code is its host launcher's (or its own); an interrupted job exits 128+N; otherwise the first
+    host's non-zero code, or 0.
+    """
+    cause = min(causes, key=lambda c: c.get("end") or float("inf"), default=None)
+    if cause is not None:
+        return {"status": "failed", "exit_code": cause.get("launcher_exit_code") or cause.get("exit_code") or 1,
+                "root_cause": cause}
+    if interrupted_by is not None:
+        return {"status": "interrupted", "exit_code": 128 + interrupted_by, "root_cause": None}
+    failed = [code for code in host_exit_codes if code not in (0, None)]
+    return {"status": "failed" if failed else "succeeded", "exit_code": failed[0] if failed else 0,
+            "root_cause": None}

@@ -159,6 +159,18 @@ def test_the_job_verdict_across_hosts():
                                                     "root_causes": [head["root_cause"]]}
 
 
+def test_across_hosts_the_first_failure_is_the_root_cause_and_its_launcher_says_the_code():
+    from launcher.results import cluster_verdict
+
+    hang = {"host": "b", "rank": 2, "end": 10.0, "hung": True, "launcher_exit_code": 124}
+    lost = {"host": "a", "rank": None, "end": 12.0, "exit_code": 255, "reason": "connection lost"}
+    assert cluster_verdict([lost, hang], None, [255, 124]) == {"status": "failed", "exit_code": 124,
+                                                                "root_cause": hang}
+    assert cluster_verdict([], signal.SIGINT, [130, 130])["exit_code"] == 130
+    assert cluster_verdict([], None, [0, 3]) == {"status": "failed", "exit_code": 3, "root_cause": None}
+    assert cluster_verdict([], None, [0, 0])["status"] == "succeeded"
+
+
 def test_a_hang_under_ssh_is_one_root_cause_in_status_and_the_report(tmp_path):
     """summary.head.json beside the hosts' summaries used to be read as one more host: the cause twice."""
     from launcher.observe.metrics import collect

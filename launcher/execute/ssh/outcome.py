@@ -9,7 +9,7 @@ import time
 
 from launcher.execute.ssh.plan import SshPlan
 from launcher.execute.ssh.session import HostRun
-from launcher.results import how_it_ended
+from launcher.results import cluster_verdict, how_it_ended
 
 HCCL_CONNECT_TIMEOUT_DEFAULT = 120   # seconds HCCL waits for its peers unless told otherwise
 
@@ -17,9 +17,9 @@ HCCL_CONNECT_TIMEOUT_DEFAULT = 120   # seconds HCCL waits for its peers unless t
 # ---------------------------------------------------------------- outcome
 
 
-def root_cause(runs: list[HostRun]) -> dict | None:
-    """The failure that came first: among every host's own root cause (a rank) and every host that failed by
-    itself (a lost connection, a launcher error), the one with the earliest end time."""
+def host_causes(runs: list[HostRun]) -> list[dict]:
+    """Every host's own root cause (a rank), and every host that failed by itself (a lost connection, a
+    launcher error); ``results.cluster_verdict`` picks the one that came first."""
     causes = []
     for run in runs:
         cause = (run.summary or {}).get("root_cause")
@@ -30,7 +30,12 @@ def root_cause(runs: list[HostRun]) -> dict | None:
             last = [line for line in run.stderr_tail if line.strip()]
             causes.append({"host": run.server_id, "rank": None, "exit_code": run.exit_code, "end": run.ended_at,
                            "reason": reason + (f": {last[-1].strip()}" if last and not run.lost else "")})
-    return min(causes, key=lambda c: c.get("end") or float("inf"), default=None)
+    return causes
+
+
+def root_cause(runs: list[HostRun]) -> dict | None:
+    """The failure that came first, across hosts."""
+    return cluster_verdict(host_causes(runs), None, [])["root_cause"]
 
 
 def _host_status(run: HostRun, cause: dict | None) -> str:
@@ -49,16 +54,10 @@ def _host_status(run: HostRun, cause: dict | None) -> str:
 
 def head_summary(plan: SshPlan, runs: list[HostRun], interrupted_by: int | None, started: float) -> dict:
     """summary.head.json: per host status, exit code and start; the root cause; the spread of host starts."""
-    cause = root_cause(runs)
+    verdict = cluster_verdict(host_causes(runs), interrupted_by, [run.exit_code for run in runs])
+    cause, exit_code, status = verdict["root_cause"], verdict["exit_code"], verdict["status"]
     starts = [run.started_at for run in runs if run.started_at is not None]
     spread = max(starts) - min(starts) if len(starts) == len(runs) and starts else None
-    if cause is not None:
-        exit_code, status = cause.get("launcher_exit_code") or cause.get("exit_code") or 1, "failed"
-    elif interrupted_by is not None:
-        exit_code, status = 128 + interrupted_by, "interrupted"
-    else:
-        failed = [run.exit_code for run in runs if run.exit_code not in (0, None)]
-        exit_code, status = (failed[0], "failed") if failed else (0, "succeeded")
     return {
         "run_id": plan.run_id, "run_dir": plan.run_dir, "world_size": plan.world_size, "status": status,
         "exit_code": exit_code, "started": started, "ended": time.time(),
