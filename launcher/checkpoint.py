@@ -19,7 +19,7 @@ an earlier attempt had saved on some ranks only) keeps the old file in ``superse
 name, given before the new file replaces it in one rename, so the step stays listed throughout).
 
 Sliced (per-rank) saving writes, beside each rank's file, ``{prefix}-{epoch}_{step}.strategy.json``
-(format below); ``ckpttool.merge`` rebuilds full tensors from slice and strategy files alone::
+(format below); ``dlaunch ckpt merge`` (``observe/ckpt.py``) rebuilds full tensors from slice and strategy files alone::
 
     {"format": 1, "checkpoint": "mp-2_10.pt", "rank": 1, "world_size": 4,
      "sliced": {"model.fc1.weight": {"dim": 1, "index": 1, "count": 4, "full_shape": [32, 64],

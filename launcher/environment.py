@@ -27,7 +27,7 @@ def rank_environment(*, rank: int, local_rank: int, world_size: int, local_world
                      error_file: str, restart_count: int, max_restarts: int, inherited: dict) -> dict[str, str]:
     """The variables dlaunch sets for one rank (inherited ones excluded, except where it fills a default).
 
-    ``device_id`` is what the rank's runtime calls its device (``devices.DeviceView.device_id``) and
+    ``device_id`` is what the rank's runtime calls its device (``host.DeviceView.device_id``) and
     ``cuda_visible`` its ``CUDA_VISIBLE_DEVICES`` (None: not set), both worked out by the plan from the
     devices this host allows.
 
