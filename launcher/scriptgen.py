@@ -185,13 +185,10 @@ def _table_info(args) -> tuple[int | None, int | None]:
             print(f"dlaunch script: {args.rank_table} does not exist yet; it is read when the script runs",
                   file=sys.stderr)
         return None, None
-    from launcher.table.model import RankTableError, load
     from launcher.table.rules import require_valid
+    from launcher.table.share import read_table
 
-    try:
-        table = load(args.rank_table)
-    except RankTableError as exc:
-        raise UsageError(f"rank table {args.rank_table}: {exc}") from None
+    table = read_table(args.rank_table)[1]
     require_valid(table, args.profile, f"rank table {args.rank_table}")
     return len(table.servers), table.device_count
 
