@@ -290,28 +290,20 @@ def load_run(run_dir: str) -> Run:
               pids=_host_files(run_dir, "pids"))
     head = _read_json(os.path.join(run_dir, HEAD_SUMMARY))
     run.head = head if isinstance(head, dict) else None
-    seen = set()
+    seen: set[int] = set()
     for suffix, plan in sorted(plans.items()):
-        run.run_id = plan.get("run_id", run.run_id)
-        run.world_size = max(run.world_size, int(plan.get("world_size") or 0))
-        for spec in plan.get("ranks", []):
-            if spec["rank"] in seen:
-                continue
-            seen.add(spec["rank"])
-            run.ranks.append(RankRef(rank=int(spec["rank"]), local_rank=int(spec.get("local_rank", 0)),
-                                     host=str(spec.get("server_id", plan.get("server_id", ""))),
-                                     device_id=int(spec.get("device_id", -1)), rank_dir=spec["rank_dir"],
-                                     suffix=suffix))
+        run.run_id = str(plan.get("run_id", run.run_id))
+        run.world_size = max(run.world_size, _whole(plan.get("world_size")))
+        for spec in _listed(plan.get("ranks")):
+            _add_rank(run, seen, suffix, spec, str(spec.get("server_id", plan.get("server_id", ""))),
+                      spec.get("rank_dir"))
     for suffix, summ in summaries.items():  # a summary without its plan (copied runs): ranks from the summary
         if suffix in plans:
             continue
-        run.world_size = max(run.world_size, int(summ.get("world_size") or 0))
-        for entry in summ.get("ranks", []):
-            if entry["rank"] not in seen:
-                seen.add(entry["rank"])
-                run.ranks.append(RankRef(rank=int(entry["rank"]), local_rank=int(entry.get("local_rank", 0)),
-                                         host=str(entry.get("host", "")), device_id=int(entry.get("device_id", -1)),
-                                         rank_dir=os.path.dirname(entry.get("log") or ""), suffix=suffix))
+        run.world_size = max(run.world_size, _whole(summ.get("world_size")))
+        for entry in _listed(summ.get("ranks")):
+            log = str(entry.get("log") or "")
+            _add_rank(run, seen, suffix, entry, str(entry.get("host", "")), os.path.dirname(log))
     for suffix, plan in sorted(plans.items()):
         scheduler = plan.get("scheduler")
         if isinstance(scheduler, dict) and scheduler.get("rank_dir"):
@@ -322,6 +314,34 @@ def load_run(run_dir: str) -> Run:
     if run.missing_hosts:
         run.world_size = max(run.world_size, len(run.ranks) + sum(h["count"] for h in run.missing_hosts))
     return run
+
+
+def _listed(value) -> list[dict]:
+    """The objects of a JSON list (a hand-edited or truncated file may hold anything)."""
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
+
+
+def _whole(value) -> int:
+    try:
+        return max(int(value or 0), 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+def _add_rank(run: Run, seen: set[int], suffix: str, entry: dict, host: str, rank_dir) -> None:
+    """One rank of a plan or summary, unless it is malformed (a plan's rank without its directory too) or
+    already listed."""
+    if rank_dir is None:
+        return
+    try:
+        rank = int(entry["rank"])
+        ref = RankRef(rank=rank, local_rank=int(entry.get("local_rank") or 0), host=host,
+                      device_id=int(entry.get("device_id", -1)), rank_dir=str(rank_dir or ""), suffix=suffix)
+    except (KeyError, TypeError, ValueError):
+        return
+    if rank not in seen:
+        seen.add(rank)
+        run.ranks.append(ref)
 
 
 def _missing_hosts(plans: dict, summaries: dict) -> list[dict]:

@@ -9,29 +9,13 @@ alive here).  ``--dry-run`` says what it would do.
 
 from __future__ import annotations
 
-import glob
-import json
 import os
 import shutil
 
 from launcher.argtypes import whole
 from launcher.console import say
 from launcher.errors import UsageError
-from launcher.rundir import LATEST, is_run_dir
-
-
-def _read(path: str) -> dict:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return {}
-
-
-def _suffixes(run_dir: str, stem: str) -> set[str]:
-    found = glob.glob(os.path.join(glob.escape(run_dir), f"{stem}*.json"))
-    return {os.path.basename(p)[len(stem):-len(".json")] for p in found}
+from launcher.rundir import LATEST, Run, is_run_dir, load_run
 
 
 def _alive(pid) -> bool:
@@ -44,11 +28,10 @@ def _alive(pid) -> bool:
     return True
 
 
-def maybe_running(run_dir: str) -> str | None:
+def maybe_running(run: Run) -> str | None:
     """Why the run may still be running (a host without a summary whose launcher is not known gone), or None."""
-    unfinished = _suffixes(run_dir, "plan") - _suffixes(run_dir, "summary")
-    for suffix in sorted(unfinished):
-        pids = _read(os.path.join(run_dir, f"pids{suffix}.json"))
+    for suffix in sorted(set(run.plans) - set(run.summaries)):
+        pids = run.pids.get(suffix)
         if not pids:
             return f"host{suffix or ''} has a plan but no summary and no launcher pid (starting, or elsewhere)"
         if _alive(pids.get("launcher_pid")):
@@ -56,11 +39,9 @@ def maybe_running(run_dir: str) -> str | None:
     return None
 
 
-def _started(run_dir: str) -> float:
-    summary = _read(os.path.join(run_dir, "summary.json"))
-    if isinstance(summary.get("started"), (int, float)):
-        return float(summary["started"])
-    return os.stat(run_dir).st_mtime
+def _started(run: Run) -> float:
+    starts = [s["started"] for s in run.summaries.values() if isinstance(s.get("started"), (int, float))]
+    return float(min(starts)) if starts else os.stat(run.run_dir).st_mtime
 
 
 def _size(path: str) -> int:
@@ -78,13 +59,14 @@ def cmd_prune(args) -> int:
     output_dir = args.output_dir
     if not os.path.isdir(output_dir):
         raise UsageError(f"no output directory {output_dir}")
-    runs = [os.path.join(output_dir, name) for name in os.listdir(output_dir)
+    runs = [load_run(os.path.join(output_dir, name)) for name in os.listdir(output_dir)
             if name != LATEST and not os.path.islink(os.path.join(output_dir, name))
             and is_run_dir(os.path.join(output_dir, name))]
     runs.sort(key=_started, reverse=True)
     kept, removed, skipped, freed = runs[:args.keep], [], [], 0
-    for run_dir in runs[args.keep:]:
-        why = maybe_running(run_dir)
+    for run in runs[args.keep:]:
+        run_dir = run.run_dir
+        why = maybe_running(run)
         if why:
             skipped.append(run_dir)
             say(f"kept {os.path.basename(run_dir)}: it may be running ({why})")
