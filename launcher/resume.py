@@ -10,22 +10,10 @@ run has it.  ``--resume`` picks the newest complete step and gives each rank its
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass, field
 
 from launcher import ckptnames
-
-RANK_DIR = re.compile(r"^rank_(\d+)$")
-
-
-def checkpoint_name(prefix: str, epoch: int, step: int) -> str:
-    """dlaunch's own checkpoint name (``ckptnames.dlaunch_name``)."""
-    return ckptnames.dlaunch_name(prefix, epoch, step)
-
-
-def parse_name(name: str) -> tuple[str, int, int] | None:
-    """(prefix, epoch, step) of a dlaunch checkpoint name (.pt), or None for anything else (temporaries included)."""
-    return ckptnames.parse_dlaunch(name)
+from launcher.rundir import CKPT_DIR, rank_dirs
 
 
 @dataclass
@@ -75,24 +63,10 @@ def collect(directories: dict[int, str], kind: str = ckptnames.CHECKPOINT) -> li
     return sorted(steps.values(), key=lambda s: (s.epoch, s.step, s.prefix, s.format))
 
 
-def rank_dirs(run_dir: str) -> dict[int, str]:
-    """Global rank -> its rank directory, for every rank directory in the run."""
-    found: dict[int, str] = {}
-    try:
-        names = os.listdir(run_dir)
-    except OSError:
-        return found
-    for name in names:
-        match = RANK_DIR.match(name)
-        if match and os.path.isdir(os.path.join(run_dir, name)):
-            found[int(match[1])] = os.path.join(run_dir, name)
-    return found
-
-
 def scan(run_dir: str) -> tuple[list[Step], list[int]]:
     """Every checkpoint step in the run's rank checkpoint directories, oldest first, and the run's ranks."""
     ranks = rank_dirs(run_dir)
-    return collect({rank: os.path.join(directory, "ckpt") for rank, directory in ranks.items()}), sorted(ranks)
+    return collect({rank: os.path.join(directory, CKPT_DIR) for rank, directory in ranks.items()}), sorted(ranks)
 
 
 def resume_point(run_dir: str, world_size: int | None = None) -> tuple[Step | None, list[str]]:

@@ -25,6 +25,7 @@ from launcher.errors import LaunchError, UsageError
 if TYPE_CHECKING:
     from launcher.plan import LaunchPlan
 
+_RANK_DIR = re.compile(r"^rank_(\d+)$")   # rank_dir_name's names
 RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 LATEST = "latest"   # the link to the newest run: a reserved name, never a run id
 # The layout, version 2: <output>/<run id>/ holds plan[.<host>].json, rank_table[.<host>].json,
@@ -51,6 +52,20 @@ def host_suffix(server_id: str) -> str:
 def rank_dir_name(rank: int, world_size: int) -> str:
     width = max(3, len(str(max(world_size - 1, 0))))
     return f"rank_{rank:0{width}d}"
+
+
+def rank_dirs(run_dir: str) -> dict[int, str]:
+    """Global rank -> its rank directory, for every rank directory in the run."""
+    found: dict[int, str] = {}
+    try:
+        names = os.listdir(run_dir)
+    except OSError:
+        return found
+    for name in names:
+        match = _RANK_DIR.match(name)
+        if match and os.path.isdir(os.path.join(run_dir, name)):
+            found[int(match[1])] = os.path.join(run_dir, name)
+    return found
 
 
 def new_run_id() -> str:

@@ -17,7 +17,7 @@ from typing import Any
 
 from launcher import checkpoint, ckptnames, ckptstore, numlists, resume
 from launcher.errors import UsageError
-from launcher.rundir import CKPT_DIR, rank_dir_name
+from launcher.rundir import CKPT_DIR, rank_dir_name, rank_dirs
 
 _KIND_ORDER = {"per-rank": 0, "integrated": 1, "breakpoint": 2}
 
@@ -66,7 +66,7 @@ def list_run(run_dir: str) -> list[dict]:
     rows = [_row("per-rank", step, world) for step in steps]
     integrated = resume.collect({0: os.path.join(run_dir, checkpoint.INTEGRATED_DIR)})
     rows += [_row("integrated", step, world) for step in integrated if not step.mindspore]
-    ckpt_dirs = {rank: os.path.join(directory, CKPT_DIR) for rank, directory in resume.rank_dirs(run_dir).items()}
+    ckpt_dirs = {rank: os.path.join(directory, CKPT_DIR) for rank, directory in rank_dirs(run_dir).items()}
     ours = resume.collect({rank: os.path.join(d, checkpoint.BREAKPOINT_DIR) for rank, d in ckpt_dirs.items()})
     mindspore = resume.collect(ckpt_dirs, ckptnames.BREAKPOINT)
     rows += [_row("breakpoint", step, world) for step in ours if not step.mindspore]
