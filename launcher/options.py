@@ -17,12 +17,13 @@ import sys
 from launcher.argtypes import port, positive_seconds, seconds, whole
 from launcher.config import FLAG, LIST, OPTIONAL, Option, add_options, apply_layers
 from launcher.errors import UsageError
+from launcher.host import MAX_DEVICES
 from launcher.table.rules import DEFAULT_PROFILE, PROFILE_HELP
 
 AUTO = "auto"                 # --ranks auto: one rank per visible device
 CLUSTER_DEFAULT_PORT = 29500  # cluster hosts agree on MASTER_PORT without talking (torchrun's default too)
 LAUNCH_COMMANDS = ("run", "cluster")
-MAX_LOCAL_RANKS = 4096        # host.MAX_DEVICES
+MAX_LOCAL_RANKS = MAX_DEVICES   # one rank per device
 SSH_GROUP = "from a head node over SSH"
 
 

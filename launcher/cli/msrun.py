@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from launcher.argtypes import port, whole
 from launcher.errors import UsageError
+from launcher.options import MAX_LOCAL_RANKS
 
 # msrun 2.10's defaults (run.py get_args), kept so a line that relies on them means the same here
 MSRUN_WORKER_NUM = 8
@@ -29,7 +30,6 @@ MSRUN_MASTER_PORT = 8118
 MSRUN_CLUSTER_TIME_OUT = 600
 MSRUN_ALL_WORKERS = "-1"          # --tail_worker_log's default: every worker's log on the console
 PYTHONS = ("python", "python3")   # msrun runs these (and pytest) as given; anything else as "python SCRIPT"
-MAX_WORKERS = 4096                # launcher.cli.MAX_LOCAL_RANKS per host
 
 FLAG_TABLE = """\
 msrun flag              dlaunch
@@ -95,7 +95,7 @@ def add_parser(sub) -> None:
                             "--log_dir=msrun_log --join=True train.py --epochs 3")
     p.add_argument("--worker_num", metavar="N", type=whole(1, 10**6), default=MSRUN_WORKER_NUM,
                    help=f"ranks in the whole job (default {MSRUN_WORKER_NUM})")
-    p.add_argument("--local_worker_num", metavar="L", type=whole(1, MAX_WORKERS), default=MSRUN_WORKER_NUM,
+    p.add_argument("--local_worker_num", metavar="L", type=whole(1, MAX_LOCAL_RANKS), default=MSRUN_WORKER_NUM,
                    help=f"ranks on this host (default {MSRUN_WORKER_NUM})")
     p.add_argument("--master_addr", metavar="A", default=MSRUN_MASTER_ADDR,
                    help=f"the scheduler's address (default {MSRUN_MASTER_ADDR})")
