@@ -130,11 +130,11 @@ def directive(value) -> str:
 def script_options() -> list[Option]:
     """Every option of ``dlaunch script``: run's and cluster's (each once, run's first), then its own."""
     seen: dict[str, Option] = {}
+    takers = launch_option_names()
     for command in LAUNCH_COMMANDS:
         for option in options_for(command):
             if option.dest not in seen:
-                only = launch_option_names()[option.dest]
-                group = option.group or (None if len(only) > 1 else f"dlaunch {command} only")
+                group = option.group or (None if len(takers[option.dest]) > 1 else f"dlaunch {command} only")
                 seen[option.dest] = replace(option, group=group)
     return [*seen.values(), *SCRIPT_OPTIONS]
 
