@@ -42,6 +42,7 @@ import threading
 
 from launcher import ckptnames, ckptstore, ckptwriter
 from launcher.ckptstore import STRATEGY_SUFFIX, SUPERSEDED_DIR  # noqa: F401 (part of this module's API)
+from launcher.contract import CKPT_DIR_ENV, RESUME_FROM_ENV, RESUME_STEP_ENV, RUN_DIR_ENV
 
 STRATEGY_FORMAT = 1
 BREAKPOINT_DIR = "breakpoint"
@@ -59,7 +60,7 @@ def ckpt_dir() -> str:
 
     Under dlaunch every rank of every run has its own directory, so ranks and runs never share a path.
     """
-    directory = os.environ.get("DLAUNCH_CKPT_DIR") or \
+    directory = os.environ.get(CKPT_DIR_ENV) or \
         f"./ckpt_{os.environ.get('RANK') or os.environ.get('RANK_ID') or 0}"
     os.makedirs(directory, exist_ok=True)
     return directory
@@ -154,7 +155,7 @@ def load(path: str | None = None, map_location="cpu", weights_only: bool = True)
     Returns None when there is nothing to resume, so a script can start fresh or resume with one call.
     ``weights_only`` (torch's safe loader) accepts tensors, state dicts and plain Python values.
     """
-    path = path or os.environ.get("DLAUNCH_RESUME_FROM")
+    path = path or os.environ.get(RESUME_FROM_ENV)
     if not path:
         return None
     import torch
@@ -164,12 +165,12 @@ def load(path: str | None = None, map_location="cpu", weights_only: bool = True)
 
 def resume_step() -> tuple[int, int] | None:
     """(epoch, step) of the checkpoint being resumed (``DLAUNCH_RESUME_STEP="3_156"``), or None."""
-    value = os.environ.get("DLAUNCH_RESUME_STEP")
+    value = os.environ.get(RESUME_STEP_ENV)
     if not value:
         return None
     match = re.fullmatch(r"(\d+)_(\d+)", value.strip())
     if not match:
-        raise ValueError(f"DLAUNCH_RESUME_STEP={value!r} is not EPOCH_STEP (for example 3_156)")
+        raise ValueError(f"{RESUME_STEP_ENV}={value!r} is not EPOCH_STEP (for example 3_156)")
     return int(match[1]), int(match[2])
 
 
@@ -400,7 +401,7 @@ def save_integrated(state, epoch: int, step: int, prefix: str = "ckpt", strategy
         state = _gather_sliced(state, _slicing(strategy, rank, world), world)
     if rank != 0:
         return None
-    directory = os.path.join(os.environ.get("DLAUNCH_RUN_DIR") or ".", INTEGRATED_DIR)
+    directory = os.path.join(os.environ.get(RUN_DIR_ENV) or ".", INTEGRATED_DIR)
     return _save(state, directory, _checked_name(prefix, epoch, step), prefix, keep_max, async_save=async_save)
 
 

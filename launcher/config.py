@@ -21,9 +21,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from launcher.contract import ENV_PREFIX
 from launcher.errors import UsageError
 
-ENV_PREFIX = "DLAUNCH_"
 TRUE_WORDS, FALSE_WORDS = {"1", "true", "yes", "on"}, {"0", "false", "no", "off", ""}
 MAX_CONFIG_BYTES = 1 << 20
 MAX_CONFIG_NODES = 10000

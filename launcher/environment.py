@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import re
 
+from launcher.contract import CKPT_DIR_ENV, RANK_DIR_ENV, RUN_DIR_ENV, RUN_ID_ENV
+
 SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|KEY|CREDENTIAL|AUTH|PRIVATE|COOKIE|SESSION", re.IGNORECASE)
 # PASS, PWD, PW as a whole part of a name (DB_PASS, SMTP_PWD), but not the shell's PWD/OLDPWD (directories)
 SECRET_PART = re.compile(r"(?:^|_)(?:PASS|PWD|PW)(?:_|$)(?<!^PWD)", re.IGNORECASE)
@@ -63,10 +65,10 @@ def rank_environment(*, rank: int, local_rank: int, world_size: int, local_world
         "TORCHELASTIC_USE_AGENT_STORE": "False",
         "TORCHELASTIC_SIGNALS_TO_HANDLE": SIGNALS_TO_HANDLE,
         # dlaunch
-        "DLAUNCH_RUN_ID": run_id,
-        "DLAUNCH_RUN_DIR": run_dir,
-        "DLAUNCH_RANK_DIR": rank_dir,
-        "DLAUNCH_CKPT_DIR": ckpt_dir,
+        RUN_ID_ENV: run_id,
+        RUN_DIR_ENV: run_dir,
+        RANK_DIR_ENV: rank_dir,
+        CKPT_DIR_ENV: ckpt_dir,
     }
     if cuda_visible is not None:
         env["CUDA_VISIBLE_DEVICES"] = cuda_visible
@@ -96,8 +98,8 @@ def mindspore_scheduler_environment(*, world_size: int, master_addr: str, master
     node id and no device (it is not a rank).  ``DLAUNCH_RANK_DIR`` is its own directory, by which ``status``
     knows its process."""
     env = {**_mindspore_cluster(world_size, master_addr, master_port, topo_timeout), "MS_ROLE": "MS_SCHED",
-           "RANK_ID": "0", "RANK_SIZE": str(world_size), "DLAUNCH_RUN_ID": run_id, "DLAUNCH_RUN_DIR": run_dir,
-           "DLAUNCH_RANK_DIR": scheduler_dir}
+           "RANK_ID": "0", "RANK_SIZE": str(world_size), RUN_ID_ENV: run_id, RUN_DIR_ENV: run_dir,
+           RANK_DIR_ENV: scheduler_dir}
     if "PYTHONUNBUFFERED" not in inherited:
         env["PYTHONUNBUFFERED"] = "1"
     return env

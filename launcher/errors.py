@@ -1,28 +1,37 @@
-"""The one exception type the CLI turns into a one-line message and an exit code.
+"""dlaunch's own errors: each is one line on stderr and an exit code, never a traceback.
 
-Anything raised as ``UsageError`` is the user's input being wrong (a flag, a file, a
-rank table) and is reported before anything starts, with exit code 2, never as a
-traceback.
+Two kinds, siblings under ``DlaunchError``: the user's input is wrong (``UsageError``, exit code 2,
+found before anything starts), or the machine would not let dlaunch go on (``LaunchError``, exit code 1:
+a full disk, a run directory that cannot be written). The CLI catches ``DlaunchError``; code that means
+only one kind catches only that one.
 """
 
+from launcher.contract import ExitCode
 
-class UsageError(Exception):
-    """Bad input: printed as ``dlaunch: error: <message>``, exit code 2.
+
+class DlaunchError(Exception):
+    """Printed as ``dlaunch: error: <message>``; the process exits with ``exit_code``.
 
     ``usage``, when given, is the command's usage line, printed first (as argparse does for its own errors).
     """
 
-    exit_code = 2
+    exit_code: int = ExitCode.FAILED
 
     def __init__(self, message: str, usage: str | None = None):
         super().__init__(message)
         self.usage = usage
 
 
-class LaunchError(UsageError):
+class UsageError(DlaunchError):
+    """Bad input (a flag, a file, a rank table): exit code 2, before anything started."""
+
+    exit_code = ExitCode.USAGE
+
+
+class LaunchError(DlaunchError):
     """The launch could not be set up (a full disk, a run directory that cannot be written): exit code 1.
 
     Raised only before any rank started; what was created for the run is removed again.
     """
 
-    exit_code = 1
+    exit_code = ExitCode.FAILED

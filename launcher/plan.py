@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 
 from launcher import numlists
 from launcher.console import printable
+from launcher.contract import CKPT_DIR, RESUME_FROM_ENV, RESUME_STEP_ENV, SCHEDULER_DIR, Role
 from launcher.environment import (
     masked,
     masked_argv,
@@ -23,7 +24,7 @@ from launcher.environment import (
     rank_environment,
 )
 from launcher.host import DeviceView
-from launcher.rundir import CKPT_DIR, SCHEDULER_DIR, attempt_file, host_suffix, rank_dir_name
+from launcher.rundir import attempt_file, host_suffix, rank_dir_name
 from launcher.table.model import RankTable
 
 CWD_LAUNCH = "launch"  # every rank runs where dlaunch was started, as torchrun and msrun do (the default)
@@ -103,7 +104,7 @@ class RankSpec:
     ckpt_dir: str | None
     error_file: str | None
     console: bool
-    role: str = "rank"
+    role: Role = Role.RANK
 
 
 @dataclass(frozen=True)
@@ -194,8 +195,8 @@ def make_plan(table: RankTable, server_index: int, opts: Options, rank_table_fil
                                                     master_port=opts.master_port, topo_timeout=opts.ms_topo_timeout))
         env = {**opts.extra_env, **env}   # dlaunch's contract wins: --env RANK=5 cannot break the job
         if resume is not None:
-            env["DLAUNCH_RESUME_FROM"] = resume.files[rank]
-            env["DLAUNCH_RESUME_STEP"] = f"{resume.epoch}_{resume.step}"
+            env[RESUME_FROM_ENV] = resume.files[rank]
+            env[RESUME_STEP_ENV] = f"{resume.epoch}_{resume.step}"
         specs.append(RankSpec(
             rank=rank, local_rank=local_rank, device_id=dev.device, server_id=str(server.server_id), argv=argv,
             cwd=rank_dir if opts.cwd_mode == CWD_RANK else opts.launch_dir, env=env, rank_dir=rank_dir,
@@ -215,7 +216,7 @@ def make_plan(table: RankTable, server_index: int, opts: Options, rank_table_fil
             cwd=sched_dir if opts.cwd_mode == CWD_RANK else opts.launch_dir, env={**opts.extra_env, **env},
             rank_dir=sched_dir, log_file=attempt_file(sched_dir, "output", "log", attempt),
             env_log=attempt_file(sched_dir, "env", "log", attempt), ckpt_dir=None, error_file=None, console=False,
-            role="scheduler")
+            role=Role.SCHEDULER)
     return LaunchPlan(
         run_id=opts.run_id, run_dir=run_dir, output_dir=opts.output_dir, server_id=str(server.server_id),
         server_index=server_index, server_count=len(table.servers), world_size=world_size,
@@ -246,7 +247,7 @@ def describe(plan: LaunchPlan) -> str:
     if plan.resume:
         lines.append(f"resume from:   {plan.resume.label} of {plan.resume.run_dir}")
     for spec in plan.processes():
-        if spec.role == "scheduler":
+        if spec.role == Role.SCHEDULER:
             lines.append("MindSpore scheduler (not a rank; started first, stopped with the ranks)")
         else:
             lines.append(f"rank {spec.rank} (local {spec.local_rank}, device {spec.device_id})"

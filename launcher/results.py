@@ -13,12 +13,13 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from launcher.contract import ExitCode, Role
 from launcher.lines import tail_lines
 
 if TYPE_CHECKING:
     from launcher.plan import LaunchPlan
 
-HANG_EXIT_CODE = 124  # as coreutils timeout: the job was stopped because it stopped making progress
+HANG_EXIT_CODE = ExitCode.HUNG   # kept for readers of the old name
 
 
 def how_it_ended(entry: dict) -> str:
@@ -49,14 +50,14 @@ class RankResult:
     spawn_error: str | None = None
     hang: str | None = None          # why dlaunch judged this rank hung, if it did
     stack_file: str | None = None
-    role: str = "rank"
+    role: Role = Role.RANK
 
     @property
     def exit_code(self) -> int | None:
         """The shell's convention: 128+N for a rank killed by signal N."""
         if self.returncode is None:
             return None
-        return 128 - self.returncode if self.returncode < 0 else self.returncode
+        return ExitCode.of_signal(-self.returncode) if self.returncode < 0 else self.returncode
 
     @property
     def signal_name(self) -> str | None:
@@ -74,7 +75,7 @@ class RankResult:
                 **({"spawn_error": self.spawn_error} if self.spawn_error else {}),
                 **({"hung": True, "reason": self.hang} if self.hang else {}),
                 **({"stack_file": self.stack_file} if self.stack_file else {}),
-                **({"role": self.role} if self.role != "rank" else {})}
+                **({"role": self.role} if self.role != Role.RANK else {})}
 
 
 @dataclass
@@ -93,11 +94,11 @@ class AttemptResult:
     @property
     def exit_code(self) -> int:
         if self.root_cause is not None:
-            return HANG_EXIT_CODE if self.root_cause.hang else (self.root_cause.exit_code or 1)
+            return ExitCode.HUNG if self.root_cause.hang else (self.root_cause.exit_code or 1)
         if self.launcher_error is not None:
             return 1
         if self.interrupted_by is not None:
-            return 128 + self.interrupted_by
+            return ExitCode.of_signal(self.interrupted_by)
         return 0
 
 
@@ -174,7 +175,7 @@ def closing_lines(summary: dict, summary_path: str) -> list[str]:
         if cause.get("stack_file"):
             lines.append(f"stacks of this host's ranks: {cause['stack_file']} (and its peers')")
     if cause:
-        who = (f"the MindSpore scheduler (host {cause['host']})" if cause.get("role") == "scheduler" else
+        who = (f"the MindSpore scheduler (host {cause['host']})" if cause.get("role") == Role.SCHEDULER else
                f"rank {cause['rank']} (host {cause['host']}, device {cause['device_id']})")
         lines.append(f"{who} {how_it_ended(cause)}; log: {cause['log']}")
         if cause.get("error_file_message"):
@@ -182,7 +183,7 @@ def closing_lines(summary: dict, summary_path: str) -> list[str]:
         if cause["log_tail"]:
             lines.append("last lines of its log:")
             lines += [f"    | {line}" for line in cause["log_tail"]]
-        if cause.get("role") == "scheduler":
+        if cause.get("role") == Role.SCHEDULER:
             stopped = f"stopped all {count} rank(s); "
         else:
             others = sum(1 for r in summary["ranks"] if r["rank"] != cause.get("rank"))
@@ -233,7 +234,7 @@ def cluster_verdict(causes: list[dict], interrupted_by: int | None, host_exit_co
         return {"status": "failed", "exit_code": cause.get("launcher_exit_code") or cause.get("exit_code") or 1,
                 "root_cause": cause}
     if interrupted_by is not None:
-        return {"status": "interrupted", "exit_code": 128 + interrupted_by, "root_cause": None}
+        return {"status": "interrupted", "exit_code": ExitCode.of_signal(interrupted_by), "root_cause": None}
     failed = [code for code in host_exit_codes if code not in (0, None)]
     return {"status": "failed" if failed else "succeeded", "exit_code": failed[0] if failed else 0,
             "root_cause": None}

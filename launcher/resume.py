@@ -13,7 +13,8 @@ import os
 from dataclasses import dataclass, field
 
 from launcher import ckptnames
-from launcher.rundir import CKPT_DIR, rank_dirs
+from launcher.contract import CKPT_DIR
+from launcher.rundir import rank_dirs
 
 
 @dataclass

@@ -16,14 +16,35 @@ import os
 import re
 import secrets
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from launcher import numlists
-from launcher.errors import LaunchError, UsageError
+from launcher.contract import Role
+from launcher.errors import DlaunchError, LaunchError, UsageError
 
-if TYPE_CHECKING:
-    from launcher.plan import LaunchPlan
+
+class _RankLayout(Protocol):
+    @property
+    def rank_dir(self) -> str: ...
+
+
+class RunLayout(Protocol):
+    """What ``create`` needs of a launch plan: names and its JSON, so this module needs no plan type."""
+
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def run_dir(self) -> str: ...
+    @property
+    def output_dir(self) -> str: ...
+    @property
+    def rank_table_file(self) -> str: ...
+    @property
+    def ranks(self) -> Sequence[_RankLayout]: ...
+    def host_file(self, name: str, ext: str) -> str: ...
+    def to_dict(self) -> dict: ...
 
 _RANK_DIR = re.compile(r"^rank_(\d+)$")   # rank_dir_name's names
 RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -33,9 +54,7 @@ LATEST = "latest"   # the link to the newest run: a reserved name, never a run i
 # and rank_NNN/ per global rank with output[.K].log, env[.K].log, heartbeat and ckpt/. Version 1 (dlaunch
 # 0.1) had the same files; its plans lack "layout", "peers" and "scheduler", which readers default.
 LAYOUT_VERSION = 2
-CKPT_DIR = "ckpt"                   # a rank's checkpoint directory inside its rank directory
 HEAD_SUMMARY = "summary.head.json"  # the head's summary of a cluster --ssh job
-SCHEDULER_DIR = "scheduler"   # MindSpore's scheduler's own directory in the run directory (output.log, env.log)
 RUN_MARKERS = ("plan*.json", "summary*.json", "rank_table*.json")   # a directory holding one is a run directory
 
 
@@ -133,7 +152,7 @@ def _remove(made: list[str]) -> None:
             continue   # something else put a file there meanwhile: left, rather than lost
 
 
-def create(plan: LaunchPlan, rank_table_text: str, shared: bool) -> None:
+def create(plan: RunLayout, rank_table_text: str, shared: bool) -> None:
     """Create the run directory and this host's rank directories; refuse to reuse any rank directory.
 
     ``shared`` (an explicit --run-id) allows the run directory to exist already, as it does
@@ -170,7 +189,7 @@ def create(plan: LaunchPlan, rank_table_text: str, shared: bool) -> None:
         writing = plan_file = plan.host_file("plan", "json")
         write_json(plan_file, {"layout": LAYOUT_VERSION, **plan.to_dict()})
         made.append(plan_file)
-    except UsageError:
+    except DlaunchError:
         _remove(made)
         raise
     except OSError as exc:
@@ -231,11 +250,11 @@ class RankRef:
     device_id: int
     rank_dir: str
     suffix: str          # its host's file suffix: "" or ".<server_id>"
-    role: str = "rank"
+    role: Role = Role.RANK
 
     @property
     def label(self) -> str:
-        return "scheduler" if self.role == "scheduler" else f"rank{self.rank}"
+        return "scheduler" if self.role == Role.SCHEDULER else f"rank{self.rank}"
 
 
 @dataclass
@@ -323,7 +342,7 @@ def load_run(run_dir: str) -> Run:
         scheduler = plan.get("scheduler")
         if isinstance(scheduler, dict) and scheduler.get("rank_dir"):
             run.ranks.append(RankRef(rank=SCHEDULER_RANK, local_rank=-1, host=str(scheduler.get("server_id", "")),
-                                     device_id=-1, rank_dir=scheduler["rank_dir"], suffix=suffix, role="scheduler"))
+                                     device_id=-1, rank_dir=scheduler["rank_dir"], suffix=suffix, role=Role.SCHEDULER))
     run.ranks.sort(key=lambda ref: ref.rank)
     run.missing_hosts = _missing_hosts(plans, summaries)
     if run.missing_hosts:
@@ -404,7 +423,7 @@ def summary_entry(run: Run, ref: RankRef) -> dict | None:
     summ = run.summaries.get(ref.suffix)
     if summ is None:
         return None
-    if ref.role == "scheduler":
+    if ref.role == Role.SCHEDULER:
         return summ.get("scheduler") or {}
     for entry in summ.get("ranks", []):
         if entry.get("rank") == ref.rank:
@@ -415,7 +434,7 @@ def summary_entry(run: Run, ref: RankRef) -> dict | None:
 def published_pids(run: Run, ref: RankRef):
     """What the launcher's pids file says of this rank (or of the scheduler)."""
     pids = run.pids.get(ref.suffix) or {}
-    return pids.get("scheduler") if ref.role == "scheduler" else pids.get("ranks", {}).get(str(ref.rank))
+    return pids.get("scheduler") if ref.role == Role.SCHEDULER else pids.get("ranks", {}).get(str(ref.rank))
 
 
 def select_ranks(run: Run, wanted: list[str] | None) -> list[RankRef]:
@@ -429,9 +448,9 @@ def select_ranks(run: Run, wanted: list[str] | None) -> list[RankRef]:
             chosen.add(SCHEDULER_RANK)
             continue
         chosen.update(numlists.parse(item, "--rank"))
-    if SCHEDULER_RANK in chosen and not any(ref.role == "scheduler" for ref in run.ranks):
+    if SCHEDULER_RANK in chosen and not any(ref.role == Role.SCHEDULER for ref in run.ranks):
         raise UsageError(f"run {run.run_id} has no MindSpore scheduler (it ran without --ms-scheduler)")
-    known = {ref.rank for ref in run.ranks if ref.role == "rank"}
+    known = {ref.rank for ref in run.ranks if ref.role == Role.RANK}
     unknown = sorted(chosen - known - {SCHEDULER_RANK})
     if unknown:
         raise UsageError(f"run {run.run_id} has no rank {unknown[0]} (its ranks: "

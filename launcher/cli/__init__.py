@@ -11,10 +11,9 @@ import sys
 from launcher.cli.commands import HANDLERS, cmd_cluster
 from launcher.cli.parsers import SCRIPT_ARG_COMMANDS, build_parser, unrecognized
 from launcher.console import printable, say, settle_streams, silence
-from launcher.errors import UsageError
+from launcher.contract import ExitCode
+from launcher.errors import DlaunchError, UsageError
 from launcher.options import LAUNCH_COMMANDS, options_for, settle
-
-EXIT_BROKEN_PIPE = 141   # 128 + SIGPIPE, what a shell reports for a command whose reader went away
 
 
 def cmd_from_head() -> int:
@@ -65,13 +64,13 @@ def main(argv: list[str] | None = None) -> int:
             handler = lambda: run(args)  # noqa: E731
     try:
         return handler()
-    except UsageError as exc:
+    except DlaunchError as exc:
         say(f"error: {printable(exc)}", usage=exc.usage)
         return exc.exit_code
     except KeyboardInterrupt:
-        return 130
+        return ExitCode.INTERRUPTED
     except BrokenPipeError:   # a command's own output (a report, a table) could not be delivered: as SIGPIPE would
         silence(sys.stdout.fileno())
-        return EXIT_BROKEN_PIPE
+        return ExitCode.BROKEN_PIPE
     finally:
         settle_streams()

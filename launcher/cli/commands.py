@@ -14,10 +14,9 @@ import time
 from launcher.cli.parsers import build_parser, unrecognized
 from launcher.config import apply_layers
 from launcher.console import printable
+from launcher.contract import ExitCode
 from launcher.errors import UsageError
 from launcher.options import LAUNCH_COMMANDS, head_launch, launch_options, launch_table, options_for
-
-EXIT_INVALID = 1
 
 
 def _describe(table) -> str:
@@ -72,7 +71,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             continue
         problems = validate(table, args.profile)
         bad = errors(problems)
-        worst = max(worst, EXIT_INVALID if bad else 0)
+        worst = max(worst, ExitCode.FAILED if bad else 0)
         results.append({"file": path, "valid": not bad, "readable": True, "profile": args.profile,
                         "summary": summary(table), "problems": [p.as_dict() for p in problems]})
         if args.json:

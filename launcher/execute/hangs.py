@@ -20,11 +20,11 @@ import subprocess
 import time
 
 from launcher import ckptnames
+from launcher.contract import HEARTBEAT_FILE
 from launcher.lines import tail_lines
 from launcher.plan import RankSpec
 from launcher.rundir import attempt_file
 
-HEARTBEAT_FILE = "heartbeat"
 STACK_DUMP_SECONDS = 20.0
 
 

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from launcher.console import say
+from launcher.contract import ExitCode, Role
 from launcher.environment import format_env
 from launcher.execute.hangs import HangWatch, describe_hang, dump_stacks
 from launcher.execute.peers import PeerWait
@@ -195,7 +196,7 @@ class LocalWorkers:
         for spec in attempt.plan.processes():
             process = _Process(spec, RankResult(spec.rank, spec.local_rank, spec.device_id, spec.server_id,
                                                 spec.log_file, spec.error_file, role=spec.role))
-            if spec.role == "scheduler":
+            if spec.role == Role.SCHEDULER:
                 attempt.scheduler, result.scheduler = process, process.result
             else:
                 attempt.ranks.append(process)
@@ -383,7 +384,7 @@ class LocalWorkers:
                                                 preexec_fn=self._child_setup)
             except OSError as exc:
                 result.spawn_error = f"cannot start {spec.argv[0]}: {exc.strerror or exc}"
-                result.returncode = 126 if exc.errno == errno.EACCES else 127
+                result.returncode = ExitCode.NOT_EXECUTABLE if exc.errno == errno.EACCES else ExitCode.NOT_FOUND
                 result.end = time.time()
                 os.write(log_fd, f"dlaunch: {result.spawn_error}\n".encode())
                 return

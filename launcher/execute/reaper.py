@@ -33,9 +33,10 @@ import signal
 import time
 
 from launcher.console import say
+from launcher.contract import LAUNCHER_ID_ENV
 from launcher.lines import LineBuffer
 
-LAUNCHER_ID_VAR = "DLAUNCH_LAUNCHER_ID"
+LAUNCHER_ID_VAR = LAUNCHER_ID_ENV
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 SWEEP_SECONDS = 5.0          # a sweep keeps looking for new marked processes this long at most

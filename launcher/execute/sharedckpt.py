@@ -19,7 +19,8 @@ from __future__ import annotations
 import os
 
 from launcher import ckptnames
-from launcher.plan import SCHEDULER_DIR, LaunchPlan
+from launcher.contract import CKPT_DIR_ENV, SCHEDULER_DIR
+from launcher.plan import LaunchPlan
 
 MAX_DIRS = 256          # directories looked at, at most, per run
 SLACK = 2.0             # seconds: file times are coarser than the launcher's clock on some file systems
@@ -74,7 +75,7 @@ def _warning(directory: str, sharers: int, found: dict[str, list[str]]) -> str:
             f"{sharers} ranks share ({len(names)} file(s) there now, e.g. {names[-1]}): ranks saving one prefix "
             "there overwrite each other's files and keep_checkpoint_max deletes other ranks' files, and "
             "dlaunch ckpt list/--resume do not see them; save into each rank's own directory: "
-            "ModelCheckpoint(directory=os.environ[\"DLAUNCH_CKPT_DIR\"])")
+            f"ModelCheckpoint(directory=os.environ[\"{CKPT_DIR_ENV}\"])")
 
 
 def shared_checkpoint_warnings(plan: LaunchPlan, since: float) -> list[str]:

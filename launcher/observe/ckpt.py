@@ -16,8 +16,9 @@ import os
 from typing import Any
 
 from launcher import checkpoint, ckptnames, ckptstore, numlists, resume
+from launcher.contract import CKPT_DIR
 from launcher.errors import UsageError
-from launcher.rundir import CKPT_DIR, rank_dir_name, rank_dirs
+from launcher.rundir import rank_dir_name, rank_dirs
 
 _KIND_ORDER = {"per-rank": 0, "integrated": 1, "breakpoint": 2}
 

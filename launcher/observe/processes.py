@@ -12,6 +12,7 @@ import os
 import time
 from typing import Any
 
+from launcher.contract import RANK_DIR_ENV
 from launcher.host import host_names
 from launcher.results import job_verdict
 from launcher.rundir import (
@@ -63,7 +64,7 @@ class Observer:
             if proc.status() == psutil.STATUS_ZOMBIE:
                 return None
             try:
-                return proc if proc.environ().get("DLAUNCH_RANK_DIR") == ref.rank_dir else None
+                return proc if proc.environ().get(RANK_DIR_ENV) == ref.rank_dir else None
             except psutil.AccessDenied:  # another user's job: trust the pid when it started when the rank did
                 return proc if start is not None and abs(proc.create_time() - start) < 5 else None
         except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
@@ -76,7 +77,7 @@ class Observer:
         matched: dict[str, list] = {}
         for proc in psutil.process_iter():
             try:
-                rank_dir = proc.environ().get("DLAUNCH_RANK_DIR")
+                rank_dir = proc.environ().get(RANK_DIR_ENV)
                 if rank_dir in wanted and proc.status() != psutil.STATUS_ZOMBIE:
                     matched.setdefault(rank_dir, []).append(proc)
             except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):

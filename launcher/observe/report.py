@@ -14,6 +14,7 @@ import os
 import time
 
 from launcher.console import say
+from launcher.contract import RESUME_FROM_ENV, RESUME_STEP_ENV
 from launcher.observe.charts import OUTCOME_COLOURS, chart_svg, format_number, legend_html, rank_colour, timeline_svg
 from launcher.observe.metrics import RankStory, collect, span_outcome
 from launcher.results import job_verdict
@@ -42,7 +43,7 @@ def _contract_names() -> set[str]:
                              group_world_size=1, device_id=0, cuda_visible="0", rank_table_file="", master_addr="",
                              master_port=0, run_id="", run_dir="", rank_dir="", ckpt_dir="", error_file="",
                              restart_count=0, max_restarts=0, inherited={})
-    return set(names) | {"DLAUNCH_RESUME_FROM", "DLAUNCH_RESUME_STEP"}
+    return set(names) | {RESUME_FROM_ENV, RESUME_STEP_ENV}
 
 
 def command_context(run: Run) -> dict:

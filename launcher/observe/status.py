@@ -12,6 +12,7 @@ import time
 
 from launcher.argtypes import positive_seconds
 from launcher.console import printable
+from launcher.contract import Role
 from launcher.observe import add_run_arguments
 from launcher.observe.processes import Observer
 from launcher.results import how_it_ended
@@ -39,7 +40,7 @@ def _bytes(value: float | None) -> str:
 
 
 def _headline(snap: dict) -> list[str]:
-    count = sum(1 for row in snap["ranks"] if row.get("role", "rank") == "rank")
+    count = sum(1 for row in snap["ranks"] if row.get("role", Role.RANK) == Role.RANK)
     hosts = len(snap["hosts"])
     line = f"run {snap['run_id']} ({snap['run_dir']}): {snap['status']}"
     if snap["finished"] and snap["exit_code"] is not None:
@@ -73,7 +74,7 @@ def format_status(snap: dict, width: int | None = 120) -> str:
     table = []
     for row in snap["ranks"]:
         state = row["state"] + (f" (attempt {row['attempt']})" if row["attempt"] else "")
-        scheduler = row.get("role") == "scheduler"
+        scheduler = row.get("role") == Role.SCHEDULER
         table.append(["sched" if scheduler else str(row["rank"]), row["host"],
                       "-" if scheduler else str(row["device_id"]),
                       str(row["pid"]) if row["pid"] else "-", state,

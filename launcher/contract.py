@@ -1,0 +1,54 @@
+"""The contract between dlaunch and the processes it starts: every name both sides rely on, spelled once.
+
+A rank reads these variables and writes these files; the launcher sets the one and reads the other. Both
+sides import this module (it imports nothing), so a name changed here changes on both sides, and a
+grep finds each name once. The exit codes are the ones dlaunch itself decides; a rank's own exit code
+passes through unchanged (see ``launcher.results``).
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+# Variables dlaunch gives every process it starts (docs/run.md lists them with torchrun's and HCCL's).
+RUN_ID_ENV = "DLAUNCH_RUN_ID"             # the run's id, the same on every rank and host
+RUN_DIR_ENV = "DLAUNCH_RUN_DIR"           # the run directory
+RANK_DIR_ENV = "DLAUNCH_RANK_DIR"         # this process's own directory inside it
+CKPT_DIR_ENV = "DLAUNCH_CKPT_DIR"         # this rank's checkpoint directory (created, unique to run and rank)
+RESUME_FROM_ENV = "DLAUNCH_RESUME_FROM"   # --resume: this rank's checkpoint file to load
+RESUME_STEP_ENV = "DLAUNCH_RESUME_STEP"   # --resume: its step, EPOCH_STEP
+LAUNCHER_ID_ENV = "DLAUNCH_LAUNCHER_ID"   # the launch's marker: the watchdog kills what carries it
+ENV_PREFIX = "DLAUNCH_"                   # options from the environment: DLAUNCH_<OPTION>
+
+# Files and directories inside a rank's directory.
+CKPT_DIR = "ckpt"              # the checkpoint directory (CKPT_DIR_ENV points at it)
+HEARTBEAT_FILE = "heartbeat"   # touched by launcher.heartbeat.beat(); the hang watch reads its mtime
+SCHEDULER_DIR = "scheduler"    # MindSpore's scheduler's own directory in the run directory
+
+
+class Role(str, Enum):
+    """What a process of a plan is. A ``str`` enum: plan.json and summary.json keep the plain words."""
+
+    RANK = "rank"
+    SCHEDULER = "scheduler"   # MindSpore's scheduler (--ms-scheduler): no rank, no device
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class ExitCode:
+    """The exit codes dlaunch decides itself, with their meaning (docs: README's "Exit codes")."""
+
+    OK = 0
+    FAILED = 1          # dlaunch itself could not go on (a full disk); validate-ranktable: a rule is broken
+    USAGE = 2           # bad usage, config or rank table, found before anything started
+    HUNG = 124          # a rank showed no sign of life for --hang-timeout (as coreutils timeout)
+    NOT_EXECUTABLE = 126   # the program exists but could not be executed (as a shell says)
+    NOT_FOUND = 127        # the program does not exist (as a shell says)
+    INTERRUPTED = 130      # 128 + SIGINT: Ctrl-C before anything started
+    BROKEN_PIPE = 141      # 128 + SIGPIPE: the reader of dlaunch's own output went away
+
+    @staticmethod
+    def of_signal(signum: int) -> int:
+        """What a shell reports for a process that died of signal ``signum``."""
+        return 128 + signum
