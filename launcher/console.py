@@ -2,7 +2,8 @@
 
 ``dlaunch run train.py 2>&1 | head -1`` closes the console while the job runs.
 The ranks' logs and the summary must still be complete and the exit code must
-still be the root cause's, so every message of dlaunch's goes through ``say``:
+still be the root cause's, so every message of the launcher's goes through ``say`` (the
+training-side helpers, ``launcher.checkpoint`` and its writer, print inside a rank, to the rank's own log):
 once a write fails, the console is replaced by /dev/null for the rest of the
 process, and nothing raises.  ``printable`` makes hostile strings (control,
 bidirectional and surrogate characters from a rank table or a config) safe to

@@ -49,6 +49,7 @@ from dataclasses import replace
 
 from launcher.argtypes import whole
 from launcher.config import FLAG, LIST, Option
+from launcher.console import say
 from launcher.errors import UsageError
 from launcher.options import LAUNCH_COMMANDS, add_launch_arguments, launch_option_names, options_for
 
@@ -182,8 +183,7 @@ def _table_info(args) -> tuple[int | None, int | None]:
     """(servers, ranks) of --rank-table when it can be read now, after checking it against --profile."""
     if not args.rank_table or not os.path.exists(args.rank_table):
         if args.rank_table:
-            print(f"dlaunch script: {args.rank_table} does not exist yet; it is read when the script runs",
-                  file=sys.stderr)
+            say(f"script: {args.rank_table} does not exist yet; it is read when the script runs")
         return None, None
     from launcher.table.rules import require_valid
     from launcher.table.share import read_table
@@ -320,7 +320,7 @@ def _resolve(args: argparse.Namespace) -> dict:
     servers, world_size = _table_info(args)
     slurm = _slurm_settings(args, servers, required=base == "slurm")
     for note in notes:
-        print(f"dlaunch script: {note}", file=sys.stderr)
+        say(f"script: {note}")
     return {
         "version": __version__, "template": name, "command": command,
         "dlaunch": [sys.executable, "-m", "launcher"],
@@ -392,6 +392,5 @@ def cmd_script(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
     write_script(args.output, text, args.force)
     if args.output != "-":
         where = f" on {context['nodes']} node(s)" if args.template == "slurm" else ""
-        print(f"wrote {args.output} (template {args.template}: dlaunch {context['command']}{where})",
-              file=sys.stderr)
+        say(f"wrote {args.output} (template {args.template}: dlaunch {context['command']}{where})")
     return 0

@@ -13,7 +13,7 @@ import time
 
 from launcher.cli.parsers import build_parser, unrecognized
 from launcher.config import apply_layers
-from launcher.console import printable
+from launcher.console import printable, say
 from launcher.contract import ExitCode
 from launcher.errors import UsageError
 from launcher.options import LAUNCH_COMMANDS, head_launch, launch_options, launch_table, options_for
@@ -67,7 +67,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             results.append({"file": path, "valid": False, "readable": False, "error": str(exc)})
             worst = max(worst, UsageError.exit_code)
             if not args.json:
-                print(printable(f"{path}: unreadable: {exc}"), file=sys.stderr)
+                say(printable(f"{path}: unreadable: {exc}"))
             continue
         problems = validate(table, args.profile)
         bad = errors(problems)
@@ -110,7 +110,7 @@ def cmd_gen(args: argparse.Namespace) -> int:
     require_valid(table, args.profile, f"device set {args.devices}")
     _write_table(table, args.output, args.force)
     if args.output and args.output != "-":
-        print(f"wrote {args.output} ({_describe(table)})", file=sys.stderr)
+        say(f"wrote {args.output} ({_describe(table)})")
     return 0
 
 
@@ -123,7 +123,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
     merged = merge_tables(tables)
     require_valid(merged, args.profile, "the merged table")
     _write_table(merged, args.output, args.force)
-    print(f"wrote {args.output} ({_describe(merged)})", file=sys.stderr)
+    say(f"wrote {args.output} ({_describe(merged)})")
     return 0
 
 
@@ -170,11 +170,11 @@ def cmd_ckpt(args: argparse.Namespace) -> int:
         return 0
     if args.ckpt_action == "merge":
         done = ckpttool.merge(run_dir, args.output, args.step, force=args.force)
-        print(f"merged {done['step']} of {done['ranks']} rank(s): {done['tensors']} tensor(s) ({done['sliced']} "
-              f"sliced, {done['replicated']} replicated), {done['bytes']} bytes -> {done['output']}", file=sys.stderr)
+        say(f"merged {done['step']} of {done['ranks']} rank(s): {done['tensors']} tensor(s) ({done['sliced']} "
+            f"sliced, {done['replicated']} replicated), {done['bytes']} bytes -> {done['output']}")
         return 0
     done = ckpttool.reshard(run_dir, args.ranks, args.output, args.step)
-    print(f"resharded for {args.ranks} rank(s) -> {args.output}: " + json.dumps(done, default=str), file=sys.stderr)
+    say(f"resharded for {args.ranks} rank(s) -> {args.output}: " + json.dumps(done, default=str))
     return 0
 
 

@@ -12,9 +12,9 @@ paramiko is imported inside functions only, so the CLI starts fast.
 from __future__ import annotations
 
 import os
-import sys
 import time
 
+from launcher.console import say
 from launcher.errors import UsageError
 from launcher.execute.ssh.outcome import head_summary, report
 from launcher.execute.ssh.plan import SshPlan, describe_plan, make_ssh_plan
@@ -41,10 +41,8 @@ def launch_over_ssh(args, text: str, table, opts) -> int:
     failed = [p for p in probes if p.problem]
     if failed:
         for probe in failed:
-            print(f"dlaunch: error: host {probe.host.target.server_id} ({probe.host.target}): {probe.problem}",
-                  file=sys.stderr)
-        print(f"dlaunch: error: preflight failed on {len(failed)} of {len(probes)} host(s); nothing was started",
-              file=sys.stderr)
+            say(f"error: host {probe.host.target.server_id} ({probe.host.target}): {probe.problem}")
+        say(f"error: preflight failed on {len(failed)} of {len(probes)} host(s); nothing was started")
         for probe in probes:
             probe.hang_up()
         return UsageError.exit_code

@@ -14,13 +14,13 @@ out, so hosts start closer together (what HCCL_CONNECT_TIMEOUT cares about).
 from __future__ import annotations
 
 import os
-import sys
 import threading
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from launcher import __version__
+from launcher.console import say
 from launcher.execute.ssh.plan import CHECK_MARK, HostLaunch, SshPlan, Target
 
 KEEPALIVE_SECONDS = 5          # so a host that vanishes without a TCP reset is noticed
@@ -245,8 +245,7 @@ def record_new_keys(probes: list[Probe]) -> None:
             os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
             with open(path, "a", encoding="utf-8") as fh:
                 fh.write(f"{name} {key.get_name()} {key.get_base64()}\n")
-            print(f"dlaunch: trusted new host key of {name} ({key.get_name()} {key.fingerprint}), recorded in {path}",
-                  file=sys.stderr)
+            say(f"trusted new host key of {name} ({key.get_name()} {key.fingerprint}), recorded in {path}")
         except OSError as exc:
-            print(f"dlaunch: warning: trusted new host key of {name} ({key.fingerprint}) but could not record it "
-                  f"in {path}: {exc.strerror or exc}", file=sys.stderr)
+            say(f"warning: trusted new host key of {name} ({key.fingerprint}) but could not record it "
+                f"in {path}: {exc.strerror or exc}")
