@@ -18,15 +18,20 @@ def dlaunch_argv(*args):
     return [sys.executable, "-m", "launcher", *map(str, args)]
 
 
-def run_dlaunch(*args, cwd, timeout=120, env=None):
-    return subprocess.run(dlaunch_argv(*args), cwd=cwd, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
+def dlaunch_env(env=None) -> dict:
+    """The environment a test's dlaunch runs in: this checkout first on the path, installed or not."""
+    return {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+
+
+def run_dlaunch(*args, cwd=None, timeout=120, env=None, input=None):
+    """Run the real CLI in a fresh interpreter, as a user would; the one way tests start it and wait."""
+    return subprocess.run(dlaunch_argv(*args), cwd=cwd or ROOT, capture_output=True, text=True, timeout=timeout,
+                          env=dlaunch_env(env), input=input)
 
 
 def start_dlaunch(*args, cwd, env=None, **popen):
     popen = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True, **popen}
-    return subprocess.Popen(dlaunch_argv(*args), cwd=cwd, env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
-                            **popen)
+    return subprocess.Popen(dlaunch_argv(*args), cwd=cwd, env=dlaunch_env(env), **popen)
 
 
 def latest_run(output_dir: Path) -> Path:
