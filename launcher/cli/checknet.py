@@ -33,7 +33,8 @@ def add_parser(sub) -> None:
     p.add_argument("--server-id", help="this host's server_id in the table (default: found from its addresses)")
     add_check_options(p)
     p.add_argument("--json", action="store_true", help="print the results as JSON")
-    replace(PROFILE, layered=False).add_to(p)
+    # the checks need a table whose devices can be named, not one that follows a product's topology rules
+    replace(PROFILE, layered=False, default="structure").add_to(p)
     ssh = p.add_argument_group(SSH_GROUP)
     ssh.add_argument("--ssh", action="store_true", help="check every server of the table over SSH from here")
     ssh.add_argument("--ssh-config", metavar="FILE", help="OpenSSH client config (default ~/.ssh/config)")
@@ -115,7 +116,7 @@ def cmd_check_network(args: argparse.Namespace) -> int:
         json.dump(report.as_json(hosts), sys.stdout, indent=2)
         print()
     else:
-        print(report.text(hosts, args.hccn_tool))
+        print(report.text(hosts, args.hccn_tool, [str(server.server_id) for server in table.servers]))
     return report.exit_code(hosts)
 
 
@@ -125,5 +126,5 @@ def check_before_launch(args: argparse.Namespace, text: str, table, server_index
 
     hosts = run_checks(args, text, table, server_index)
     if not report.passed(hosts):
-        print(report.text(hosts, args.hccn_tool), file=sys.stderr)
+        print(report.text(hosts, args.hccn_tool, [str(server.server_id) for server in table.servers]), file=sys.stderr)
         raise LaunchError(f"--check-network: {report.first_failures(hosts)}; no rank was started")

@@ -44,12 +44,12 @@ def as_json(hosts: list[dict]) -> dict:
             "failed_hosts": [host["host"] for host in hosts if host.get("problem")]}
 
 
-def fix(row: dict, failure: dict, hosts: list[dict], tool_path: str | None) -> str:
+def fix(row: dict, failure: dict, hosts: list[dict], tool_path: str | None, servers: list[str]) -> str:
     """The one command or step that repairs ``failure`` of device ``row``."""
     n, check = row["device"], failure["check"]
     hccn = tool_path or "hccn_tool"
     if check == "ip":
-        return regenerate(row["host"], hosts, tool_path)
+        return regenerate(row["host"], hosts, tool_path, servers)
     if check == "link":
         return (f"check the cable, optical module and switch port of device {n}; if it was set down by hand: "
                 f"{hccn} -i {n} -cfg recovery")
@@ -65,8 +65,9 @@ def fix(row: dict, failure: dict, hosts: list[dict], tool_path: str | None) -> s
     return f"run {hccn} -i {n} -ip -g by hand on {row['host']}; the driver or the device is not answering"
 
 
-def regenerate(host: str, hosts: list[dict], tool_path: str | None) -> str:
-    """The commands that rebuild the table from the devices' real addresses (gen-ranktable reads hccn_tool)."""
+def regenerate(host: str, hosts: list[dict], tool_path: str | None, servers: list[str]) -> str:
+    """The commands that rebuild the table from the devices' real addresses (gen-ranktable reads hccn_tool);
+    ``servers`` are the table's server ids, whose per-host tables merge-ranktable joins."""
     for entry in hosts:
         if entry["host"] == host:
             devices = ",".join(str(row["device"]) for row in entry["devices"])
@@ -75,13 +76,16 @@ def regenerate(host: str, hosts: list[dict], tool_path: str | None) -> str:
         devices = "0-7"
     gen = ["dlaunch", "gen-ranktable", "--devices", devices, "--server-id", host,
            *(["--hccn-tool", tool_path] if tool_path else []), "-o", f"{host}.json"]
-    merge = "dlaunch merge-ranktable " + " ".join(shlex.quote(f"{h['host']}.json") for h in hosts) + " -o rt.json"
+    merge = "dlaunch merge-ranktable " + " ".join(shlex.quote(f"{sid}.json") for sid in servers) + " -o rt.json"
     return (f"the table is stale; on {host}: {shlex.join(gen)} (addresses from hccn_tool -ip -g), "
-            f"then {merge}" if len(hosts) > 1 else f"the table is stale; regenerate it: {shlex.join(gen)}")
+            f"then {merge}" if len(servers) > 1 else f"the table is stale; regenerate it: {shlex.join(gen)}")
 
 
-def text(hosts: list[dict], tool_path: str | None = None) -> str:
-    """The terminal report: the results table, one line per failure with its fix, one verdict line."""
+def text(hosts: list[dict], tool_path: str | None = None, servers: list[str] | None = None) -> str:
+    """The terminal report: the results table, one line per failure with its fix, one verdict line.
+
+    ``servers``: the table's server ids (default: the hosts checked)."""
+    servers = servers or [host["host"] for host in hosts]
     table: list[tuple[str, ...]] = [COLUMNS]
     for host in hosts:
         if host.get("problem"):
@@ -99,7 +103,7 @@ def text(hosts: list[dict], tool_path: str | None = None) -> str:
         for row in host["devices"]:
             for failure in row["failures"]:
                 lines.append(printable(f"host {row['host']} device {row['device']}: {failure['detail']}; "
-                                       f"fix: {fix(row, failure, hosts, tool_path)}"))
+                                       f"fix: {fix(row, failure, hosts, tool_path, servers)}"))
     devices = [row for host in hosts for row in host["devices"]]
     bad = sum(1 for row in devices if row["failures"])
     lost = sum(1 for host in hosts if host.get("problem"))
