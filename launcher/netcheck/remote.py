@@ -89,6 +89,16 @@ def _check_one(target, text: str, argv: list[str], trust_new: bool, job, budget:
         client.close()
 
 
+def _is_row(row) -> bool:
+    """A device row as ``device.new_row`` makes them, failures and all (a host's answer is checked, not trusted)."""
+    from launcher.netcheck.device import Target, new_row
+
+    keys = set(new_row(Target("", 0, "", None, None)))
+    return (isinstance(row, dict) and set(row) == keys and isinstance(row["failures"], list)
+            and all(isinstance(f, dict) and isinstance(f.get("check"), str) and isinstance(f.get("detail"), str)
+                    for f in row["failures"]))
+
+
 def _run_check(client, command: str, text: str, timeout: float) -> dict:
     stdin, stdout, stderr = client.exec_command(command, timeout=timeout)
     stdin.write(text)
@@ -97,9 +107,10 @@ def _run_check(client, command: str, text: str, timeout: float) -> dict:
     said = stderr.read(MAX_STDERR).decode("utf-8", "replace")
     status = stdout.channel.recv_exit_status()
     try:
-        result = json.loads(answer)
-        hosts = result["hosts"]
-        return {"devices": hosts[0]["devices"], "problem": hosts[0].get("problem")}
+        host = json.loads(answer)["hosts"][0]
+        if not all(_is_row(row) for row in host["devices"]):
+            return {"problem": "it answered in a format this dlaunch does not know (another dlaunch version there?)"}
+        return {"devices": host["devices"], "problem": host.get("problem")}
     except (ValueError, KeyError, IndexError, TypeError):
         lines = [line.strip() for line in said.splitlines() if line.strip()]
         last = lines[-1] if lines else "no output"
