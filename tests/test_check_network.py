@@ -352,3 +352,22 @@ def test_cluster_check_network_refuses_to_start_a_job_with_a_stale_address(tmp_p
                            f"{device_ip(0, 0)}, the rank table says 10.0.0.55"), last
     assert last.endswith("no rank was started")
     assert not marker.exists() and not (tmp_path / "runs").exists()
+
+
+def test_cluster_ssh_check_network_refuses_before_any_host_starts(ssh_cluster, tmp_path):
+    tool_path = install_tool(tmp_path / "driver", healthy_hosts())
+    table = write_table(tmp_path / "rt.json", stale={(1, 0): "10.1.0.42"})
+    script = tmp_path / "train.py"
+    script.write_text("raise SystemExit(3)\n")
+    result = run_dlaunch("cluster", script, "--rank-table", table, "--ssh", "--ssh-config", ssh_cluster.ssh_config,
+                         "--remote-python", python_with_this_tree(tmp_path), "--profile", "structure",
+                         "--check-network", "--hccn-tool", tool_path, "--health-timeout", "1",
+                         "--output-dir", tmp_path / "runs", cwd=tmp_path, timeout=90,
+                         env={"HCCN_FAKE_STATE": "", "HCCN_FAKE_HOST": ""})
+    assert result.returncode == 1, result.stderr
+    last = result.stderr.splitlines()[-1]
+    assert f"--check-network: host {HOSTS[1]} device 0: the device's address is {device_ip(1, 0)}" in last, last
+    assert last.endswith("no rank was started")
+    assert not (tmp_path / "runs").exists()
+    # the report above it shows every host's devices
+    assert sum(line.split()[:1] == [HOSTS[0]] for line in result.stderr.splitlines()) == 2

@@ -115,10 +115,16 @@ def text(hosts: list[dict], tool_path: str | None = None, servers: list[str] | N
     return "\n".join(lines)
 
 
+# causes before symptoms: a stale address also fails its peer's net health, a dead link its own
+CAUSES = ("ip", "link", "tool", "npu", "tls", "health", "restore")
+
+
 def first_failures(hosts: list[dict], limit: int = 3) -> str:
-    """The failing devices in words, for ``cluster --check-network``'s refusal."""
+    """The failing devices in words, causes first, for ``cluster --check-network``'s refusal."""
     named = [f"host {host['host']}: {host['problem']}" for host in hosts if host.get("problem")]
-    named += [f"host {row['host']} device {row['device']}: {row['failures'][0]['detail']}"
-              for host in hosts for row in host["devices"] if row["failures"]]
+    failing = [(min(CAUSES.index(f["check"]) if f["check"] in CAUSES else len(CAUSES) for f in row["failures"]),
+                row) for host in hosts for row in host["devices"] if row["failures"]]
+    failing.sort(key=lambda pair: pair[0])
+    named += [f"host {row['host']} device {row['device']}: {row['failures'][0]['detail']}" for _, row in failing]
     more = f" (and {len(named) - limit} more)" if len(named) > limit else ""
     return printable("; ".join(named[:limit]) + more)
