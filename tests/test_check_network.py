@@ -371,3 +371,15 @@ def test_cluster_ssh_check_network_refuses_before_any_host_starts(ssh_cluster, t
     assert not (tmp_path / "runs").exists()
     # the report above it shows every host's devices
     assert sum(line.split()[:1] == [HOSTS[0]] for line in result.stderr.splitlines()) == 2
+
+
+def test_a_failing_tool_call_is_that_device_s_failure_and_a_driver_without_tls_is_left_out(tmp_path):
+    tool_path = install_tool(tmp_path / "driver", healthy_hosts(changes={(0, 0): {"fail": ["ip"]},
+                                                                         (0, 1): {"fail": ["tls"]}}))
+    result = check_local(tmp_path, tool_path, "--json")
+    assert result.returncode == 1, result.stdout + result.stderr
+    rows = result_rows(result.stdout)
+    failures = rows[(HOSTS[0], 0)]["failures"]
+    assert [(f["check"], "-ip -g: exit 1 (ip failed: ret[-1])" in f["detail"]) for f in failures] == [("tool", True)]
+    assert rows[(HOSTS[0], 0)]["health"] == "Success"   # the other checks still ran
+    assert rows[(HOSTS[0], 1)]["failures"] == [] and rows[(HOSTS[0], 1)]["tls"] is None
