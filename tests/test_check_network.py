@@ -383,3 +383,13 @@ def test_a_failing_tool_call_is_that_device_s_failure_and_a_driver_without_tls_i
     assert [(f["check"], "-ip -g: exit 1 (ip failed: ret[-1])" in f["detail"]) for f in failures] == [("tool", True)]
     assert rows[(HOSTS[0], 0)]["health"] == "Success"   # the other checks still ran
     assert rows[(HOSTS[0], 1)]["failures"] == [] and rows[(HOSTS[0], 1)]["tls"] is None
+
+
+def test_over_ssh_hosts_without_the_tool_say_so_each(ssh_cluster, tmp_path):
+    table = write_table(tmp_path / "rt.json")
+    result = run_dlaunch("check-network", table, "--ssh", "--ssh-config", ssh_cluster.ssh_config,
+                         "--remote-python", python_with_this_tree(tmp_path), cwd=tmp_path, timeout=90)
+    assert result.returncode == 1, result.stdout + result.stderr
+    said = [line for line in result.stdout.splitlines() if line.startswith("host 127.")]
+    assert said == [f"host {host}: the check there failed (exit 2): dlaunch: error: {tool.MISSING}" for host in HOSTS]
+    assert result.stdout.splitlines()[-1] == "network check FAILED: 0 of 0 device(s), 2 host(s) not checked"
