@@ -211,13 +211,33 @@ def test_an_unreachable_peer_fails_after_the_health_timeout(tmp_path):
     assert restores == [device_ip(1, 1), GATEWAY]
 
 
-def test_tls_switches_that_differ_fail_the_odd_device(tmp_path):
-    tool_path = install_tool(tmp_path / "driver", healthy_hosts(devices=3, changes={(0, 2): {"tls": 1}}))
+NPU_SMI = """\
+| NPU   Name                | Health        | Power(W)    Temp(C)           Hugepages-Usage(page)|
++===========================+===============+====================================================+
+| 0     910B3               | OK            | 93.4        36                0    / 0             |
+| 0                         | 0000:C1:00.0  | 0           0    / 0          3161 / 65536         |
+| 1     910B3               | OK            | 93.4        36                0    / 0             |
+| 0                         | 0000:C2:00.0  | 0           0    / 0          3161 / 65536         |
+| 2     910B3               | Warning       | 93.4        36                0    / 0             |
+| 0                         | 0000:C3:00.0  | 0           0    / 0          3161 / 65536         |
+"""
+
+
+def test_tls_switches_that_differ_and_npu_smi_health_fail_their_devices(tmp_path):
+    tool_path = install_tool(tmp_path / "driver", healthy_hosts(devices=3, changes={(0, 1): {"tls": 1},
+                                                                                    (0, 0): {"netdetect": "0.0.0.0"}}))
+    npu_smi = tool_path.parent / "npu-smi"   # found beside hccn_tool, where the driver installs both
+    npu_smi.write_text(f"#!/bin/sh\ncat <<'END'\n{NPU_SMI}END\n")
+    npu_smi.chmod(0o755)
     result = check_local(tmp_path, tool_path, "--json", table=write_table(tmp_path / "rt.json", devices=3))
     assert result.returncode == 1, result.stdout + result.stderr
     rows = result_rows(result.stdout)
-    assert [f["check"] for f in rows[(HOSTS[0], 2)]["failures"]] == ["tls"]
-    assert rows[(HOSTS[0], 0)]["failures"] == rows[(HOSTS[0], 1)]["failures"] == []
+    assert [f["check"] for f in rows[(HOSTS[0], 1)]["failures"]] == ["tls"]
+    assert [f["detail"] for f in rows[(HOSTS[0], 2)]["failures"]] == ["npu-smi info says Health Warning"]
+    assert rows[(HOSTS[0], 0)]["failures"] == []
+    assert [rows[(HOSTS[0], d)]["npu_health"] for d in range(3)] == ["OK", "OK", "Warning"]
+    # a device that had no detection address keeps the peer; the others get theirs back
+    assert [rows[(HOSTS[0], d)]["restored"] for d in range(3)] == [None, GATEWAY, GATEWAY]
 
 
 def test_without_hccn_tool_one_line_says_the_checks_need_the_driver_tools(tmp_path):
