@@ -413,3 +413,20 @@ def test_over_ssh_hosts_without_the_tool_say_so_each(ssh_cluster, tmp_path):
     said = [line for line in result.stdout.splitlines() if line.startswith("host 127.")]
     assert said == [f"host {host}: the check there failed (exit 2): dlaunch: error: {tool.MISSING}" for host in HOSTS]
     assert result.stdout.splitlines()[-1] == "network check FAILED: 0 of 0 device(s), 2 host(s) not checked"
+
+
+def test_over_ssh_an_unknown_host_key_is_refused_as_cluster_refuses_it(ssh_cluster, tmp_path):
+    tool_path = install_tool(tmp_path / "driver", healthy_hosts())
+    config = tmp_path / "ssh_config"
+    config.write_text(ssh_cluster.ssh_config.read_text().replace(str(ssh_cluster.known_hosts),
+                                                                 str(ssh_cluster.known_hosts_without(1))))
+    result = run_dlaunch("check-network", write_table(tmp_path / "rt.json"), "--ssh", "--ssh-config", config,
+                         "--hccn-tool", tool_path, "--remote-python", python_with_this_tree(tmp_path),
+                         "--health-timeout", "1", "--json", cwd=tmp_path, timeout=90)
+    assert result.returncode == 1, result.stdout + result.stderr
+    answer = json.loads(result.stdout)
+    assert answer["failed_hosts"] == [HOSTS[1]]
+    problem = answer["hosts"][1]["problem"]
+    assert problem.startswith(f"unknown host key for [{HOSTS[1]}]:") and "--trust-new-hosts" in problem, problem
+    assert [row["failures"] for row in answer["hosts"][0]["devices"]] == [[], []]
+    assert HOSTS[1] not in {c["host"] for c in calls(tool_path)}   # nothing ran there
