@@ -44,8 +44,9 @@ def check_hosts(text: str, table, settings: Settings, *, tool_given: str | None,
     server_ids = _server_ids(table)
     targets = [resolve_target(config, sid) for sid in server_ids]
     python = python or sys.executable
-    # one host: connect, then at most ~4 tool calls and the health wait per device (devices run at once)
-    budget = connect_timeout + settings.health_timeout + 6 * settings.timeout + SLACK
+    # one host: connect; per device (all at once) six calls besides the health polls, the last poll's call,
+    # then npu-smi; each call bounded by the tool timeout
+    budget = connect_timeout + settings.health_timeout + 8 * settings.timeout + SLACK
     job = SimpleNamespace(connect_timeout=connect_timeout)
 
     def one(target):
