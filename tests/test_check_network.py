@@ -430,3 +430,18 @@ def test_over_ssh_an_unknown_host_key_is_refused_as_cluster_refuses_it(ssh_clust
     assert problem.startswith(f"unknown host key for [{HOSTS[1]}]:") and "--trust-new-hosts" in problem, problem
     assert [row["failures"] for row in answer["hosts"][0]["devices"]] == [[], []]
     assert HOSTS[1] not in {c["host"] for c in calls(tool_path)}   # nothing ran there
+
+
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
+    from launcher.cli import main
+
+    table = write_table(tmp_path / "rt.json")
+    for argv, said in ((["check-network", str(tmp_path / "absent.json")], "cannot read rank table"),
+                       (["check-network", str(table), "--ssh", "--server-id", HOSTS[0]], "--server-id chooses one"),
+                       (["check-network", str(table), "--server-id", "10.9.9.9"], "is not in the rank table")):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert said in err and "Traceback" not in err, (argv, err)
+    with pytest.raises(SystemExit) as stopped:   # argparse's own errors: usage, one line, exit 2
+        main(["check-network", str(table), "--health-timeout", "0"])
+    assert stopped.value.code == 2 and "--health-timeout: 0 seconds is out of range" in capsys.readouterr().err
