@@ -114,6 +114,14 @@ _DECLARED: list[tuple[Option, tuple[str, ...]]] = [
     (Option(("--master-addr",), "MASTER_ADDR (default: the server_id of rank 0's server)"), ("cluster",)),
     (Option(("--master-port",), f"MASTER_PORT (default {CLUSTER_DEFAULT_PORT}, the same on every host)",
             type=port), ("cluster",)),
+    (Option(("--check-network",), "before starting ranks, run dlaunch check-network on the table (every host with "
+                                  "--ssh) and refuse to start when a device fails; costs a few hccn_tool calls "
+                                  "and up to --health-timeout seconds", kind=FLAG, default=False), ("cluster",)),
+    (Option(("--hccn-tool",), "hccn_tool for --check-network (default: PATH, else the driver's tools directory)",
+            metavar="PATH"), ("cluster",)),
+    (Option(("--health-timeout",), "--check-network: how long a device's net health may take to turn Success "
+                                   "(default 30)", type=positive_seconds, default=30.0, metavar="SECONDS"),
+     ("cluster",)),
     (Option(("--ssh",), "start every server of the table over SSH from here", kind=FLAG, default=False,
             group=SSH_GROUP), ("cluster",)),
     (Option(("--ssh-config",), "OpenSSH client config (default ~/.ssh/config)", metavar="FILE", group=SSH_GROUP),

@@ -102,11 +102,12 @@ def _write_table(table, output: str | None, force: bool) -> None:
 
 
 def cmd_gen(args: argparse.Namespace) -> int:
-    from launcher.table.build import parse_devices, primary_address, read_hccn_conf, single_server_table
+    from launcher.table.build import parse_devices, primary_address, read_hccn_conf, read_hccn_tool, single_server_table
     from launcher.table.rules import require_valid
 
     devices = parse_devices(args.devices)
-    table = single_server_table(devices, args.server_id or primary_address(), read_hccn_conf(args.hccn_conf))
+    addresses = read_hccn_conf(args.hccn_conf) or read_hccn_tool(devices, args.hccn_conf, args.hccn_tool)
+    table = single_server_table(devices, args.server_id or primary_address(), addresses)
     require_valid(table, args.profile, f"device set {args.devices}")
     _write_table(table, args.output, args.force)
     if args.output and args.output != "-":
@@ -137,15 +138,23 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_cluster(args: argparse.Namespace, control=None, on_started=None) -> int:
     from launcher.execute.attempts import launch
 
+    checking = args.check_network and not args.dry_run
+    if checking:
+        from launcher.cli.checknet import check_before_launch
     if args.ssh:
         from launcher.execute.ssh.head import launch_over_ssh
 
-        return launch_over_ssh(args, *head_launch(args))
+        text, head_table, opts = head_launch(args)
+        if checking:
+            check_before_launch(args, text, head_table, None)
+        return launch_over_ssh(args, text, head_table, opts)
     if not args.rank_table and getattr(args, "rank_table_text", None) is None:
         raise UsageError("dlaunch cluster needs --rank-table FILE: on each host, dlaunch cluster SCRIPT "
                          "--rank-table FILE --rank-start K; or from one head node, dlaunch cluster SCRIPT "
                          "--rank-table FILE --ssh")
     table, server_index, _, view = launch_table(args)
+    if checking:
+        check_before_launch(args, "", table, server_index)
     return launch(table, server_index, launch_options(args, table, server_index, view=view), dry_run=args.dry_run,
                   on_started=on_started, control=control)
 

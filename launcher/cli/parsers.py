@@ -100,10 +100,13 @@ def build_parser() -> DlaunchParser:
 
     p = sub.add_parser("gen-ranktable", help="write a one-server rank table (like hccl_tools.py)",
                        description="Write a one-server rank table for the given devices. Device IPs come from "
-                                   "hccn.conf (address_N=IP lines); without it device_ip stays empty (CPU/GPU).")
+                                   "hccn.conf (address_N=IP lines); without it from hccn_tool -i N -ip -g where "
+                                   "the driver's hccn_tool is present; else device_ip stays empty (CPU/GPU).")
     p.add_argument("--devices", default="0-7", help="device ids: 0-7 or 0,1,2,3 (default 0-7)")
     p.add_argument("--server-id", help="this host's address (default: its primary IPv4 address)")
     p.add_argument("--hccn-conf", default="/etc/hccn.conf", metavar="FILE", help="default /etc/hccn.conf")
+    p.add_argument("--hccn-tool", metavar="PATH", help="without hccn.conf, read each device's address with this "
+                                                      "hccn_tool (-ip -g); default: PATH or the driver's tools")
     p.add_argument("-o", "--output", metavar="FILE", help="output file (default: stdout)")
     p.add_argument("--force", action="store_true", help="replace FILE if it exists")
     _profile_arg(p)
@@ -179,9 +182,9 @@ def build_parser() -> DlaunchParser:
     # Commands in modules of their own register here: each module's add_parser(sub) adds its subparser with
     # set_defaults(handler=...), importing nothing heavy at module level.
     from launcher import scriptgen
-    from launcher.cli import msrun
+    from launcher.cli import checknet, msrun
     from launcher.observe import logs, prune, report, status
-    for module in (scriptgen, status, logs, report, prune, msrun):
+    for module in (scriptgen, status, logs, report, prune, msrun, checknet):
         module.add_parser(sub)
     parser.launch_parsers = launch_parsers
     parser.subcommands = sub.choices   # command name -> its parser: errors show the usage of the command used

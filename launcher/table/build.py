@@ -1,7 +1,8 @@
 """Build rank tables the way ``hccl_tools.py`` does, and merge per-host tables.
 
 ``gen-ranktable`` describes one server from a device list and ``/etc/hccn.conf``
-(whose ``address_N=IP`` lines give each NPU's NIC address).  On CPU and GPU
+(whose ``address_N=IP`` lines give each NPU's NIC address), or without that file
+the driver's ``hccn_tool -i N -ip -g``.  On CPU and GPU
 hosts there is no hccn.conf and ``device_ip`` stays empty, which the validator
 accepts with a warning for a single server.
 
@@ -42,6 +43,32 @@ def read_hccn_conf(path: str = HCCN_CONF) -> dict[int, str]:
         key, sep, value = line.strip().partition("=")
         if sep and key.startswith("address_") and key[len("address_"):].isdigit():
             addresses[int(key[len("address_"):])] = value.strip()
+    return addresses
+
+
+def read_hccn_tool(devices: list[int], hccn_conf: str = HCCN_CONF, given: str | None = None,
+                   timeout: float = 10.0) -> dict[int, str]:
+    """Without hccn.conf (containers often have none), each device's address from ``hccn_tool -i N -ip -g``.
+
+    Only where the driver's tool is present (``--hccn-tool``, PATH or its usual directory): a CPU or GPU
+    host without it gets no addresses, as before. A tool that is there but cannot answer is an error.
+    """
+    from launcher.netcheck import tool
+
+    if os.path.lexists(hccn_conf):
+        return {}
+    try:
+        path = tool.find_tool(given)
+    except UsageError:
+        if given:
+            raise
+        return {}
+    addresses = {}
+    for device in devices:
+        try:
+            addresses[device] = tool.parse_ip(tool.run([path, "-i", str(device), "-ip", "-g"], timeout))
+        except tool.ToolError as exc:
+            raise UsageError(f"no {hccn_conf}, and reading device {device}'s address failed: {exc}") from None
     return addresses
 
 
