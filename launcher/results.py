@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import signal
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from launcher.lines import tail_lines
 
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
 HANG_EXIT_CODE = 124  # as coreutils timeout: the job was stopped because it stopped making progress
 
 
-def how_it_ended(entry: dict) -> str:
+def how_it_ended(entry: Mapping[str, Any]) -> str:
     """``entry``: a rank's summary record (or a root cause): exit_code, signal, spawn_error, hung."""
     if entry.get("spawn_error"):
         how = entry["spawn_error"]
@@ -198,7 +199,8 @@ def closing_lines(summary: dict, summary_path: str) -> list[str]:
     return lines
 
 
-def job_verdict(summaries: list[dict], head: dict | None = None, missing_hosts=()) -> dict:
+def job_verdict(summaries: Sequence[Mapping[str, Any]], head: Mapping[str, Any] | None = None,
+                missing_hosts=()) -> dict:
     """The whole job, from the summaries of its hosts (and the head's, for ``cluster --ssh``).
 
     THE rule for a job of several hosts: the head, when there is one, has already judged across hosts (the

@@ -9,7 +9,7 @@ import time
 from launcher.argtypes import whole
 from launcher.console import settle_streams
 from launcher.errors import UsageError
-from launcher.lines import LineBuffer, tail_offset
+from launcher.lines import LineBuffer, open_regular, tail_offset, with_prefix
 from launcher.observe import add_run_arguments
 from launcher.observe.processes import Observer
 from launcher.rundir import RankRef, current_attempt, load_run, log_attempts, log_path, run_directory, select_ranks
@@ -30,13 +30,13 @@ class _Tail:
 
     def read(self, out, final: bool = False) -> bool:
         """Write the whole lines appended since the last read; ``final`` also writes an unended last line."""
-        try:
-            size = os.stat(self.path).st_size
-        except OSError:
+        fh = open_regular(self.path)   # never a FIFO or device put in a log's place
+        if fh is None:
             return False
-        wrote = False
-        if size > self.offset:
-            with open(self.path, "rb") as fh:
+        with fh:
+            size = os.fstat(fh.fileno()).st_size
+            wrote = False
+            if size > self.offset:
                 fh.seek(self.offset)
                 while self.offset < size:  # in bounded chunks: logs can be gigabytes
                     chunk = fh.read(min(READ_CHUNK, size - self.offset))
@@ -52,8 +52,7 @@ class _Tail:
         """Write whole ``lines``, each prefixed."""
         if not lines:
             return False
-        body = lines.removesuffix(b"\n")
-        out.write(self.prefix + body.replace(b"\n", b"\n" + self.prefix) + b"\n")
+        out.write(b"".join(with_prefix(line, self.prefix) + b"\n" for line in lines.removesuffix(b"\n").split(b"\n")))
         return True
 
 

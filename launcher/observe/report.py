@@ -18,6 +18,7 @@ from launcher.observe.charts import OUTCOME_COLOURS, chart_svg, format_number, l
 from launcher.observe.metrics import RankStory, collect, span_outcome
 from launcher.results import job_verdict
 from launcher.rundir import Run, load_run, log_attempts, log_path, run_directory
+from launcher.rundir_model import RankSpecFile
 from launcher.userfiles import write_output
 
 
@@ -53,7 +54,7 @@ def command_context(run: Run) -> dict:
     from launcher.environment import masked, masked_argv
 
     specs = [spec for _, plan in sorted(run.plans.items()) for spec in plan.get("ranks", [])]
-    by_command: dict[str, list[dict]] = {}
+    by_command: dict[str, list[RankSpecFile]] = {}
     for spec in specs:
         by_command.setdefault(shlex.join(masked_argv(spec.get("argv", []))), []).append(spec)
     commands = []
