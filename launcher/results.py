@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from launcher.console import printable
 from launcher.lines import tail_lines
 
 if TYPE_CHECKING:
@@ -31,6 +32,14 @@ def how_it_ended(entry: Mapping[str, Any]) -> str:
     else:
         how = f"exited with code {entry.get('exit_code')}"
     return f"hung and was stopped ({how})" if entry.get("hung") else how
+
+
+def who(cause: Mapping[str, Any]) -> str:
+    """Whom a root cause names: ``rank 3 (host h, device 3)``, or MindSpore's scheduler, which has neither rank
+    nor device."""
+    if cause.get("role") == "scheduler":
+        return f"the MindSpore scheduler (host {cause.get('host')})"
+    return f"rank {cause.get('rank')} (host {cause.get('host')}, device {cause.get('device_id')})"
 
 
 @dataclass
@@ -175,14 +184,12 @@ def closing_lines(summary: dict, summary_path: str) -> list[str]:
         if cause.get("stack_file"):
             lines.append(f"stacks of this host's ranks: {cause['stack_file']} (and its peers')")
     if cause:
-        who = (f"the MindSpore scheduler (host {cause['host']})" if cause.get("role") == "scheduler" else
-               f"rank {cause['rank']} (host {cause['host']}, device {cause['device_id']})")
-        lines.append(f"{who} {how_it_ended(cause)}; log: {cause['log']}")
-        if cause.get("error_file_message"):
-            lines.append(f"its error file says: {cause['error_file_message']}")
+        lines.append(f"{who(cause)} {how_it_ended(cause)}; log: {cause['log']}")
+        if cause.get("error_file_message"):   # the rank's own words: shown, never obeyed by the terminal
+            lines.append(f"its error file says: {printable(cause['error_file_message'])}")
         if cause["log_tail"]:
             lines.append("last lines of its log:")
-            lines += [f"    | {line}" for line in cause["log_tail"]]
+            lines += [f"    | {printable(line)}" for line in cause["log_tail"]]
         if cause.get("role") == "scheduler":
             stopped = f"stopped all {count} rank(s); "
         else:

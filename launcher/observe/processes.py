@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from launcher.host import host_names
+from launcher.observe import tell_problems
 from launcher.results import job_verdict
 from launcher.rundir import (
     RankRef,
@@ -42,6 +43,7 @@ class Observer:
         self._primed: set = set()                  # processes whose CPU % has a start
         self._launchers: set[int] = set()          # launcher pids seen (pids files, parents of ranks)
         self._local: set[str] | None = None
+        self._told: set[str] = set()                # damaged files already warned of
 
     # -- finding ranks -----------------------------------------------------
 
@@ -189,6 +191,7 @@ class Observer:
     def snapshot(self, ranks: list[str] | None = None) -> dict:
         """The run now, as ``status --json`` prints it."""
         run = load_run(self.run_dir)
+        tell_problems(run, self._told)
         refs = select_ranks(run, ranks)
         live = self.find_ranks(run, refs)
         usage = self._usage({rank: self._tree(proc) for rank, proc in live.items()})

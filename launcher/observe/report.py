@@ -14,6 +14,7 @@ import os
 import time
 
 from launcher.console import say
+from launcher.observe import tell_problems
 from launcher.observe.charts import OUTCOME_COLOURS, chart_svg, format_number, legend_html, rank_colour, timeline_svg
 from launcher.observe.metrics import RankStory, collect, span_outcome
 from launcher.results import job_verdict
@@ -101,6 +102,7 @@ def page_context(run: Run, stories: list[RankStory]) -> dict:
             if cause:
                 _, label, detail = span_outcome(cause, cause, cause.get("rank"))
                 causes.append({"attempt": attempt.get("attempt", 0), "rank": cause.get("rank"),
+                               "scheduler": cause.get("role") == "scheduler",
                                "host": cause.get("host"), "device": cause.get("device_id"), "what": detail,
                                "log": cause.get("log"), "log_url": file_url(cause.get("log")),
                                "tail": cause.get("log_tail") or [],
@@ -139,6 +141,7 @@ def render(run_dir: str) -> str:
     import jinja2
 
     run = load_run(run_dir)
+    tell_problems(run)
     stories = collect(run)
     env = jinja2.Environment(loader=jinja2.PackageLoader("launcher", "templates"),
                              autoescape=jinja2.select_autoescape(["html", "j2"]), trim_blocks=True,
