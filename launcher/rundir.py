@@ -143,6 +143,10 @@ def create(plan: LaunchPlan, rank_table_text: str, shared: bool) -> None:
     """
     made: list[str] = []
     writing = plan.output_dir   # what is being made, for the message if it fails
+    outer = enclosing_run_dir(os.path.join(os.path.realpath(plan.output_dir), RUN_MARKERS[0]))
+    if outer is not None:
+        raise UsageError(f"the output directory {plan.output_dir} is inside the run directory {outer}: a run "
+                         f"inside another would be removed with it (prune, a copy); choose a directory outside it")
     try:
         _make_dirs(plan.output_dir, made)
         writing = plan.run_dir

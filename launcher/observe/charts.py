@@ -15,6 +15,7 @@ MAX_POINTS = 1000              # per line drawn (wider than a chart's pixels): l
 POINT_BUDGET = 60000           # per chart: with many ranks each line gets fewer points (at least MIN_POINTS)
 MIN_POINTS = 150
 LOG_SCALE_NAMES = re.compile(r"loss|perplexity|ppl", re.IGNORECASE)   # drawn on a log scale when all positive
+FRACTION_NAMES = re.compile(r"acc|precision|recall|\bf1|auc|iou", re.IGNORECASE)   # ratios: an axis within [0, 1]
 MANY_RANKS = 8                 # above this, a chart adds the ranks' mean and their min-max band
 
 OUTCOME_COLOURS = {
@@ -84,14 +85,18 @@ def _esc(text) -> str:
             .replace('"', "&quot;").replace("'", "&#x27;"))
 
 
-def nice_ticks(low: float, high: float, count: int = 6, integer: bool = False) -> list[float]:
+def nice_ticks(low: float, high: float, count: int = 6, integer: bool = False,
+               within: tuple[float, float] = (-math.inf, math.inf)) -> list[float]:
     """Round tick values covering [low, high] (1, 2, 2.5 or 5 times a power of ten apart); with
-    ``integer``, whole numbers only (steps, epochs: never a tick at step 2.5)."""
+    ``integer``, whole numbers only (steps, epochs: never a tick at step 2.5). A single value is centred,
+    but never padded past ``within`` (an accuracy of 0.9 gets no axis up to 1.6)."""
     if not (math.isfinite(low) and math.isfinite(high)):
         return [0.0]
     if high <= low:  # one value: centre it
         pad = 1.0 if integer else (abs(low) / 2 or 1.0)
-        low, high = low - pad, high + pad
+        low, high = max(low - pad, min(within[0], low)), min(high + pad, max(within[1], high))
+        if high <= low:
+            low, high = low - pad, high + pad
     raw = (high - low) / max(1, count - 1)
     if integer:
         raw = max(raw, 1.0)
@@ -105,6 +110,14 @@ def nice_ticks(low: float, high: float, count: int = 6, integer: bool = False) -
     if ticks[-1] < high:
         ticks.append(round(value, 12))
     return [int(t) for t in ticks] if integer else ticks
+
+
+def value_range(name: str, values: list[float]) -> tuple[float, float]:
+    """Where a metric's axis may reach: never below 0 for values that are all >= 0, never above 1 for a
+    fraction (accuracy, precision, ...) whose values are all within [0, 1]."""
+    low = 0.0 if min(values) >= 0 else -math.inf
+    high = 1.0 if FRACTION_NAMES.search(name) and 0 <= min(values) and max(values) <= 1 else math.inf
+    return low, high
 
 
 def log_ticks(low: float, high: float) -> tuple[float, float, list[float]] | None:
@@ -308,7 +321,7 @@ def chart_svg(name: str, stories: list[RankStory], width: int = 1056, plot_h: in
     if log:
         bottom, ceiling, yt = scale
     else:
-        yt = nice_ticks(min(values), max(values), 6)
+        yt = nice_ticks(min(values), max(values), 6, within=value_range(name, values))
         bottom, ceiling = yt[0], yt[-1]
     x0, x1 = xt[0], xt[-1]
     f = math.log10 if log else (lambda v: v)
