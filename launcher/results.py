@@ -202,7 +202,8 @@ def closing_lines(summary: dict, summary_path: str) -> list[str]:
     else:
         lines.append(f"interrupted by {summary['interrupted_by']}; stopped {count} rank(s); summary {summary_path}")
     if summary.get("newest_complete_checkpoint"):
-        lines.append(f"newest complete checkpoint: {summary['newest_complete_checkpoint']} (what --resume picks)")
+        lines.append(f"newest complete checkpoint: {printable(summary['newest_complete_checkpoint'])} "
+                     "(what --resume picks)")
     return lines
 
 

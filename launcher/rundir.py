@@ -338,7 +338,7 @@ def load_run(run_dir: str) -> Run:
             run.ranks.append(RankRef(rank=SCHEDULER_RANK, local_rank=-1, host=scheduler.get("server_id", ""),
                                      device_id=-1, rank_dir=scheduler["rank_dir"], suffix=suffix, role="scheduler"))
     run.ranks.sort(key=lambda ref: ref.rank)
-    run.missing_hosts = _missing_hosts(plans, set(plans) | set(summaries) | damaged, problems)
+    run.missing_hosts = _missing_hosts(run_dir, plans, set(plans) | set(summaries) | damaged, problems)
     if run.missing_hosts:
         run.world_size = max(run.world_size, len(run.ranks) + sum(h["count"] for h in run.missing_hosts))
     return run
@@ -359,7 +359,7 @@ def _or(value, default):
     return default if value is None else value
 
 
-def _missing_hosts(plans: dict, reported, problems: list[str]) -> list[dict]:
+def _missing_hosts(run_dir: str, plans: dict, reported, problems: list[str]) -> list[dict]:
     """Servers of the job that wrote neither a plan nor a summary into this run directory.
 
     Each host's plan lists the job's other servers (``peers``), so one host that reported is enough to
@@ -375,7 +375,7 @@ def _missing_hosts(plans: dict, reported, problems: list[str]) -> list[dict]:
             try:
                 count = len(numlists.parse(ranks, "peer ranks")) if ranks else 0
             except UsageError as exc:
-                problems.append(f"plan{suffix}.json: ignored peers: {exc}")
+                problems.append(f"{os.path.join(run_dir, f'plan{suffix}.json')}: ignored peers: {exc}")
                 ranks, count = "?", 0
             missing[where] = {"host": peer.get("server_id", ""), "count": count, "ranks": ranks}
     return list(missing.values())

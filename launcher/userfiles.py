@@ -53,13 +53,25 @@ def read_text(path: str, what: str, max_bytes: int = MAX_TEXT_BYTES) -> str:
             raise UsageError(f"cannot read {what} {path}: {info.st_size} bytes is more than the "
                              f"{max_bytes >> 20} MiB dlaunch reads")
         os.set_blocking(fd, True)
-        data = fh.read(max_bytes + 1)
+        data = _read_at_most(fh, max_bytes + 1)
     if len(data) > max_bytes:
         raise UsageError(f"cannot read {what} {path}: it grew past the {max_bytes >> 20} MiB dlaunch reads")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise UsageError(f"cannot read {what} {path}: not UTF-8 text (byte {exc.start})") from None
+
+
+def _read_at_most(fh, limit: int) -> bytes:
+    """Up to ``limit`` bytes, in chunks: ``read(limit)`` would allocate all of ``limit`` for a small file."""
+    chunks, total = [], 0
+    while total < limit:
+        chunk = fh.read(min(1 << 20, limit - total))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        total += len(chunk)
+    return b"".join(chunks)
 
 
 def write_output(path: str, write, *, force: bool, binary: bool = False, executable: bool = False,

@@ -54,7 +54,8 @@ def command_context(run: Run) -> dict:
     from launcher import numlists
     from launcher.environment import masked, masked_argv
 
-    specs = [spec for _, plan in sorted(run.plans.items()) for spec in plan.get("ranks", [])]
+    specs = [spec for _, plan in sorted(run.plans.items()) for spec in plan.get("ranks", [])
+             if spec.get("rank") is not None]
     by_command: dict[str, list[RankSpecFile]] = {}
     for spec in specs:
         by_command.setdefault(shlex.join(masked_argv(spec.get("argv", []))), []).append(spec)
@@ -62,7 +63,7 @@ def command_context(run: Run) -> dict:
     for line, group in by_command.items():
         cwds = {str(spec.get("cwd", "")) for spec in group}
         commands.append({"line": line, "cwd": cwds.pop() if len(cwds) == 1 else "its own rank directory",
-                         "ranks": numlists.format_ranges(sorted(int(spec["rank"]) for spec in group))})
+                         "ranks": numlists.format_ranges(sorted(spec["rank"] for spec in group))})
     plan = next((p for _, p in sorted(run.plans.items())), None)
     settings = []
     if plan:
