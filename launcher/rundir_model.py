@@ -37,6 +37,11 @@ class Bound(NamedTuple):
     high: int
 
 
+class NoNul(NamedTuple):
+    """The mark of an ``Annotated[str, NoNul()]`` field: a path, which a NUL would make unusable."""
+
+
+Path = Annotated[str, NoNul()]
 Rank = Annotated[int, Bound(0, MAX_WORLD)]
 Count = Annotated[int, Bound(0, MAX_WORLD + 1)]
 Device = Annotated[int, Bound(-1, MAX_WORLD)]
@@ -57,10 +62,10 @@ class RankSpecFile(TypedDict, total=False):
     device_id: Device | None
     server_id: str
     argv: list[str]
-    cwd: str
+    cwd: Path
     env: dict[str, str]
-    rank_dir: str
-    log_file: str
+    rank_dir: Path
+    log_file: Path
     role: str
 
 
@@ -75,14 +80,14 @@ class PeerFile(TypedDict, total=False):
 class PlanFile(TypedDict, total=False):
     layout: Number
     run_id: str
-    run_dir: str
+    run_dir: Path
     server_id: str
     server_index: Number
     server_count: Count
     world_size: Count
     master_addr: str
     master_port: Port
-    rank_table_file: str
+    rank_table_file: Path
     grace_period: float
     max_restarts: Number
     hang_timeout: float | None
@@ -107,11 +112,11 @@ class RankEntryFile(TypedDict, total=False):
     end: float | None
     exit_code: Code | None
     signal: str | None
-    log: str
+    log: Path
     spawn_error: str
     hung: bool
     reason: str | None
-    stack_file: str
+    stack_file: Path
     role: str
     log_tail: list[str]
     error_file_message: str
@@ -126,13 +131,13 @@ class AttemptFile(TypedDict, total=False):
 
 
 class ResumedFromFile(TypedDict, total=False):
-    run_dir: str
+    run_dir: Path
     step: str
 
 
 class SummaryFile(TypedDict, total=False):
     run_id: str
-    run_dir: str
+    run_dir: Path
     host: str
     world_size: Count
     status: str
@@ -218,6 +223,9 @@ def _check(value, tp, where: str, found: _Findings):
         bound = next((e for e in extras if isinstance(e, Bound)), None)
         if checked is not _BAD and bound and not bound.low <= checked <= bound.high:
             found.add(where, f"{_shown(value)} is outside {bound.low}..{bound.high}")
+            return _BAD
+        if checked is not _BAD and any(isinstance(e, NoNul) for e in extras) and "\x00" in checked:
+            found.add(where, "a path with a NUL byte")
             return _BAD
         return checked
     if origin in (Union, types.UnionType):

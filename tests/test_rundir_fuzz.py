@@ -25,7 +25,9 @@ PER_COMMAND_SECONDS = 20
 scalars = st.one_of(st.none(), st.booleans(), st.integers(-3, 9),
                     st.sampled_from([10**40, -(10**30), 2**63, 1e40, 1e308, -1, 0, 4194305]),
                     st.floats(allow_nan=True, allow_infinity=True),
-                    st.text(max_size=6), st.sampled_from(["x", "0-999999999", "\x1b[2J\u202e", "0,1", "", "-1"]))
+                    st.text(max_size=6),
+                    st.sampled_from(["x", "0-999999999", "\x1b[2J\u202e", "0,1", "", "-1", "a\x00b", "\ud800",
+                                     "caf\udce9", "/dev/zero", "."]))
 json_values = st.recursive(scalars, lambda children: st.one_of(
     st.lists(children, max_size=3), st.dictionaries(st.sampled_from(["rank", "pid", "ranks", "x", "0"]) |
                                                     st.text(max_size=4), children, max_size=3)), max_leaves=8)

@@ -145,6 +145,7 @@ ABSURD = {
     "attempts of numbers": ("summary.json", lambda d: d.update(attempts=[1, "x", None])),
     "started a string": ("summary.json", lambda d: d.update(started="yesterday")),
     "log_tail a string": ("summary.json", lambda d: d["root_cause"].update(log_tail="abc")),
+    "rank_dir with a NUL": ("plan.json", lambda d: d["ranks"][0].update(rank_dir="a\x00b")),
     "pid x": ("pids.json", lambda d: d["ranks"]["0"].update(pid="x")),
     "pid -1": ("pids.json", lambda d: d["ranks"]["0"].update(pid=-1)),
     "launcher_pid huge": ("pids.json", lambda d: d.update(launcher_pid=10**30)),
@@ -170,6 +171,14 @@ def test_wrong_types_and_absurd_numbers_are_left_out_with_one_line(base_run, tmp
         err = capsys.readouterr().err
         assert code in (0, 1, 3), (command, code, err)
         assert sum(str(run / name) in line for line in err.splitlines()) == 1, (command, err)
+
+
+def test_lone_surrogates_in_a_summary_are_shown_not_raised(base_run, tmp_path, capsys):
+    run = copy_run(base_run[0], tmp_path)
+    _edit(run / "summary.json", lambda d: d["attempts"][0]["root_cause"].update(log_tail=["\ud800 x"],
+                                                                                   host="h\udce9"))
+    for command, argv in COMMANDS.items():
+        assert call(argv(run)) == 0, (command, capsys.readouterr().err)
 
 
 def test_prune_goes_on_past_a_damaged_run_and_removes_old_ones(base_run, tmp_path, capsys):

@@ -152,7 +152,8 @@ def render(run_dir: str) -> str:
 
 def cmd_report(args) -> int:
     run_dir = run_directory(args.run_dir, args.output_dir)
-    page = render(run_dir)
+    # a lone surrogate (JSON's "\ud800", or a non-UTF-8 name read back) cannot be written as UTF-8: shown as "?"
+    page = render(run_dir).encode("utf-8", "replace").decode("utf-8")
     output = args.output or f"report-{os.path.basename(run_dir)}.html"
     where = write_output(output, lambda fh: fh.write(page), force=args.force)
     if output != "-":
