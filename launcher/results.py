@@ -124,17 +124,19 @@ def _root_cause(result: AttemptResult) -> dict | None:
 
 
 def _error_file_message(path: str) -> str | None:
-    """The message torchelastic's @record wrote for a failed rank, when there is one."""
-    import json
+    """The message torchelastic's @record wrote for a failed rank, when there is one (read as any run file:
+    bounded, never a FIFO the rank left in its place)."""
+    from launcher.rundir_model import read_json
 
     if not path:
         return None
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-        return str(data.get("message", {}).get("message") or data.get("message"))[:2000]
-    except (OSError, ValueError, AttributeError):
+    data, _ = read_json(path, path)
+    if not isinstance(data, dict):
         return None
+    message = data.get("message")
+    if not message:
+        return None
+    return str(message.get("message") if isinstance(message, dict) and message.get("message") else message)[:2000]
 
 
 def _newest_complete_checkpoint(plan: LaunchPlan) -> str | None:

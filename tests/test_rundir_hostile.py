@@ -369,3 +369,24 @@ def test_ckpt_list_of_a_directory_that_is_not_a_run(tmp_path, capsys):
     (tmp_path / "notes").mkdir()
     assert call(["ckpt", "list", str(tmp_path / "notes")]) == 2
     assert "not a dlaunch run directory" in capsys.readouterr().err
+
+
+ERROR_FILE = textwrap.dedent("""
+    import json, os, sys
+    path = os.environ["TORCHELASTIC_ERROR_FILE"]
+    if sys.argv[1] == "fifo":
+        os.mkfifo(path)
+    else:
+        json.dump({"message": {"message": "boom \\x1b[2J here"}}, open(path, "w"))
+    sys.exit(1)
+""")
+
+
+@pytest.mark.parametrize("kind", ["fifo", "message"])
+def test_a_ranks_error_file_is_read_bounded_and_shown_printable(tmp_path, kind):
+    (tmp_path / "fail.py").write_text(ERROR_FILE)
+    result = run_dlaunch("run", "--ranks", "1", "--output-dir", tmp_path / "runs", "--console", "none",
+                         tmp_path / "fail.py", "--", kind, cwd=tmp_path, timeout=30)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    if kind == "message":
+        assert "its error file says: boom \\x1b[2J here" in result.stderr, result.stderr
