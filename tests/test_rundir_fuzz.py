@@ -33,11 +33,17 @@ json_values = st.recursive(scalars, lambda children: st.one_of(
                                                     st.text(max_size=4), children, max_size=3)), max_leaves=8)
 
 
-def _containers(node, out):
-    if isinstance(node, (dict, list)):
-        out.append(node)
-        for value in node.values() if isinstance(node, dict) else node:
-            _containers(value, out)
+def _slots(node, out, key=None):
+    """(container, key) of every value in ``node``, but inside a rank's env and argv (only their strings)."""
+    if isinstance(node, dict):
+        for name, value in node.items():
+            out.append((node, name))
+            if name not in ("env", "argv"):
+                _slots(value, out, name)
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            out.append((node, index))
+            _slots(value, out)
     return out
 
 
@@ -51,15 +57,14 @@ def mutation(draw, docs):
         return name, special
     doc = copy.deepcopy(docs.get(name) or docs["summary.json"])
     for _ in range(draw(st.integers(1, 4))):
-        target = draw(st.sampled_from(_containers(doc, [])))
-        if isinstance(target, dict) and target:
-            key = draw(st.sampled_from(sorted(target)))
-            if draw(st.booleans()):
-                target[key] = draw(json_values)
-            else:
-                del target[key]
-        elif isinstance(target, list) and target:
-            target[draw(st.integers(0, len(target) - 1))] = draw(json_values)
+        slots = _slots(doc, [])
+        if not slots:
+            break
+        target, key = draw(st.sampled_from(slots))
+        if isinstance(target, dict) and draw(st.integers(0, 3)) == 0:
+            del target[key]
+        else:
+            target[key] = draw(json_values)
     return name, json.dumps(doc)
 
 
