@@ -17,7 +17,7 @@ import re
 import secrets
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from launcher import numlists
 from launcher.errors import LaunchError, UsageError
@@ -318,7 +318,7 @@ def load_run(run_dir: str) -> Run:
               pids=_host_files(run_dir, "pids", PidsFile, problems), problems=problems, damaged=damaged)
     head_path = os.path.join(run_dir, HEAD_SUMMARY)
     head, problem = load(head_path, HeadSummaryFile, head_path)
-    run.head = head  # type: ignore[assignment]
+    run.head = cast("HeadSummaryFile | None", head)
     problems += [problem] if problem else []
     seen: set[int] = set()
     for suffix, plan in sorted(plans.items()):
@@ -365,12 +365,19 @@ def _missing_hosts(run_dir: str, plans: dict, reported, problems: list[str]) -> 
     Each host's plan lists the job's other servers (``peers``), so one host that reported is enough to
     name the ones that never did.
     """
+    from launcher.rundir_model import MAX_WORLD
+
     missing: dict[str, dict] = {}
+    total = 0
     for suffix, plan in sorted(plans.items()):
         for peer in plan.get("peers", []):
             where = peer.get("suffix")
             if where is None or where in reported or where in missing:
                 continue
+            if total > MAX_WORLD:   # more ranks than a job can have: the rest is not worth parsing
+                problems.append(f"{os.path.join(run_dir, f'plan{suffix}.json')}: ignored peers past "
+                                f"{MAX_WORLD + 1} ranks")
+                return list(missing.values())
             ranks = peer.get("ranks", "")
             try:
                 count = len(numlists.parse(ranks, "peer ranks")) if ranks else 0
@@ -378,6 +385,7 @@ def _missing_hosts(run_dir: str, plans: dict, reported, problems: list[str]) -> 
                 problems.append(f"{os.path.join(run_dir, f'plan{suffix}.json')}: ignored peers: {exc}")
                 ranks, count = "?", 0
             missing[where] = {"host": peer.get("server_id", ""), "count": count, "ranks": ranks}
+            total += count
     return list(missing.values())
 
 
