@@ -355,6 +355,10 @@ def test_a_scheduler_root_cause_is_named_as_the_scheduler(base_run, tmp_path, ca
     assert call(["report", str(run), "-o", str(report)]) == 0
     page = report.read_text()
     assert "the MindSpore scheduler</strong>" in page and "rank None" not in page
+    _edit(run / "summary.json", lambda d: d["root_cause"].update(hung=True, reason="no sign of life for 9 s"))
+    assert call(["status", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "root cause (the MindSpore scheduler, host" in out and "device None" not in out, out
 
 
 def test_follow_and_watch_end_with_the_verdict_and_its_code(base_run, capsys):

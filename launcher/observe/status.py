@@ -56,7 +56,9 @@ def headline(snap: dict) -> list[str]:
         lines.append(f"never reported: {names}: no plan or summary of theirs in this run directory")
     for cause in snap["root_causes"]:
         if cause.get("hung"):
-            lines.append(f"root cause (host {cause.get('host')}, device {cause.get('device_id')}): "
+            where = (f"the MindSpore scheduler, host {cause.get('host')}" if cause.get("role") == "scheduler" else
+                     f"host {cause.get('host')}, device {cause.get('device_id')}")
+            lines.append(f"root cause ({where}): "
                          + (cause.get("reason") or f"rank {cause.get('rank')} hung"))
             if cause.get("stack_file"):
                 lines.append(f"stacks: {cause['stack_file']}")
