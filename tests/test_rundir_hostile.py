@@ -218,6 +218,14 @@ def test_prune_keeps_a_run_being_created(base_run, tmp_path, capsys):
     assert "is creating it" in capsys.readouterr().err and run.is_dir()
 
 
+def test_prune_keeps_a_shared_run_whose_other_host_has_yet_to_start(base_run, tmp_path, capsys):
+    run = copy_run(base_run[0], tmp_path)
+    _edit(run / "plan.json", lambda d: d.update(peers=[{"server_id": "h2", "suffix": ".h2", "ranks": "2-3"}]))
+    _edit(run / "summary.json", lambda d: d.update(started=time.time()))
+    assert call(["prune", "--keep", "0", "--output-dir", str(run.parent)]) == 0
+    assert "host h2 of the job has not written its plan yet" in capsys.readouterr().err and run.is_dir()
+
+
 def test_prune_racing_launches_and_another_prune(base_run, tmp_path):
     """Launches and two prunes at once: every launch succeeds, neither prune fails, old runs go."""
     out = tmp_path / "runs"

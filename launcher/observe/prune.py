@@ -59,6 +59,8 @@ def maybe_running(run: Run) -> str | None:
             return f"host{suffix or ''} has a plan but no summary and no launcher pid (starting, or elsewhere)"
         if _alive(pids["launcher_pid"]):
             return f"its launcher (pid {pids['launcher_pid']}) is running"
+    if run.missing_hosts and time.time() - _started(run) < CREATING_SECONDS:   # a host of a shared run yet to start
+        return f"host {run.missing_hosts[0]['host'] or '?'} of the job has not written its plan yet"
     return _being_created(run)
 
 
