@@ -242,6 +242,11 @@ class RankRef:
     def label(self) -> str:
         return "scheduler" if self.role == "scheduler" else f"rank{self.rank}"
 
+    @property
+    def title(self) -> str:
+        """How people read it: ``rank 3``, or ``scheduler`` (which has no rank number)."""
+        return "scheduler" if self.role == "scheduler" else f"rank {self.rank}"
+
 
 @dataclass
 class Run:

@@ -190,8 +190,8 @@ def timeline_svg(stories: list[RankStory], width: int = 1056) -> str:
     hosts = len({st.ref.host for st in stories})
     row = max(4, min(22, 640 // max(1, len(stories))))
     bar = max(3, row - 6)
-    names = [f"{st.ref.host} · rank {st.ref.rank}" if hosts > 1 else f"rank {st.ref.rank} · dev {st.ref.device_id}"
-             for st in stories]
+    names = [f"{st.ref.host} · {st.ref.title}" if hosts > 1 or st.ref.role == "scheduler" else
+             f"{st.ref.title} · dev {st.ref.device_id}" for st in stories]
     left = int(max(_text_width(name) for name in names)) + 12
     right = 24
     while True:    # a right margin only as wide as the root-cause labels that must go there
@@ -242,7 +242,7 @@ def _timeline_body(stories, names, t0, span, row, bar, left, width, plot_w) -> t
                 continue
             x0, x1 = x(s.start), x(s.end if s.end is not None else s.start)
             colour = OUTCOME_COLOURS[s.outcome][0]
-            tip = f"rank {ref.rank}, attempt {s.attempt}: {s.detail or s.label}, " \
+            tip = f"{ref.title}, attempt {s.attempt}: {s.detail or s.label}, " \
                   f"{_seconds(s.start - t0)} to {_seconds((s.end or s.start) - t0)}"
             out.append(f'<rect x="{x0:.1f}" y="{y:.1f}" width="{max(2.0, x1 - x0):.1f}" height="{bar}" rx="2" '
                        f'fill="{colour}"><title>{_esc(tip)}</title></rect>')
@@ -259,7 +259,7 @@ def _timeline_body(stories, names, t0, span, row, bar, left, width, plot_w) -> t
                     inline.append(f'<text x="{x1 - r - 4:.1f}" y="{cy + 4:.1f}" class="inbar" '
                                   f'text-anchor="end">{_esc(s.label)}</text>')
                 else:
-                    margin.append((cy, f"rank {ref.rank}: {s.label}" if row < 16 else text))
+                    margin.append((cy, f"{ref.title}: {s.label}" if row < 16 else text))
             elif row >= ROW_LABEL_MIN and s.outcome != "running" and x1 - x0 > _text_width(s.label, 10) + 8:
                 out.append(f'<text x="{x1 - 4:.1f}" y="{y + bar - 3:.1f}" class="inbar" text-anchor="end">'
                            f'{_esc(s.label)}</text>')
@@ -362,7 +362,7 @@ def chart_svg(name: str, stories: list[RankStory], width: int = 1056, plot_h: in
         coords = " ".join(f"{sx(s):.1f},{sy(v):.1f}" for s, v in pts if math.isfinite(v))
         style = f'stroke-width="{width_now}"' if attempt == newest[story.ref.rank] else \
             'stroke-width="1.5" stroke-dasharray="5 4" opacity="0.55"'
-        tip = f"rank {story.ref.rank}, attempt {attempt}: {len(pts)} points, last {format_number(pts[-1][1])}"
+        tip = f"{story.ref.title}, attempt {attempt}: {len(pts)} points, last {format_number(pts[-1][1])}"
         out.append(f'<polyline fill="none" stroke="{colour}" {style} stroke-linejoin="round" '
                    f'points="{coords}"><title>{_esc(tip)}</title></polyline>')
         if len(pts) == 1:

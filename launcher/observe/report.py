@@ -119,7 +119,9 @@ def page_context(run: Run, stories: list[RankStory]) -> dict:
         newest = loss[max(loss)] if loss else []
         logs = [{"name": os.path.basename(log_path(story.ref, a)), "url": file_url(log_path(story.ref, a))}
                 for a in log_attempts(story.ref.rank_dir)]
-        rows.append({"rank": story.ref.rank, "host": story.ref.host, "device": story.ref.device_id,
+        scheduler = story.ref.role == "scheduler"
+        rows.append({"rank": "sched" if scheduler else story.ref.rank, "host": story.ref.host,
+                     "device": "-" if scheduler else story.ref.device_id,
                      "colour": rank_colour(story.ref.rank), "logs": logs,
                      "attempts": len(story.spans), "outcome": (last.detail or last.label) if last else "not started",
                      "kind": last.outcome if last else "stopped",
