@@ -10,7 +10,6 @@ with a one-line message.
 from __future__ import annotations
 
 import copy
-import json
 import os
 from typing import Any
 
@@ -18,6 +17,7 @@ from launcher import checkpoint, ckptnames, ckptstore, numlists, resume
 from launcher.console import printable
 from launcher.errors import UsageError
 from launcher.rundir import CKPT_DIR, is_run_dir, rank_dir_name, rank_dirs
+from launcher.rundir_model import read_json
 
 _KIND_ORDER = {"per-rank": 0, "integrated": 1, "breakpoint": 2}
 
@@ -166,13 +166,12 @@ def _read_step(step: resume.Step, world: int) -> tuple[dict, dict]:
     docs, states = {}, {}
     for rank in range(world):
         path = step.files[rank]
-        try:
-            with open(ckptstore.companion(path), encoding="utf-8") as handle:
-                doc = json.load(handle)
-            if doc.get("format") != checkpoint.STRATEGY_FORMAT or not isinstance(doc.get("sliced"), dict):
-                raise ValueError(f"unknown strategy format {doc.get('format')!r}")
-        except (OSError, ValueError) as error:
-            raise UsageError(f"cannot read {ckptstore.companion(path)}: {error}") from None
+        doc, problem = read_json(ckptstore.companion(path), ckptstore.companion(path))   # bounded, no FIFO wait
+        if problem or not isinstance(doc, dict):
+            raise UsageError(problem or f"cannot read {ckptstore.companion(path)}: not a JSON object")
+        if doc.get("format") != checkpoint.STRATEGY_FORMAT or not isinstance(doc.get("sliced"), dict):
+            raise UsageError(f"cannot read {ckptstore.companion(path)}: unknown strategy format "
+                             f"{doc.get('format')!r}")
         if doc.get("rank") != rank or doc.get("world_size") != world:
             raise UsageError(f"{ckptstore.companion(path)} says rank {doc.get('rank')} of "
                              f"{doc.get('world_size')}, but it is rank {rank}'s file in a run of {world}")
