@@ -377,6 +377,16 @@ def test_follow_and_watch_end_with_the_verdict_and_its_code(base_run, capsys):
     assert "run base finished: failed, exit code 3" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("damage", ["fifo", "dev-zero"])
+def test_follow_and_watch_of_a_run_whose_plan_cannot_be_read_end(base_run, tmp_path, capsys, damage):
+    run = copy_run(base_run[0], tmp_path)
+    (run / "summary.json").unlink()
+    SPECIALS[damage](run / "plan.json")
+    assert call(["logs", str(run), "--follow"], seconds=10) == 1
+    assert call(["status", str(run), "--watch", "--interval", "0.1"], seconds=10) == 1
+    assert "unreadable" in capsys.readouterr().out
+
+
 def test_ckpt_list_of_a_directory_that_is_not_a_run(tmp_path, capsys):
     (tmp_path / "notes").mkdir()
     assert call(["ckpt", "list", str(tmp_path / "notes")]) == 2

@@ -251,6 +251,9 @@ class Observer:
         if run.finished:
             return {"status": verdict["status"], "finished": True, "exit_code": verdict["exit_code"],
                     "root_causes": causes}
+        if run.damaged and not run.plans and not run.summaries:   # nothing readable will ever say more: over
+            return {"status": "unreadable (its plan cannot be read)", "finished": True, "exit_code": None,
+                    "root_causes": causes}
         waiting = [row for ref, row in zip(refs, rows) if ref.suffix not in run.summaries]
         launcher = self.launcher_alive()
         over = (bool(waiting) and not any(row["alive"] or row["state"] == "remote" for row in waiting)
