@@ -9,6 +9,55 @@ grows past a limit, so memory stays bounded.
 from __future__ import annotations
 
 import os
+import stat
+
+
+def open_regular(path: str):
+    """``path`` opened for binary reading if it is a regular file, else None: a FIFO put where a log should
+    be must not hang a reader, nor a link to ``/dev/zero`` feed it forever."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            return None
+        os.set_blocking(fd, True)
+    except OSError:
+        os.close(fd)
+        return None
+    return os.fdopen(fd, "rb")
+
+
+def bounded_lines(path: str, limit: int, chunk: int = 1 << 20):
+    """The lines of a regular file as text, skipping every line longer than ``limit`` bytes: memory stays
+    within ``chunk + limit`` however long a line a rank printed."""
+    fh = open_regular(path)
+    if fh is None:
+        return
+    with fh:
+        pending, skipping = b"", False
+        while True:
+            data = fh.read(chunk)
+            if not data:
+                break
+            parts = (pending + data).split(b"\n")
+            pending = parts.pop()
+            for part in parts:
+                if not skipping and len(part) <= limit:
+                    yield part.decode("utf-8", "replace")
+                skipping = False
+            if len(pending) > limit:
+                pending, skipping = b"", True
+        if pending and not skipping:
+            yield pending.decode("utf-8", "replace")
+
+
+def with_prefix(line: bytes, prefix: bytes) -> bytes:
+    """``prefix + line``, unless the line carries the prefix already (torch prints ``[rank0]: `` itself):
+    the console and ``dlaunch logs`` show a line alike."""
+    return line if line.startswith(prefix) else prefix + line
 
 
 class LineBuffer:
@@ -40,8 +89,11 @@ class LineBuffer:
 
 def tail_lines(path: str, count: int = 10, max_bytes: int = 16384) -> list[str]:
     """The last ``count`` lines of a log, read from its end (logs can be gigabytes)."""
+    fh = open_regular(path)
+    if fh is None:
+        return []
     try:
-        with open(path, "rb") as fh:
+        with fh:
             fh.seek(0, os.SEEK_END)
             size = fh.tell()
             fh.seek(max(0, size - max_bytes))
@@ -56,8 +108,11 @@ def tail_lines(path: str, count: int = 10, max_bytes: int = 16384) -> list[str]:
 
 def tail_offset(path: str, lines: int) -> int:
     """Byte offset where the last ``lines`` lines of ``path`` begin (read from the end, in blocks)."""
+    fh = open_regular(path)
+    if fh is None:
+        return 0
     try:
-        with open(path, "rb") as fh:
+        with fh:
             end = fh.seek(0, os.SEEK_END)
             if lines <= 0:
                 return end

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import signal
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from launcher.console import printable
 from launcher.contract import ExitCode, Role
 from launcher.lines import tail_lines
 
@@ -22,7 +24,7 @@ if TYPE_CHECKING:
 HANG_EXIT_CODE = ExitCode.HUNG   # kept for readers of the old name
 
 
-def how_it_ended(entry: dict) -> str:
+def how_it_ended(entry: Mapping[str, Any]) -> str:
     """``entry``: a rank's summary record (or a root cause): exit_code, signal, spawn_error, hung."""
     if entry.get("spawn_error"):
         how = entry["spawn_error"]
@@ -31,6 +33,14 @@ def how_it_ended(entry: dict) -> str:
     else:
         how = f"exited with code {entry.get('exit_code')}"
     return f"hung and was stopped ({how})" if entry.get("hung") else how
+
+
+def who(cause: Mapping[str, Any]) -> str:
+    """Whom a root cause names: ``rank 3 (host h, device 3)``, or MindSpore's scheduler, which has neither rank
+    nor device."""
+    if cause.get("role") == Role.SCHEDULER:
+        return f"the MindSpore scheduler (host {cause.get('host')})"
+    return f"rank {cause.get('rank')} (host {cause.get('host')}, device {cause.get('device_id')})"
 
 
 @dataclass
@@ -115,17 +125,19 @@ def _root_cause(result: AttemptResult) -> dict | None:
 
 
 def _error_file_message(path: str) -> str | None:
-    """The message torchelastic's @record wrote for a failed rank, when there is one."""
-    import json
+    """The message torchelastic's @record wrote for a failed rank, when there is one (read as any run file:
+    bounded, never a FIFO the rank left in its place)."""
+    from launcher.rundir_model import read_json
 
     if not path:
         return None
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-        return str(data.get("message", {}).get("message") or data.get("message"))[:2000]
-    except (OSError, ValueError, AttributeError):
+    data, _ = read_json(path, path)
+    if not isinstance(data, dict):
         return None
+    message = data.get("message")
+    if not message:
+        return None
+    return str(message.get("message") if isinstance(message, dict) and message.get("message") else message)[:2000]
 
 
 def _newest_complete_checkpoint(plan: LaunchPlan) -> str | None:
@@ -175,14 +187,12 @@ def closing_lines(summary: dict, summary_path: str) -> list[str]:
         if cause.get("stack_file"):
             lines.append(f"stacks of this host's ranks: {cause['stack_file']} (and its peers')")
     if cause:
-        who = (f"the MindSpore scheduler (host {cause['host']})" if cause.get("role") == Role.SCHEDULER else
-               f"rank {cause['rank']} (host {cause['host']}, device {cause['device_id']})")
-        lines.append(f"{who} {how_it_ended(cause)}; log: {cause['log']}")
-        if cause.get("error_file_message"):
-            lines.append(f"its error file says: {cause['error_file_message']}")
+        lines.append(f"{who(cause)} {how_it_ended(cause)}; log: {cause['log']}")
+        if cause.get("error_file_message"):   # the rank's own words: shown, never obeyed by the terminal
+            lines.append(f"its error file says: {printable(cause['error_file_message'])}")
         if cause["log_tail"]:
             lines.append("last lines of its log:")
-            lines += [f"    | {line}" for line in cause["log_tail"]]
+            lines += [f"    | {printable(line)}" for line in cause["log_tail"]]
         if cause.get("role") == Role.SCHEDULER:
             stopped = f"stopped all {count} rank(s); "
         else:
@@ -195,11 +205,13 @@ def closing_lines(summary: dict, summary_path: str) -> list[str]:
     else:
         lines.append(f"interrupted by {summary['interrupted_by']}; stopped {count} rank(s); summary {summary_path}")
     if summary.get("newest_complete_checkpoint"):
-        lines.append(f"newest complete checkpoint: {summary['newest_complete_checkpoint']} (what --resume picks)")
+        lines.append(f"newest complete checkpoint: {printable(summary['newest_complete_checkpoint'])} "
+                     "(what --resume picks)")
     return lines
 
 
-def job_verdict(summaries: list[dict], head: dict | None = None, missing_hosts=()) -> dict:
+def job_verdict(summaries: Sequence[Mapping[str, Any]], head: Mapping[str, Any] | None = None,
+                missing_hosts=()) -> dict:
     """The whole job, from the summaries of its hosts (and the head's, for ``cluster --ssh``).
 
     THE rule for a job of several hosts: the head, when there is one, has already judged across hosts (the

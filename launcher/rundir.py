@@ -18,11 +18,15 @@ import secrets
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol, cast
 
 from launcher import numlists
 from launcher.contract import Role
 from launcher.errors import DlaunchError, LaunchError, UsageError
+from launcher.userfiles import RUN_MARKERS, enclosing_run_dir, is_run_dir  # noqa: F401 (is_run_dir: this module's API)
+
+if TYPE_CHECKING:
+    from launcher.rundir_model import HeadSummaryFile, PidsFile, PlanFile, RankEntryFile, SummaryFile
 
 
 class _RankLayout(Protocol):
@@ -55,7 +59,6 @@ LATEST = "latest"   # the link to the newest run: a reserved name, never a run i
 # 0.1) had the same files; its plans lack "layout", "peers" and "scheduler", which readers default.
 LAYOUT_VERSION = 2
 HEAD_SUMMARY = "summary.head.json"  # the head's summary of a cluster --ssh job
-RUN_MARKERS = ("plan*.json", "summary*.json", "rank_table*.json")   # a directory holding one is a run directory
 
 
 def attempt_file(directory: str, stem: str, ext: str, attempt: int) -> str:
@@ -97,22 +100,6 @@ def check_run_id(run_id: str) -> str:
     if run_id == LATEST:
         raise UsageError(f"--run-id {LATEST} is reserved: {LATEST} is the link to the newest run")
     return run_id
-
-
-def is_run_dir(path: str) -> bool:
-    return os.path.isdir(path) and any(glob.glob(os.path.join(glob.escape(path), m)) for m in RUN_MARKERS)
-
-
-def enclosing_run_dir(path: str) -> str | None:
-    """The run directory ``path`` lies in (or is), if any: such paths are never an output's target."""
-    current = os.path.dirname(os.path.abspath(path))
-    while True:
-        if is_run_dir(current):
-            return current
-        parent = os.path.dirname(current)
-        if parent == current:
-            return None
-        current = parent
 
 
 def write_json(path: str, data) -> None:
@@ -161,6 +148,10 @@ def create(plan: RunLayout, rank_table_text: str, shared: bool) -> None:
     """
     made: list[str] = []
     writing = plan.output_dir   # what is being made, for the message if it fails
+    outer = enclosing_run_dir(os.path.join(os.path.realpath(plan.output_dir), RUN_MARKERS[0]))
+    if outer is not None:
+        raise UsageError(f"the output directory {plan.output_dir} is inside the run directory {outer}: a run "
+                         f"inside another would be removed with it (prune, a copy); choose a directory outside it")
     try:
         _make_dirs(plan.output_dir, made)
         writing = plan.run_dir
@@ -256,18 +247,27 @@ class RankRef:
     def label(self) -> str:
         return "scheduler" if self.role == Role.SCHEDULER else f"rank{self.rank}"
 
+    @property
+    def title(self) -> str:
+        """How people read it: ``rank 3``, or ``scheduler`` (which has no rank number)."""
+        return "scheduler" if self.role == "scheduler" else f"rank {self.rank}"
+
 
 @dataclass
 class Run:
+    """A run as its files say, every value checked by ``rundir_model`` (the files' TypedDicts)."""
+
     run_dir: str
     run_id: str
     world_size: int
     ranks: list[RankRef] = field(default_factory=list)
-    plans: dict[str, dict] = field(default_factory=dict)       # host suffix -> plan
-    summaries: dict[str, dict] = field(default_factory=dict)   # host suffix -> summary
-    pids: dict[str, dict] = field(default_factory=dict)        # host suffix -> pids file
+    plans: dict[str, PlanFile] = field(default_factory=dict)        # host suffix -> plan
+    summaries: dict[str, SummaryFile] = field(default_factory=dict)  # host suffix -> summary
+    pids: dict[str, PidsFile] = field(default_factory=dict)          # host suffix -> pids file
     missing_hosts: list[dict] = field(default_factory=list)     # servers of the table with no plan here
-    head: dict | None = None                                    # summary.head.json of a cluster --ssh job
+    head: HeadSummaryFile | None = None                         # summary.head.json of a cluster --ssh job
+    problems: list[str] = field(default_factory=list)           # one line per damaged file: what was ignored
+    damaged: set[str] = field(default_factory=set)              # host suffixes whose plan could not be read
 
     @property
     def layout(self) -> int:
@@ -280,27 +280,27 @@ class Run:
         return bool(self.plans) and all(suffix in self.summaries for suffix in self.plans)
 
 
-def _read_json(path: str):
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return json.load(fh)
-    except (OSError, ValueError):
-        return None   # gone, or being replaced (writers rename atomically, but not every writer does)
-
-
 def _suffix(path: str, stem: str) -> str:
     name = os.path.basename(path)
     return name[len(stem):-len(".json")]
 
 
-def _host_files(run_dir: str, stem: str) -> dict[str, dict]:
+def _host_files(run_dir: str, stem: str, model, problems: list[str], unread: set[str] | None = None) -> dict:
+    """Suffix -> checked contents of every ``{stem}*.json``; what could not be read is told in ``problems``
+    (and its suffix added to ``unread``)."""
+    from launcher.rundir_model import load
+
     found = {}
     for path in sorted(glob.glob(os.path.join(glob.escape(run_dir), f"{stem}*.json"))):
         if os.path.basename(path) == HEAD_SUMMARY:
             continue   # the head's verdict over every host (Run.head), not one more host's summary
-        data = _read_json(path)
-        if isinstance(data, dict):
+        data, problem = load(path, model, path)
+        if problem:
+            problems.append(problem)
+        if data is not None:
             found[_suffix(path, stem)] = data
+        elif unread is not None and os.path.lexists(path):
+            unread.add(_suffix(path, stem))
     return found
 
 
@@ -317,81 +317,85 @@ def run_directory(path: str | None, output_dir: str) -> str:
 
 
 def load_run(run_dir: str) -> Run:
-    """The run as its files say now: plans, summaries and pids files of every host."""
-    plans = _host_files(run_dir, "plan")
-    summaries = _host_files(run_dir, "summary")
+    """The run as its files say now: plans, summaries and pids files of every host, each checked."""
+    from launcher.rundir_model import HeadSummaryFile, PidsFile, PlanFile, SummaryFile, load
+
+    problems: list[str] = []
+    damaged: set[str] = set()
+    plans: dict[str, PlanFile] = _host_files(run_dir, "plan", PlanFile, problems, damaged)
+    summaries: dict[str, SummaryFile] = _host_files(run_dir, "summary", SummaryFile, problems)
     run = Run(run_dir=run_dir, run_id=os.path.basename(run_dir), world_size=0, plans=plans, summaries=summaries,
-              pids=_host_files(run_dir, "pids"))
-    head = _read_json(os.path.join(run_dir, HEAD_SUMMARY))
-    run.head = head if isinstance(head, dict) else None
+              pids=_host_files(run_dir, "pids", PidsFile, problems), problems=problems, damaged=damaged)
+    head_path = os.path.join(run_dir, HEAD_SUMMARY)
+    head, problem = load(head_path, HeadSummaryFile, head_path)
+    run.head = cast("HeadSummaryFile | None", head)
+    problems += [problem] if problem else []
     seen: set[int] = set()
     for suffix, plan in sorted(plans.items()):
-        run.run_id = str(plan.get("run_id", run.run_id))
-        run.world_size = max(run.world_size, _whole(plan.get("world_size")))
-        for spec in _listed(plan.get("ranks")):
-            _add_rank(run, seen, suffix, spec, str(spec.get("server_id", plan.get("server_id", ""))),
-                      spec.get("rank_dir"))
+        run.run_id = plan.get("run_id", run.run_id)
+        run.world_size = max(run.world_size, plan.get("world_size", 0))
+        for spec in plan.get("ranks", []):
+            _add_rank(run, seen, suffix, spec, spec.get("server_id", plan.get("server_id", "")), spec.get("rank_dir"))
     for suffix, summ in summaries.items():  # a summary without its plan (copied runs): ranks from the summary
         if suffix in plans:
             continue
-        run.world_size = max(run.world_size, _whole(summ.get("world_size")))
-        for entry in _listed(summ.get("ranks")):
-            log = str(entry.get("log") or "")
-            _add_rank(run, seen, suffix, entry, str(entry.get("host", "")), os.path.dirname(log))
+        run.world_size = max(run.world_size, summ.get("world_size", 0))
+        for entry in summ.get("ranks", []):
+            _add_rank(run, seen, suffix, entry, entry.get("host", ""), os.path.dirname(entry.get("log", "")))
     for suffix, plan in sorted(plans.items()):
         scheduler = plan.get("scheduler")
-        if isinstance(scheduler, dict) and scheduler.get("rank_dir"):
-            run.ranks.append(RankRef(rank=SCHEDULER_RANK, local_rank=-1, host=str(scheduler.get("server_id", "")),
+        if scheduler and scheduler.get("rank_dir"):
+            run.ranks.append(RankRef(rank=SCHEDULER_RANK, local_rank=-1, host=scheduler.get("server_id", ""),
                                      device_id=-1, rank_dir=scheduler["rank_dir"], suffix=suffix, role=Role.SCHEDULER))
     run.ranks.sort(key=lambda ref: ref.rank)
-    run.missing_hosts = _missing_hosts(plans, summaries)
+    run.missing_hosts = _missing_hosts(run_dir, plans, set(plans) | set(summaries) | damaged, problems)
     if run.missing_hosts:
         run.world_size = max(run.world_size, len(run.ranks) + sum(h["count"] for h in run.missing_hosts))
     return run
 
 
-def _listed(value) -> list[dict]:
-    """The objects of a JSON list (a hand-edited or truncated file may hold anything)."""
-    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
-
-
-def _whole(value) -> int:
-    try:
-        return max(int(value or 0), 0)
-    except (TypeError, ValueError):
-        return 0
-
-
-def _add_rank(run: Run, seen: set[int], suffix: str, entry: dict, host: str, rank_dir) -> None:
-    """One rank of a plan or summary, unless it is malformed (a plan's rank without its directory too) or
+def _add_rank(run: Run, seen: set[int], suffix: str, entry, host: str, rank_dir: str | None) -> None:
+    """One rank of a plan or summary, unless it has no rank number (a plan's rank: no directory) or is
     already listed."""
-    if rank_dir is None:
+    rank = entry.get("rank")
+    if rank_dir is None or rank is None or rank in seen:
         return
-    try:
-        rank = int(entry["rank"])
-        ref = RankRef(rank=rank, local_rank=int(entry.get("local_rank") or 0), host=host,
-                      device_id=int(entry.get("device_id", -1)), rank_dir=str(rank_dir or ""), suffix=suffix)
-    except (KeyError, TypeError, ValueError):
-        return
-    if rank not in seen:
-        seen.add(rank)
-        run.ranks.append(ref)
+    seen.add(rank)
+    run.ranks.append(RankRef(rank=rank, local_rank=entry.get("local_rank") or 0, host=host,
+                             device_id=_or(entry.get("device_id"), -1), rank_dir=rank_dir, suffix=suffix))
 
 
-def _missing_hosts(plans: dict, summaries: dict) -> list[dict]:
+def _or(value, default):
+    return default if value is None else value
+
+
+def _missing_hosts(run_dir: str, plans: dict, reported, problems: list[str]) -> list[dict]:
     """Servers of the job that wrote neither a plan nor a summary into this run directory.
 
     Each host's plan lists the job's other servers (``peers``), so one host that reported is enough to
     name the ones that never did.
     """
-    seen = set(plans) | set(summaries)
+    from launcher.rundir_model import MAX_WORLD
+
     missing: dict[str, dict] = {}
-    for plan in plans.values():
-        for peer in plan.get("peers") or []:
-            if isinstance(peer, dict) and peer.get("suffix") not in seen and peer.get("suffix") not in missing:
-                ranks = str(peer.get("ranks", ""))
+    total = 0
+    for suffix, plan in sorted(plans.items()):
+        for peer in plan.get("peers", []):
+            where = peer.get("suffix")
+            if where is None or where in reported or where in missing:
+                continue
+            if total > MAX_WORLD:   # more ranks than a job can have: the rest is not worth parsing
+                problems.append(f"{os.path.join(run_dir, f'plan{suffix}.json')}: ignored peers past "
+                                f"{MAX_WORLD + 1} ranks")
+                return list(missing.values())
+            ranks = peer.get("ranks", "")
+            try:
                 count = len(numlists.parse(ranks, "peer ranks")) if ranks else 0
-                missing[peer.get("suffix")] = {"host": str(peer.get("server_id", "")), "count": count, "ranks": ranks}
+            except UsageError as exc:
+                problems.append(f"{os.path.join(run_dir, f'plan{suffix}.json')}: ignored peers: {exc}")
+                ranks, count = "?", 0
+            missing[where] = {"host": peer.get("server_id", ""), "count": count, "ranks": ranks}
+            total += count
     return list(missing.values())
 
 
@@ -419,12 +423,12 @@ def current_attempt(ref: RankRef) -> int:
     return attempts[-1] if attempts else 0
 
 
-def summary_entry(run: Run, ref: RankRef) -> dict | None:
+def summary_entry(run: Run, ref: RankRef) -> RankEntryFile | None:
     summ = run.summaries.get(ref.suffix)
     if summ is None:
         return None
-    if ref.role == Role.SCHEDULER:
-        return summ.get("scheduler") or {}
+    if ref.role == "scheduler":
+        return summ.get("scheduler", {})
     for entry in summ.get("ranks", []):
         if entry.get("rank") == ref.rank:
             return entry
@@ -433,8 +437,8 @@ def summary_entry(run: Run, ref: RankRef) -> dict | None:
 
 def published_pids(run: Run, ref: RankRef):
     """What the launcher's pids file says of this rank (or of the scheduler)."""
-    pids = run.pids.get(ref.suffix) or {}
-    return pids.get("scheduler") if ref.role == Role.SCHEDULER else pids.get("ranks", {}).get(str(ref.rank))
+    pids = run.pids.get(ref.suffix, {})
+    return pids.get("scheduler") if ref.role == "scheduler" else pids.get("ranks", {}).get(str(ref.rank))
 
 
 def select_ranks(run: Run, wanted: list[str] | None) -> list[RankRef]:

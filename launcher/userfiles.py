@@ -21,12 +21,32 @@ merge) follows one rule set:
 
 from __future__ import annotations
 
+import glob
 import os
 import stat
 import sys
 
 from launcher.atomic import write_atomically
 from launcher.errors import UsageError
+
+# A directory holding one of these is a run directory (launcher.rundir lays them out): the -o rule keeps out.
+RUN_MARKERS = ("plan*.json", "summary*.json", "rank_table*.json")
+
+
+def is_run_dir(path: str) -> bool:
+    return os.path.isdir(path) and any(glob.glob(os.path.join(glob.escape(path), m)) for m in RUN_MARKERS)
+
+
+def enclosing_run_dir(path: str) -> str | None:
+    """The run directory ``path`` lies in (or is), if any: such paths are never an output's target."""
+    current = os.path.dirname(os.path.abspath(path))
+    while True:
+        if is_run_dir(current):
+            return current
+        parent = os.path.dirname(current)
+        if parent == current:
+            return None
+        current = parent
 
 MAX_TEXT_BYTES = 16 << 20
 
@@ -45,21 +65,34 @@ def read_text(path: str, what: str, max_bytes: int = MAX_TEXT_BYTES) -> str:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)   # a FIFO opens without waiting for a writer
     except OSError as exc:
         raise UsageError(f"cannot read {what} {path}: {exc.strerror}") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):   # checked before fdopen, which refuses a directory with a traceback
+        os.close(fd)
+        raise UsageError(f"cannot read {what} {path}: it is {_kind(info.st_mode)}, not a regular file")
     with os.fdopen(fd, "rb") as fh:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise UsageError(f"cannot read {what} {path}: it is {_kind(info.st_mode)}, not a regular file")
         if info.st_size > max_bytes:
             raise UsageError(f"cannot read {what} {path}: {info.st_size} bytes is more than the "
                              f"{max_bytes >> 20} MiB dlaunch reads")
         os.set_blocking(fd, True)
-        data = fh.read(max_bytes + 1)
+        data = _read_at_most(fh, max_bytes + 1)
     if len(data) > max_bytes:
         raise UsageError(f"cannot read {what} {path}: it grew past the {max_bytes >> 20} MiB dlaunch reads")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise UsageError(f"cannot read {what} {path}: not UTF-8 text (byte {exc.start})") from None
+
+
+def _read_at_most(fh, limit: int) -> bytes:
+    """Up to ``limit`` bytes, in chunks: ``read(limit)`` would allocate all of ``limit`` for a small file."""
+    chunks, total = [], 0
+    while total < limit:
+        chunk = fh.read(min(1 << 20, limit - total))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        total += len(chunk)
+    return b"".join(chunks)
 
 
 def write_output(path: str, write, *, force: bool, binary: bool = False, executable: bool = False,
@@ -77,8 +110,6 @@ def write_output(path: str, write, *, force: bool, binary: bool = False, executa
             sys.stdout.flush()
         return "standard output"
     target = os.path.realpath(path)   # through links: the link keeps pointing where it did
-    from launcher.rundir import enclosing_run_dir
-
     run_dir = enclosing_run_dir(target)
     if run_dir is not None:
         raise UsageError(f"-o {path} is inside the run directory {run_dir}; dlaunch never writes over a run's "

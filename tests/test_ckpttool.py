@@ -137,6 +137,15 @@ def test_replicated_mismatch_names_the_tensor_and_the_ranks(mp_run, tmp_path):
     assert not (tmp_path / "out.pt").exists()
 
 
+def test_a_strategy_file_that_is_a_fifo_is_an_error_not_a_hang(mp_run, tmp_path):
+    run = copy_run(mp_run, tmp_path)
+    strategy = run / "rank_001" / "ckpt" / "mp-2_10.strategy.json"
+    strategy.unlink()
+    os.mkfifo(strategy)
+    with pytest.raises(UsageError, match=r"mp-2_10.strategy.json: it is a FIFO, not a regular file"):
+        ckpttool.merge(str(run), str(tmp_path / "out.pt"))
+
+
 def test_missing_strategy_files_and_ranks_are_clear_errors(mp_run, tmp_path):
     run = copy_run(mp_run, tmp_path)
     (run / "rank_001" / "ckpt" / "mp-2_10.strategy.json").unlink()

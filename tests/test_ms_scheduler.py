@@ -186,6 +186,12 @@ def test_the_scheduler_killed_mid_run_fails_the_job_naming_it(side_launches):
     cause = summary(outcome["run_dir"])["root_cause"]
     assert cause["role"] == "scheduler" and cause["pid"] == outcome["killed"]
     _nothing_left(outcome)
+    # status and the report name the scheduler too, never "rank None (..., device None)"
+    status = run_dlaunch("status", outcome["run_dir"], cwd=outcome["run_dir"].parent)
+    assert "root cause: the MindSpore scheduler (host 127.0.0.1) died of SIGKILL" in status.stdout, status.stdout
+    page = outcome["run_dir"].parent / "report.html"
+    assert run_dlaunch("report", outcome["run_dir"], "-o", page, cwd=outcome["run_dir"].parent).returncode == 0
+    assert "the MindSpore scheduler</strong>" in page.read_text() and "None" not in page.read_text()
 
 
 def test_msrun_over_two_nodes_runs_each_share_and_the_scheduler_with_node_0(side_launches):

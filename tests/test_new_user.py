@@ -184,7 +184,7 @@ def test_status_in_a_pipe_is_plain_and_whole(tmp_path):
     shown = dlaunch("status", "--output-dir", out, cwd=tmp_path).stdout
     assert long_line in shown   # not cut at a width: a pipe has none
     watched = dlaunch("status", "--watch", "--output-dir", out, cwd=tmp_path).stdout
-    assert "\x1b[" not in watched and "run finished" in watched
+    assert "\x1b[" not in watched and "finished: succeeded, exit code 0" in watched
 
 
 def test_one_wording_for_a_rank_killed_by_a_signal(tmp_path):

@@ -104,11 +104,12 @@ def test_status_of_a_live_8_rank_job_then_of_the_finished_one(tmp_path, out):
         assert {r["rank"]: r["pid"] for r in final["ranks"]} == pids
         assert final["ranks"][5]["last_line"] == "rank 5 exits with code 7"
 
-        # --watch refreshed and stopped by itself when the run finished; into a pipe, as plain snapshots
+        # --watch refreshed and stopped by itself when the run finished, with its verdict and exit code;
+        # into a pipe, as plain snapshots
         shown, werr = watch.communicate(timeout=20)
-        assert watch.returncode == 0, werr
+        assert watch.returncode == 7, werr
         assert shown.count("run live (") >= 2 and "\x1b[" not in shown
-        assert "exited 7" in shown and "run finished" in shown.split("run live (")[-1]
+        assert "exited 7" in shown and "run live finished: failed, exit code 7" in shown.split("run live (")[-1]
     finally:
         if watch and watch.poll() is None:
             watch.kill()
@@ -253,7 +254,8 @@ def test_a_run_whose_launcher_was_killed_is_over_without_a_summary(tmp_path, out
         assert [(r["state"], r["pid"]) for r in after["ranks"]] == [("ended", r["pid"]) for r in snap["ranks"]]
         started = time.monotonic()
         follow = run_dlaunch("logs", out / "lost", "--follow", cwd=tmp_path, timeout=30)
-        assert follow.returncode == 0 and time.monotonic() - started < 5
+        assert follow.returncode == 1 and time.monotonic() - started < 5   # over, but not a success
+        assert "ended without a summary (launcher gone)" in follow.stderr
         assert follow.stdout.splitlines() == ["[rank0]: rank 0 started (attempt 0)",
                                               "[rank1]: rank 1 started (attempt 0)"]
     finally:

@@ -174,7 +174,7 @@ def cmd_ckpt(args: argparse.Namespace) -> int:
             json.dump(rows, sys.stdout, indent=2, default=str)
             print()
         else:
-            print(f"{run_dir}:")
+            print(f"{printable(run_dir)}:")
             print(ckpttool.format_list(rows))
         return 0
     if args.ckpt_action == "merge":

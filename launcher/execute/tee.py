@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 
 from launcher import console
-from launcher.lines import LineBuffer
+from launcher.lines import LineBuffer, with_prefix
 
 MAX_PENDING = 1 << 16  # a "line" longer than this (a progress bar without newlines) is shown in pieces
 ERASE_LINE = b"\r\x1b[K"
@@ -105,7 +105,7 @@ class ConsoleTee:
             prefix = self._prefix[key]
             for line in lines.removesuffix(b"\n").split(b"\n"):   # a line past MAX_PENDING comes unended
                 line = _last_segment(line)
-                out += (line if line.startswith(prefix) else prefix + line) + b"\n"  # torch may prefix already
+                out += with_prefix(line, prefix) + b"\n"
         if out or pending:
             out += self.redraw(key if pending else previous)
         if out:

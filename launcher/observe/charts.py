@@ -9,12 +9,14 @@ from __future__ import annotations
 import math
 import re
 
+from launcher.contract import Role
 from launcher.observe.metrics import RankStory
 
 MAX_POINTS = 1000              # per line drawn (wider than a chart's pixels): longer series are thinned evenly
 POINT_BUDGET = 60000           # per chart: with many ranks each line gets fewer points (at least MIN_POINTS)
 MIN_POINTS = 150
 LOG_SCALE_NAMES = re.compile(r"loss|perplexity|ppl", re.IGNORECASE)   # drawn on a log scale when all positive
+FRACTION_NAMES = re.compile(r"acc|precision|recall|\bf1|auc|iou", re.IGNORECASE)   # ratios: an axis within [0, 1]
 MANY_RANKS = 8                 # above this, a chart adds the ranks' mean and their min-max band
 
 OUTCOME_COLOURS = {
@@ -84,14 +86,18 @@ def _esc(text) -> str:
             .replace('"', "&quot;").replace("'", "&#x27;"))
 
 
-def nice_ticks(low: float, high: float, count: int = 6, integer: bool = False) -> list[float]:
+def nice_ticks(low: float, high: float, count: int = 6, integer: bool = False,
+               within: tuple[float, float] = (-math.inf, math.inf)) -> list[float]:
     """Round tick values covering [low, high] (1, 2, 2.5 or 5 times a power of ten apart); with
-    ``integer``, whole numbers only (steps, epochs: never a tick at step 2.5)."""
+    ``integer``, whole numbers only (steps, epochs: never a tick at step 2.5). A single value is centred,
+    but never padded past ``within`` (an accuracy of 0.9 gets no axis up to 1.6)."""
     if not (math.isfinite(low) and math.isfinite(high)):
         return [0.0]
     if high <= low:  # one value: centre it
         pad = 1.0 if integer else (abs(low) / 2 or 1.0)
-        low, high = low - pad, high + pad
+        low, high = max(low - pad, min(within[0], low)), min(high + pad, max(within[1], high))
+        if high <= low:
+            low, high = low - pad, high + pad
     raw = (high - low) / max(1, count - 1)
     if integer:
         raw = max(raw, 1.0)
@@ -105,6 +111,14 @@ def nice_ticks(low: float, high: float, count: int = 6, integer: bool = False) -
     if ticks[-1] < high:
         ticks.append(round(value, 12))
     return [int(t) for t in ticks] if integer else ticks
+
+
+def value_range(name: str, values: list[float]) -> tuple[float, float]:
+    """Where a metric's axis may reach: never below 0 for values that are all >= 0, never above 1 for a
+    fraction (accuracy, precision, ...) whose values are all within [0, 1]."""
+    low = 0.0 if min(values) >= 0 else -math.inf
+    high = 1.0 if FRACTION_NAMES.search(name) and 0 <= min(values) and max(values) <= 1 else math.inf
+    return low, high
 
 
 def log_ticks(low: float, high: float) -> tuple[float, float, list[float]] | None:
@@ -177,8 +191,8 @@ def timeline_svg(stories: list[RankStory], width: int = 1056) -> str:
     hosts = len({st.ref.host for st in stories})
     row = max(4, min(22, 640 // max(1, len(stories))))
     bar = max(3, row - 6)
-    names = [f"{st.ref.host} · rank {st.ref.rank}" if hosts > 1 else f"rank {st.ref.rank} · dev {st.ref.device_id}"
-             for st in stories]
+    names = [f"{st.ref.host} · {st.ref.title}" if hosts > 1 or st.ref.role == Role.SCHEDULER else
+             f"{st.ref.title} · dev {st.ref.device_id}" for st in stories]
     left = int(max(_text_width(name) for name in names)) + 12
     right = 24
     while True:    # a right margin only as wide as the root-cause labels that must go there
@@ -229,7 +243,7 @@ def _timeline_body(stories, names, t0, span, row, bar, left, width, plot_w) -> t
                 continue
             x0, x1 = x(s.start), x(s.end if s.end is not None else s.start)
             colour = OUTCOME_COLOURS[s.outcome][0]
-            tip = f"rank {ref.rank}, attempt {s.attempt}: {s.detail or s.label}, " \
+            tip = f"{ref.title}, attempt {s.attempt}: {s.detail or s.label}, " \
                   f"{_seconds(s.start - t0)} to {_seconds((s.end or s.start) - t0)}"
             out.append(f'<rect x="{x0:.1f}" y="{y:.1f}" width="{max(2.0, x1 - x0):.1f}" height="{bar}" rx="2" '
                        f'fill="{colour}"><title>{_esc(tip)}</title></rect>')
@@ -246,7 +260,7 @@ def _timeline_body(stories, names, t0, span, row, bar, left, width, plot_w) -> t
                     inline.append(f'<text x="{x1 - r - 4:.1f}" y="{cy + 4:.1f}" class="inbar" '
                                   f'text-anchor="end">{_esc(s.label)}</text>')
                 else:
-                    margin.append((cy, f"rank {ref.rank}: {s.label}" if row < 16 else text))
+                    margin.append((cy, f"{ref.title}: {s.label}" if row < 16 else text))
             elif row >= ROW_LABEL_MIN and s.outcome != "running" and x1 - x0 > _text_width(s.label, 10) + 8:
                 out.append(f'<text x="{x1 - 4:.1f}" y="{y + bar - 3:.1f}" class="inbar" text-anchor="end">'
                            f'{_esc(s.label)}</text>')
@@ -308,7 +322,7 @@ def chart_svg(name: str, stories: list[RankStory], width: int = 1056, plot_h: in
     if log:
         bottom, ceiling, yt = scale
     else:
-        yt = nice_ticks(min(values), max(values), 6)
+        yt = nice_ticks(min(values), max(values), 6, within=value_range(name, values))
         bottom, ceiling = yt[0], yt[-1]
     x0, x1 = xt[0], xt[-1]
     f = math.log10 if log else (lambda v: v)
@@ -349,7 +363,7 @@ def chart_svg(name: str, stories: list[RankStory], width: int = 1056, plot_h: in
         coords = " ".join(f"{sx(s):.1f},{sy(v):.1f}" for s, v in pts if math.isfinite(v))
         style = f'stroke-width="{width_now}"' if attempt == newest[story.ref.rank] else \
             'stroke-width="1.5" stroke-dasharray="5 4" opacity="0.55"'
-        tip = f"rank {story.ref.rank}, attempt {attempt}: {len(pts)} points, last {format_number(pts[-1][1])}"
+        tip = f"{story.ref.title}, attempt {attempt}: {len(pts)} points, last {format_number(pts[-1][1])}"
         out.append(f'<polyline fill="none" stroke="{colour}" {style} stroke-linejoin="round" '
                    f'points="{coords}"><title>{_esc(tip)}</title></polyline>')
         if len(pts) == 1:

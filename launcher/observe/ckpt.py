@@ -10,15 +10,15 @@ with a one-line message.
 from __future__ import annotations
 
 import copy
-import glob
-import json
 import os
 from typing import Any
 
 from launcher import checkpoint, ckptnames, ckptstore, numlists, resume
+from launcher.console import printable
 from launcher.contract import CKPT_DIR
 from launcher.errors import UsageError
-from launcher.rundir import rank_dir_name, rank_dirs
+from launcher.rundir import is_run_dir, rank_dir_name, rank_dirs
+from launcher.rundir_model import read_json
 
 _KIND_ORDER = {"per-rank": 0, "integrated": 1, "breakpoint": 2}
 
@@ -29,19 +29,24 @@ _KIND_ORDER = {"per-rank": 0, "integrated": 1, "breakpoint": 2}
 
 
 def _world_size(run_dir: str, ranks: list[int]) -> int:
-    """The run's world size from its plan (so a rank with no directory at all still counts as missing)."""
-    for path in sorted(glob.glob(os.path.join(run_dir, "plan*.json"))):
-        try:
-            with open(path, encoding="utf-8") as handle:
-                return int(json.load(handle)["world_size"])
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-    return max(ranks) + 1 if ranks else 0
+    """The run's world size from its plans, read through rundir's checked model (so a rank with no directory
+    at all still counts as missing); a damaged plan is said once and the ranks' directories count instead."""
+    from launcher.observe import tell_problems
+    from launcher.rundir import load_run
+
+    run = load_run(run_dir)
+    tell_problems(run)
+    return run.world_size or (max(ranks) + 1 if ranks else 0)
 
 
 def _require_run(run_dir: str) -> None:
+    """A run directory, or one laid out as one (``ckpt reshard``'s output: rank_NNN/ckpt/ without a plan)."""
     if not os.path.isdir(run_dir):
         raise UsageError(f"no run directory at {run_dir}")
+    if not (is_run_dir(run_dir) or rank_dirs(run_dir)
+            or os.path.isdir(os.path.join(run_dir, checkpoint.INTEGRATED_DIR))):
+        raise UsageError(f"{run_dir} is not a dlaunch run directory (it has no plan*.json and no rank_NNN/ "
+                         "directories)")
 
 
 def _row(kind: str, step: resume.Step, world: int) -> dict:
@@ -107,7 +112,7 @@ def format_list(rows: list[dict]) -> str:
         if row["names"] != [row["label"] + ("" if row["format"] != ckptnames.DLAUNCH_FORMAT else ".pt")]:
             status += f"; saved as {', '.join(row['names'])}"   # MindSpore's {prefix}_N names of the series
         ranks = "-" if row["kind"] == "integrated" else _ranges_or_dash(row["ranks"])
-        table.append((row["kind"], row["label"], ranks, _size(row["bytes"]), status))
+        table.append((row["kind"], printable(row["label"]), ranks, _size(row["bytes"]), printable(status)))
     widths = [max(len(line[i]) for line in table) for i in range(4)]
     return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(line, widths)) + "  " + line[4]
                      for line in table)
@@ -162,13 +167,12 @@ def _read_step(step: resume.Step, world: int) -> tuple[dict, dict]:
     docs, states = {}, {}
     for rank in range(world):
         path = step.files[rank]
-        try:
-            with open(ckptstore.companion(path), encoding="utf-8") as handle:
-                doc = json.load(handle)
-            if doc.get("format") != checkpoint.STRATEGY_FORMAT or not isinstance(doc.get("sliced"), dict):
-                raise ValueError(f"unknown strategy format {doc.get('format')!r}")
-        except (OSError, ValueError) as error:
-            raise UsageError(f"cannot read {ckptstore.companion(path)}: {error}") from None
+        doc, problem = read_json(ckptstore.companion(path), ckptstore.companion(path))   # bounded, no FIFO wait
+        if problem or not isinstance(doc, dict):
+            raise UsageError(problem or f"cannot read {ckptstore.companion(path)}: not a JSON object")
+        if doc.get("format") != checkpoint.STRATEGY_FORMAT or not isinstance(doc.get("sliced"), dict):
+            raise UsageError(f"cannot read {ckptstore.companion(path)}: unknown strategy format "
+                             f"{doc.get('format')!r}")
         if doc.get("rank") != rank or doc.get("world_size") != world:
             raise UsageError(f"{ckptstore.companion(path)} says rank {doc.get('rank')} of "
                              f"{doc.get('world_size')}, but it is rank {rank}'s file in a run of {world}")

@@ -9,8 +9,8 @@ import time
 from launcher.argtypes import whole
 from launcher.console import settle_streams
 from launcher.errors import UsageError
-from launcher.lines import LineBuffer, tail_offset
-from launcher.observe import add_run_arguments
+from launcher.lines import LineBuffer, open_regular, tail_offset, with_prefix
+from launcher.observe import add_run_arguments, tell_problems
 from launcher.observe.processes import Observer
 from launcher.rundir import RankRef, current_attempt, load_run, log_attempts, log_path, run_directory, select_ranks
 
@@ -30,13 +30,13 @@ class _Tail:
 
     def read(self, out, final: bool = False) -> bool:
         """Write the whole lines appended since the last read; ``final`` also writes an unended last line."""
-        try:
-            size = os.stat(self.path).st_size
-        except OSError:
+        fh = open_regular(self.path)   # never a FIFO or device put in a log's place
+        if fh is None:
             return False
-        wrote = False
-        if size > self.offset:
-            with open(self.path, "rb") as fh:
+        with fh:
+            size = os.fstat(fh.fileno()).st_size
+            wrote = False
+            if size > self.offset:
                 fh.seek(self.offset)
                 while self.offset < size:  # in bounded chunks: logs can be gigabytes
                     chunk = fh.read(min(READ_CHUNK, size - self.offset))
@@ -52,8 +52,7 @@ class _Tail:
         """Write whole ``lines``, each prefixed."""
         if not lines:
             return False
-        body = lines.removesuffix(b"\n")
-        out.write(self.prefix + body.replace(b"\n", b"\n" + self.prefix) + b"\n")
+        out.write(b"".join(with_prefix(line, self.prefix) + b"\n" for line in lines.removesuffix(b"\n").split(b"\n")))
         return True
 
 
@@ -81,6 +80,7 @@ def _logs(args) -> int:
     run_dir = run_directory(args.run_dir, args.output_dir)
     attempt = _parse_attempt(args.attempt) if args.attempt is not None else None
     run = load_run(run_dir)
+    tell_problems(run)
     refs = select_ranks(run, args.rank)
     if run.missing_hosts:
         from launcher.console import say
@@ -141,8 +141,20 @@ def _follow(run_dir: str, args, tails: dict[int, _Tail], fixed_attempt: bool, ou
                 for tail in tails.values():
                     tail.read(out, final=True)
                 out.flush()
-                return 0
+                return _verdict(observer)
         time.sleep(FOLLOW_POLL_SECONDS)
+
+
+def _verdict(observer: Observer) -> int:
+    """A followed run is over: unless it succeeded, say how it ended (on stderr) and exit with its code."""
+    from launcher.console import printable, say
+    from launcher.observe.status import finished_code, headline
+
+    snap = observer.snapshot()
+    code = finished_code(snap)
+    if code:
+        say(*(printable(line) for line in headline(snap)))
+    return code
 
 
 def _note(out, text: str) -> None:
@@ -172,7 +184,8 @@ def add_parser(sub) -> None:
                                    "run is over. Default: every rank's newest attempt.")
     add_run_arguments(p)
     p.add_argument("-f", "--follow", action="store_true",
-                   help="keep printing new lines until the run has finished (Ctrl-C stops); follows restarts")
+                   help="keep printing new lines until the run has finished, then exit with its exit code "
+                        "(Ctrl-C stops); follows restarts")
     p.add_argument("-n", "--lines", type=whole(0, 10**7), metavar="N",
                    help="start with only the last N lines of each rank")
     p.add_argument("--attempt", metavar="K",

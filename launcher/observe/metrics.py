@@ -21,17 +21,23 @@ import json
 import os
 import re
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
+from launcher.lines import bounded_lines
 from launcher.rundir import RankRef, Run, attempt_file, log_attempts, log_path
 
-SEEDS_LOSS = re.compile(r"epoch:\s*(\d+)\s*,?\s*step:\s*(\d+)\s*,?\s*loss is\b(.*)")
+# No two runs of \s* meet without a required character between them: every pattern here matches in time
+# linear in the line (``acc:`` and 30,000 spaces once took minutes), and lines are read at most MAX_LINE long.
+SEEDS_LOSS = re.compile(r"epoch:\s*(\d+)\s*(?:,\s*)?step:\s*(\d+)\s*(?:,\s*)?loss is\b(.*)")
 NUMBER_TEXT = r"(?<![\w.])[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|(?<!\w)[-+]?(?:nan|inf)\b"
 NUMBER = re.compile(NUMBER_TEXT, re.IGNORECASE)  # the first number that is not part of a name (Float32)
 # "accuracy is 0.91", "acc: 0.91", "epoch: 2 accuracy: 0.83", MindSpore's Model.eval dict {'accuracy': 0.91}
-ACCURACY = re.compile(r"(?<![\w-])['\"]?(?:acc|accuracy)['\"]?\s*(?:\bis\b|[:=])\s*[\[(]?\s*(" + NUMBER_TEXT + ")",
+ACCURACY = re.compile(r"(?<![\w-])['\"]?(?:acc|accuracy)['\"]?\s*(?:\bis\b|[:=])\s*(?:[\[(]\s*)?(" + NUMBER_TEXT + ")",
                       re.IGNORECASE)
-EPOCH = re.compile(r"\bepoch\s*[:=]?\s*(\d+)\b", re.IGNORECASE)
+EPOCH = re.compile(r"\bepoch\s*(?:[:=]\s*)?(\d+)\b", re.IGNORECASE)
+MAX_LINE = 64 << 10            # longer lines are no metric lines: skipped, never held whole
 METRIC_TAG = "metric"          # {"dlaunch": "metric", ...}
 NOT_METRICS = {"dlaunch", "step", "epoch", "time", "rank"}
 
@@ -77,7 +83,7 @@ def parse_metrics(lines) -> dict[str, Points]:
         if text.startswith("{") and '"dlaunch"' in text:
             try:
                 record = json.loads(text)
-            except ValueError:
+            except (ValueError, RecursionError):   # not JSON after all, or nested past Python's stack
                 record = None
             step = record.get("step") if isinstance(record, dict) else None
             if isinstance(record, dict) and record.get("dlaunch") == METRIC_TAG and _is_number(step):
@@ -124,14 +130,10 @@ def _is_number(value) -> bool:
 
 
 def _read_lines(path: str):
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            yield from fh
-    except OSError:
-        return
+    return bounded_lines(path, MAX_LINE)
 
 
-def span_outcome(entry: dict, cause: dict | None, rank: int) -> tuple[str, str, str]:
+def span_outcome(entry: Mapping[str, Any], cause: Mapping[str, Any] | None, rank: int | None) -> tuple[str, str, str]:
     """(outcome, short label, detail) of one rank in one attempt's summary."""
     is_root = bool(cause) and cause.get("rank") == rank
     if entry.get("hung") or (is_root and cause.get("hung")):
@@ -191,8 +193,8 @@ def collect(run: Run, now: float | None = None) -> list[RankStory]:
                                         outcome, label, detail))
         else:
             story.spans = _spans_from_logs(ref, now)
-        for attempt in log_attempts(ref.rank_dir):
-            for name, points in parse_metrics(_read_lines(log_path(ref, attempt))).items():
-                story.metrics.setdefault(name, {})[attempt] = points
+        for number in log_attempts(ref.rank_dir):
+            for name, points in parse_metrics(_read_lines(log_path(ref, number))).items():
+                story.metrics.setdefault(name, {})[number] = points
         stories.append(story)
     return stories

@@ -14,6 +14,7 @@ from typing import Any
 
 from launcher.contract import RANK_DIR_ENV
 from launcher.host import host_names
+from launcher.observe import tell_problems
 from launcher.results import job_verdict
 from launcher.rundir import (
     RankRef,
@@ -43,6 +44,7 @@ class Observer:
         self._primed: set = set()                  # processes whose CPU % has a start
         self._launchers: set[int] = set()          # launcher pids seen (pids files, parents of ranks)
         self._local: set[str] | None = None
+        self._told: set[str] = set()                # damaged files already warned of
 
     # -- finding ranks -----------------------------------------------------
 
@@ -190,6 +192,7 @@ class Observer:
     def snapshot(self, ranks: list[str] | None = None) -> dict:
         """The run now, as ``status --json`` prints it."""
         run = load_run(self.run_dir)
+        tell_problems(run, self._told)
         refs = select_ranks(run, ranks)
         live = self.find_ranks(run, refs)
         usage = self._usage({rank: self._tree(proc) for rank, proc in live.items()})
@@ -248,6 +251,9 @@ class Observer:
         causes = verdict["root_causes"]
         if run.finished:
             return {"status": verdict["status"], "finished": True, "exit_code": verdict["exit_code"],
+                    "root_causes": causes}
+        if run.damaged and not run.plans and not run.summaries:   # nothing readable will ever say more: over
+            return {"status": "unreadable (its plan cannot be read)", "finished": True, "exit_code": None,
                     "root_causes": causes}
         waiting = [row for ref, row in zip(refs, rows) if ref.suffix not in run.summaries]
         launcher = self.launcher_alive()

@@ -14,11 +14,13 @@ import os
 import time
 
 from launcher.console import say
-from launcher.contract import RESUME_FROM_ENV, RESUME_STEP_ENV
+from launcher.contract import RESUME_FROM_ENV, RESUME_STEP_ENV, Role
+from launcher.observe import tell_problems
 from launcher.observe.charts import OUTCOME_COLOURS, chart_svg, format_number, legend_html, rank_colour, timeline_svg
 from launcher.observe.metrics import RankStory, collect, span_outcome
 from launcher.results import job_verdict
 from launcher.rundir import Run, load_run, log_attempts, log_path, run_directory
+from launcher.rundir_model import RankSpecFile
 from launcher.userfiles import write_output
 
 
@@ -53,15 +55,16 @@ def command_context(run: Run) -> dict:
     from launcher import numlists
     from launcher.environment import masked, masked_argv
 
-    specs = [spec for _, plan in sorted(run.plans.items()) for spec in plan.get("ranks", [])]
-    by_command: dict[str, list[dict]] = {}
+    specs = [spec for _, plan in sorted(run.plans.items()) for spec in plan.get("ranks", [])
+             if spec.get("rank") is not None]
+    by_command: dict[str, list[RankSpecFile]] = {}
     for spec in specs:
         by_command.setdefault(shlex.join(masked_argv(spec.get("argv", []))), []).append(spec)
     commands = []
     for line, group in by_command.items():
         cwds = {str(spec.get("cwd", "")) for spec in group}
         commands.append({"line": line, "cwd": cwds.pop() if len(cwds) == 1 else "its own rank directory",
-                         "ranks": numlists.format_ranges(sorted(int(spec["rank"]) for spec in group))})
+                         "ranks": numlists.format_ranges(sorted(spec["rank"] for spec in group))})
     plan = next((p for _, p in sorted(run.plans.items())), None)
     settings = []
     if plan:
@@ -101,6 +104,7 @@ def page_context(run: Run, stories: list[RankStory]) -> dict:
             if cause:
                 _, label, detail = span_outcome(cause, cause, cause.get("rank"))
                 causes.append({"attempt": attempt.get("attempt", 0), "rank": cause.get("rank"),
+                               "scheduler": cause.get("role") == Role.SCHEDULER,
                                "host": cause.get("host"), "device": cause.get("device_id"), "what": detail,
                                "log": cause.get("log"), "log_url": file_url(cause.get("log")),
                                "tail": cause.get("log_tail") or [],
@@ -116,7 +120,9 @@ def page_context(run: Run, stories: list[RankStory]) -> dict:
         newest = loss[max(loss)] if loss else []
         logs = [{"name": os.path.basename(log_path(story.ref, a)), "url": file_url(log_path(story.ref, a))}
                 for a in log_attempts(story.ref.rank_dir)]
-        rows.append({"rank": story.ref.rank, "host": story.ref.host, "device": story.ref.device_id,
+        scheduler = story.ref.role == Role.SCHEDULER
+        rows.append({"rank": "sched" if scheduler else story.ref.rank, "host": story.ref.host,
+                     "device": "-" if scheduler else story.ref.device_id,
                      "colour": rank_colour(story.ref.rank), "logs": logs,
                      "attempts": len(story.spans), "outcome": (last.detail or last.label) if last else "not started",
                      "kind": last.outcome if last else "stopped",
@@ -139,6 +145,7 @@ def render(run_dir: str) -> str:
     import jinja2
 
     run = load_run(run_dir)
+    tell_problems(run)
     stories = collect(run)
     env = jinja2.Environment(loader=jinja2.PackageLoader("launcher", "templates"),
                              autoescape=jinja2.select_autoescape(["html", "j2"]), trim_blocks=True,
@@ -148,7 +155,8 @@ def render(run_dir: str) -> str:
 
 def cmd_report(args) -> int:
     run_dir = run_directory(args.run_dir, args.output_dir)
-    page = render(run_dir)
+    # a lone surrogate (JSON's "\ud800", or a non-UTF-8 name read back) cannot be written as UTF-8: shown as "?"
+    page = render(run_dir).encode("utf-8", "replace").decode("utf-8")
     output = args.output or f"report-{os.path.basename(run_dir)}.html"
     where = write_output(output, lambda fh: fh.write(page), force=args.force)
     if output != "-":

@@ -15,7 +15,7 @@ from launcher.console import printable
 from launcher.contract import Role
 from launcher.observe import add_run_arguments
 from launcher.observe.processes import Observer
-from launcher.results import how_it_ended
+from launcher.results import how_it_ended, who
 from launcher.rundir import run_directory
 
 
@@ -39,7 +39,7 @@ def _bytes(value: float | None) -> str:
     return "-"
 
 
-def _headline(snap: dict) -> list[str]:
+def headline(snap: dict) -> list[str]:
     count = sum(1 for row in snap["ranks"] if row.get("role", Role.RANK) == Role.RANK)
     hosts = len(snap["hosts"])
     line = f"run {snap['run_id']} ({snap['run_dir']}): {snap['status']}"
@@ -56,16 +56,32 @@ def _headline(snap: dict) -> list[str]:
         names = ", ".join(f"{h['host']} (ranks {h['ranks']})" for h in missing)
         lines.append(f"never reported: {names}: no plan or summary of theirs in this run directory")
     for cause in snap["root_causes"]:
-        where = f"rank {cause.get('rank')} (host {cause.get('host')}, device {cause.get('device_id')})"
         if cause.get("hung"):
-            lines.append(f"root cause (host {cause.get('host')}, device {cause.get('device_id')}): "
+            where = (f"the MindSpore scheduler, host {cause.get('host')}" if cause.get("role") == Role.SCHEDULER else
+                     f"host {cause.get('host')}, device {cause.get('device_id')}")
+            lines.append(f"root cause ({where}): "
                          + (cause.get("reason") or f"rank {cause.get('rank')} hung"))
             if cause.get("stack_file"):
                 lines.append(f"stacks: {cause['stack_file']}")
             continue
         how = how_it_ended(cause)
-        lines.append(f"root cause: {where} {how}")
+        lines.append(f"root cause: {who(cause)} {how}")
     return lines
+
+
+def finished_code(snap: dict) -> int:
+    """What ``status --watch`` and ``logs --follow`` exit with once the run is over: 0 when it succeeded,
+    else the run's own exit code (1 when it ended without one: its launcher was killed)."""
+    if snap["status"] == "succeeded":
+        return 0
+    code = snap.get("exit_code")
+    return code if isinstance(code, int) and 0 < code < 256 else 1
+
+
+def verdict_line(snap: dict) -> str:
+    """``run finished: failed, exit code 7``, the closing line of a watch."""
+    code = f", exit code {snap['exit_code']}" if snap.get("exit_code") is not None else ""
+    return f"run {snap['run_id']} finished: {snap['status']}{code}"
 
 
 def format_status(snap: dict, width: int | None = 120) -> str:
@@ -89,7 +105,7 @@ def format_status(snap: dict, width: int | None = 120) -> str:
         whole = text + cells[-1]
         return (whole if width is None else whole[:max(width, len(text) + 10)]).rstrip()
 
-    return "\n".join(printable(text) for text in _headline(snap) + [line(header)] + [line(r) for r in table])
+    return "\n".join(printable(text) for text in headline(snap) + [line(header)] + [line(r) for r in table])
 
 
 def cmd_status(args) -> int:
@@ -107,18 +123,20 @@ def cmd_status(args) -> int:
             else:
                 terminal = out.isatty()
                 text = format_status(snap, shutil.get_terminal_size((120, 40)).columns if terminal else None)
+                closing = printable(verdict_line(snap)) + "\n" if snap["finished"] else ""
                 if args.watch and not terminal:   # a file or pipe gets plain snapshots, no escape codes
-                    text = f"{time.strftime('%H:%M:%S')}\n{text}\n" + ("run finished\n" if snap["finished"] else "")
+                    text = f"{time.strftime('%H:%M:%S')}\n{text}\n" + closing
                 elif args.watch:  # home, each line cleared to its end, then the rest of the screen
                     stamp = time.strftime("%H:%M:%S")
                     text = ("\x1b[H" + "\x1b[K\n".join([f"{stamp}  every {args.interval:g} s, Ctrl-C to stop",
                                                         *text.split("\n")]) + "\x1b[K\n\x1b[J")
-                    if snap["finished"]:
-                        text += "run finished\n"
+                    text += closing
                 out.write(text if args.watch else text + "\n")
             out.flush()
-            if not args.watch or snap["finished"]:
+            if not args.watch:
                 return 0
+            if snap["finished"]:
+                return finished_code(snap)
             time.sleep(args.interval)
     except KeyboardInterrupt:
         return 0
@@ -135,7 +153,8 @@ def add_parser(sub) -> None:
                        epilog="states: ended = gone but its launcher has not written the summary yet; "
                               "remote = on another host, whose processes cannot be seen from here")
     add_run_arguments(p)
-    p.add_argument("--watch", action="store_true", help="refresh in place until the run finishes (Ctrl-C stops)")
+    p.add_argument("--watch", action="store_true",
+                   help="refresh in place until the run finishes, then exit with its exit code (Ctrl-C stops)")
     p.add_argument("--interval", type=positive_seconds, default=2.0, metavar="SECONDS",
                    help="--watch refresh (default 2)")
     p.add_argument("--json", action="store_true", help="print JSON (with --watch: one object a line)")

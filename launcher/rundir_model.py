@@ -1,0 +1,325 @@
+"""The files of a run directory as one validated model: what status, logs, report, ckpt and prune may rely on.
+
+A run directory is input like any other: a hand edit, a truncated copy, a full disk, or someone hostile can
+leave ``plan.json`` as a link to ``/dev/zero``, a FIFO, JSON nested 200,000 deep, ``"world_size": 1e40`` or
+``"pid": "x"``.  Every JSON file of a run is read here, once: only a regular file, only up to
+``MAX_JSON_BYTES``, and then checked against the TypedDicts below (the format dlaunch writes, layouts 1 and
+2).  A value of the wrong type or out of its range is left out (the reader's default applies), a list item
+that is not what the list holds is dropped, an object without its required keys is dropped; what was left
+out is told in one line naming the file.  Readers therefore see only checked values, and one damaged file
+never stops the others (or other runs) from being read.
+
+The checker is derived from the TypedDicts themselves (``typing.get_type_hints``), so the model is declared
+once: ``Annotated[int, Bound(lo, hi)]`` is a whole number in that range (never a bool), ``float`` a finite
+number, ``X | None`` allows null.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import types
+import typing
+from typing import Annotated, NamedTuple, TypedDict, Union
+
+from launcher.errors import UsageError
+
+MAX_JSON_BYTES = 32 << 20     # a plan of thousands of ranks with their environments stays far below this
+MAX_WORLD = 10**6 - 1         # ranks are numbers of at most six digits (numlists.MAX_NUMBER_DIGITS)
+MAX_PID = 1 << 22             # Linux's pid_max ceiling
+MAX_SHOWN_PROBLEMS = 3        # per file: the rest is counted
+
+
+class Bound(NamedTuple):
+    """The range of an ``Annotated[int, Bound(low, high)]`` field."""
+
+    low: int
+    high: int
+
+
+class NoNul(NamedTuple):
+    """The mark of an ``Annotated[str, NoNul()]`` field: a path, which a NUL would make unusable."""
+
+
+Path = Annotated[str, NoNul()]
+Rank = Annotated[int, Bound(0, MAX_WORLD)]
+Count = Annotated[int, Bound(0, MAX_WORLD + 1)]
+Device = Annotated[int, Bound(-1, MAX_WORLD)]
+Pid = Annotated[int, Bound(1, MAX_PID)]
+Code = Annotated[int, Bound(-(1 << 31), (1 << 31) - 1)]   # an exit code as recorded (128+N for signal N)
+Port = Annotated[int, Bound(0, 65535)]
+Number = Annotated[int, Bound(0, 1 << 31)]                 # attempts, restarts, layout versions, indexes
+
+
+# ---------------------------------------------------------------- plan[.<host>].json
+
+
+class RankSpecFile(TypedDict, total=False):
+    """A rank (or the scheduler) of a host's plan."""
+
+    rank: Rank | None
+    local_rank: Device | None
+    device_id: Device | None
+    server_id: str
+    argv: list[str]
+    cwd: Path
+    env: dict[str, str]
+    rank_dir: Path
+    log_file: Path
+    role: str
+
+
+class PeerFile(TypedDict, total=False):
+    """Another server of the job, as each host's plan names it."""
+
+    server_id: str
+    suffix: str
+    ranks: str          # "8-15"
+
+
+class PlanFile(TypedDict, total=False):
+    layout: Number
+    run_id: str
+    run_dir: Path
+    server_id: str
+    server_index: Number
+    server_count: Count
+    world_size: Count
+    master_addr: str
+    master_port: Port
+    rank_table_file: Path
+    grace_period: float
+    max_restarts: Number
+    hang_timeout: float | None
+    waiting_notice: float
+    ranks: list[RankSpecFile]
+    peers: list[PeerFile]
+    scheduler: RankSpecFile | None
+
+
+# ---------------------------------------------------------------- summary[.<host>].json
+
+
+class RankEntryFile(TypedDict, total=False):
+    """How one rank (or the scheduler, ``rank`` null) ended, in a summary; a root cause adds its log's tail."""
+
+    rank: Rank | None
+    local_rank: Device | None
+    device_id: Device | None
+    host: str
+    pid: Pid | None
+    start: float | None
+    end: float | None
+    exit_code: Code | None
+    signal: str | None
+    log: Path
+    spawn_error: str
+    hung: bool
+    reason: str | None
+    stack_file: Path
+    role: str
+    log_tail: list[str]
+    error_file_message: str
+    launcher_exit_code: Code | None
+
+
+class AttemptFile(TypedDict, total=False):
+    attempt: Number
+    exit_code: Code | None
+    root_cause: RankEntryFile | None
+    ranks: list[RankEntryFile]
+
+
+class ResumedFromFile(TypedDict, total=False):
+    run_dir: Path
+    step: str
+
+
+class SummaryFile(TypedDict, total=False):
+    run_id: str
+    run_dir: Path
+    host: str
+    world_size: Count
+    status: str
+    exit_code: Code | None
+    started: float
+    ended: float
+    resumed_from: ResumedFromFile | None
+    newest_complete_checkpoint: str | None
+    root_cause: RankEntryFile | None
+    launcher_error: str
+    interrupted_by: str | None
+    ranks: list[RankEntryFile]
+    scheduler: RankEntryFile
+    attempts: list[AttemptFile]
+    warnings: list[str]
+
+
+class HeadSummaryFile(TypedDict, total=False):
+    """summary.head.json: the head's verdict over every host of a ``cluster --ssh`` job."""
+
+    status: str
+    exit_code: Code | None
+    root_cause: RankEntryFile | None
+
+
+# ---------------------------------------------------------------- pids[.<host>].json
+
+
+class PublishedPidFile(TypedDict, total=False):
+    pid: Pid
+    start: float
+    attempt: Number
+
+
+class PidsFile(TypedDict, total=False):
+    launcher_pid: Pid
+    ranks: dict[str, PublishedPidFile]
+    scheduler: PublishedPidFile
+
+
+# ---------------------------------------------------------------- reading and checking
+
+_BAD = object()   # what a value that fails its check becomes: left out by its container
+
+
+class _Findings:
+    def __init__(self) -> None:
+        self.shown: list[str] = []
+        self.count = 0
+
+    def add(self, where: str, why: str) -> None:
+        self.count += 1
+        if len(self.shown) < MAX_SHOWN_PROBLEMS:
+            self.shown.append(f"{where or 'the top level'}: {why}")
+
+    def line(self, name: str) -> str | None:
+        if not self.count:
+            return None
+        more = f" (and {self.count - len(self.shown)} more)" if self.count > len(self.shown) else ""
+        return f"{name}: ignored {'; '.join(self.shown)}{more}"
+
+
+def _shown(value) -> str:
+    text = json.dumps(value, default=str) if not isinstance(value, (dict, list)) else type(value).__name__
+    return text if len(text) <= 24 else text[:21] + "..."
+
+
+_HINTS: dict[type, dict] = {}
+
+
+def _hints(cls) -> dict:
+    if cls not in _HINTS:
+        _HINTS[cls] = typing.get_type_hints(cls, include_extras=True)
+    return _HINTS[cls]
+
+
+def _check(value, tp, where: str, found: _Findings):
+    """``value`` if it is a ``tp`` (containers cleaned of what is not), else _BAD (told to ``found``)."""
+    origin = typing.get_origin(tp)
+    if origin is Annotated:
+        base, *extras = typing.get_args(tp)
+        checked = _check(value, base, where, found)
+        bound = next((e for e in extras if isinstance(e, Bound)), None)
+        if checked is not _BAD and bound and not bound.low <= checked <= bound.high:
+            found.add(where, f"{_shown(value)} is outside {bound.low}..{bound.high}")
+            return _BAD
+        if checked is not _BAD and any(isinstance(e, NoNul) for e in extras) and "\x00" in checked:
+            found.add(where, "a path with a NUL byte")
+            return _BAD
+        return checked
+    if origin in (Union, types.UnionType):
+        arms = [arm for arm in typing.get_args(tp) if arm is not type(None)]
+        if value is None and len(arms) < len(typing.get_args(tp)):
+            return None
+        return _check(value, arms[0], where, found)
+    if origin is list:
+        if not isinstance(value, list):
+            found.add(where, f"{_shown(value)} is not a list")
+            return _BAD
+        (item_tp,) = typing.get_args(tp)
+        items = (_check(item, item_tp, f"{where}[{i}]", found) for i, item in enumerate(value))
+        return [item for item in items if item is not _BAD]
+    if origin is dict:
+        if not isinstance(value, dict):
+            found.add(where, f"{_shown(value)} is not an object")
+            return _BAD
+        _, value_tp = typing.get_args(tp)
+        pairs = ((key, _check(item, value_tp, f"{where}.{key}", found)) for key, item in value.items())
+        return {key: item for key, item in pairs if item is not _BAD}
+    if typing.is_typeddict(tp):
+        return _check_object(value, tp, where, found)
+    return _check_scalar(value, tp, where, found)
+
+
+def _check_object(value, tp, where: str, found: _Findings):
+    if not isinstance(value, dict):
+        found.add(where, f"{_shown(value)} is not an object")
+        return _BAD
+    out = {}
+    for key, key_tp in _hints(tp).items():
+        if key in value:
+            checked = _check(value[key], key_tp, f"{where}.{key}" if where else key, found)
+            if checked is not _BAD:
+                out[key] = checked
+    return out
+
+
+def _check_scalar(value, tp, where: str, found: _Findings):
+    if tp is bool:
+        ok = isinstance(value, bool)
+    elif tp is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif tp is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        value = float(value) if ok else value
+    elif tp is str:
+        ok = isinstance(value, str)
+    else:   # pragma: no cover - a type the model above does not use
+        raise TypeError(f"rundir_model cannot check {tp!r}")
+    if not ok:
+        kind = {bool: "true or false", int: "a whole number", float: "a finite number", str: "text"}[tp]
+        found.add(where, f"{_shown(value)} is not {kind}")
+        return _BAD
+    return value
+
+
+def checked(data, model, name: str) -> tuple[dict | None, str | None]:
+    """(``data`` as ``model`` holds it, or None when it is not even an object; a line naming ``name`` if
+    anything was left out)."""
+    found = _Findings()
+    value = _check_object(data, model, "", found)
+    return (None if value is _BAD else value), found.line(name)
+
+
+def read_json(path: str, name: str) -> tuple[object, str | None]:
+    """The JSON value of a run-directory file, or (None, one line saying why not); never unbounded, never
+    waiting on a FIFO, never a RecursionError. A file that is simply absent is (None, None)."""
+    import os
+
+    from launcher.userfiles import read_text
+
+    if not os.path.lexists(path):
+        return None, None
+    try:
+        text = read_text(path, "run file", MAX_JSON_BYTES)
+    except UsageError as exc:
+        if not os.path.lexists(path):
+            return None, None    # replaced or removed between the look and the read
+        return None, f"{name}: {str(exc).removeprefix(f'cannot read run file {path}: ')}"
+    try:
+        return json.loads(text), None
+    except RecursionError:
+        return None, f"{name}: nested too deeply to be dlaunch's"
+    except ValueError as exc:
+        return None, f"{name}: not JSON ({str(exc)[:80]})"
+
+
+def load(path: str, model, name: str) -> tuple[dict | None, str | None]:
+    """A run-directory file read (``read_json``) and checked against ``model``."""
+    data, problem = read_json(path, name)
+    if data is None:
+        return None, problem
+    if not isinstance(data, dict):
+        return None, f"{name}: not a JSON object"
+    return checked(data, model, name)
