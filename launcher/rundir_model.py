@@ -191,6 +191,7 @@ class _Findings:
     def add(self, where: str, why: str) -> None:
         self.count += 1
         if len(self.shown) < MAX_SHOWN_PROBLEMS:
+            where = where if len(where) <= 60 else where[:57] + "..."   # keys are input too
             self.shown.append(f"{where or 'the top level'}: {why}")
 
     def line(self, name: str) -> str | None:
@@ -317,9 +318,11 @@ def read_json(path: str, name: str) -> tuple[object, str | None]:
 
 def load(path: str, model, name: str) -> tuple[dict | None, str | None]:
     """A run-directory file read (``read_json``) and checked against ``model``."""
+    import os
+
     data, problem = read_json(path, name)
-    if data is None:
+    if problem:
         return None, problem
-    if not isinstance(data, dict):
-        return None, f"{name}: not a JSON object"
+    if not isinstance(data, dict):   # None: absent, unless the file says null
+        return None, f"{name}: not a JSON object" if data is not None or os.path.lexists(path) else None
     return checked(data, model, name)
