@@ -53,7 +53,10 @@ def write_atomically(path: str, write, *, binary: bool = False, durable: bool = 
             os.close(fd)
             write(tmp)
         else:
-            with os.fdopen(fd, "wb" if binary else "w", encoding=None if binary else "utf-8") as fh:
+            # surrogateescape: text that came in as undecodable bytes (a Latin-1 path in the environment or
+            # on the command line) goes out as the same bytes, as the shell and the kernel gave them
+            with os.fdopen(fd, "wb" if binary else "w", encoding=None if binary else "utf-8",
+                           errors=None if binary else "surrogateescape") as fh:
                 write(fh)
         if durable:
             fsync_path(tmp)

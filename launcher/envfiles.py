@@ -15,6 +15,8 @@ def parse_assignment(text: str, where: str) -> tuple[str, str]:
     name = name.strip()
     if not sep or not NAME.match(name):
         raise UsageError(f"{where}: expected KEY=VALUE with a variable name, got {text[:60]!r}")
+    if "\0" in value:   # no environment can hold it: refused here, before a run directory exists
+        raise UsageError(f"{where}: the value of {name} holds a NUL byte, which no environment variable can hold")
     return name, value
 
 

@@ -243,6 +243,10 @@ def launch_options(args: argparse.Namespace, table, server_index: int, view=None
     from launcher.table.share import master_address
 
     cluster = args.command == "cluster"
+    held = next((a for a in [args.script, *args.script_args] if "\0" in a), None)
+    if held is not None:   # no command line can hold it: refused before a run directory exists
+        raise UsageError(f"the script or one of its arguments holds a NUL byte, which no command line can hold: "
+                         f"{held[:60]!r}")
     command = Command(target=args.script if args.module or args.no_python else os.path.abspath(args.script),
                       args=tuple(args.script_args), module=args.module, no_python=args.no_python)
     console = args.console.strip().lower()

@@ -41,6 +41,11 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] in SCRIPT_ARG_COMMANDS and "--" in argv:
         cut_at = argv.index("--")
         argv, script_args = argv[:cut_at], argv[cut_at + 1:]
+    given_dashes = next((a for a in argv if a.startswith("-") and a.endswith("=--")), None)
+    if given_dashes is not None:   # argparse would hand the option an empty list: every handler's surprise
+        say(f"error: {printable(given_dashes.partition('=')[0])} needs a value, not '--' (script arguments go after "
+            f"a separate --)")
+        return UsageError.exit_code
     if argv == ["cluster", "--from-head"]:
         handler = cmd_from_head
     else:
