@@ -114,6 +114,14 @@ _DECLARED: list[tuple[Option, tuple[str, ...]]] = [
     (Option(("--master-addr",), "MASTER_ADDR (default: the server_id of rank 0's server)"), ("cluster",)),
     (Option(("--master-port",), f"MASTER_PORT (default {CLUSTER_DEFAULT_PORT}, the same on every host)",
             type=port), ("cluster",)),
+    (Option(("--job-port",), "the port on the master address where the master host's dlaunch coordinates the "
+                             "job's hosts (default: MASTER_PORT + 1)", type=port), ("cluster",)),
+    (Option(("--host-timeout",), "a host of the job that sends nothing for this long is lost and the job stops "
+                                 "(default 15; heartbeats every fifth of it)", type=positive_seconds, default=15.0,
+            metavar="SECONDS"), ("cluster",)),
+    (Option(("--join-timeout",), "every host of the job must have joined within this long, else the job stops "
+                                 "(default 180)", type=positive_seconds, default=180.0, metavar="SECONDS"),
+     ("cluster",)),
     (Option(("--ssh",), "start every server of the table over SSH from here", kind=FLAG, default=False,
             group=SSH_GROUP), ("cluster",)),
     (Option(("--ssh-config",), "OpenSSH client config (default ~/.ssh/config)", metavar="FILE", group=SSH_GROUP),
@@ -260,6 +268,8 @@ def launch_options(args: argparse.Namespace, table, server_index: int, view=None
                    ms_scheduler=args.ms_scheduler, ms_topo_timeout=args.ms_topo_timeout,
                    hang_timeout=args.hang_timeout, prefix_host=cluster, shared_run_dir=cluster or bool(args.run_id),
                    fixed_port=cluster or args.master_port is not None, resume_from=resume_from,
+                   **({"job_port": args.job_port, "host_timeout": args.host_timeout,
+                       "join_timeout": args.join_timeout} if cluster else {}),
                    **({"devices": view} if view is not None else {}))
 
 

@@ -59,10 +59,18 @@ def launch(table: RankTable, server_index: int, opts: Options, *, dry_run: bool,
         print(describe(plan))
         return 0
     check_command(opts)
-    rundir.create(plan, dumps(table), shared=opts.shared_run_dir)
+    link = _job_link(plan, opts, table, control)
+    try:
+        rundir.create(plan, dumps(table), shared=opts.shared_run_dir)
+    except BaseException:
+        if link:
+            link.close()
+        raise
     started = time.time()
     signals = SignalWatch(*control) if control else SignalWatch()
     workers = LocalWorkers(signals)
+    workers.job = link
+    verdict: dict = {}
     pids_file = plan.host_file("pids", "json")
 
     def publish_pids(ranks, scheduler):
@@ -85,6 +93,13 @@ def launch(table: RankTable, server_index: int, opts: Options, *, dry_run: bool,
                                  attempt=attempt, resume=resume)
             result = workers.run(plan)
             attempts.append(result)
+            if link is not None:
+                verdict = link.finish(result, signals.fd)
+                if not verdict.get("restart"):
+                    break
+                say(f"{_job_cause(verdict)}; restarting the job on every host "
+                    f"(restart {attempt + 1} of {opts.max_restarts})")
+                continue
             if (result.exit_code == 0 or result.interrupted_by is not None or result.launcher_error is not None
                     or attempt == opts.max_restarts):
                 break
@@ -92,10 +107,14 @@ def launch(table: RankTable, server_index: int, opts: Options, *, dry_run: bool,
             say(f"rank {cause.rank} {how_it_ended(cause.to_dict())}; restarting all ranks "
                 f"(restart {attempt + 1} of {opts.max_restarts})")
     finally:
+        if link is not None:
+            link.close()
         workers.close()
         signals.close()
     warnings = shared_checkpoint_warnings(plan, started)
     summary = summarize(plan, attempts, started, warnings)
+    if verdict:
+        _add_job_verdict(summary, verdict)
     summary_path = plan.host_file("summary", "json")
     try:
         rundir.write_json(summary_path, summary)
@@ -110,3 +129,37 @@ def launch(table: RankTable, server_index: int, opts: Options, *, dry_run: bool,
 
         emit("summary", summary=summary, path=summary_path)
     return summary["exit_code"]
+
+
+def _job_link(plan, opts: Options, table: RankTable, control):
+    """A job of several hosts started per host (by hand, Slurm, an operator) talks over the master address
+    (``execute/job``); under ``cluster --ssh`` the head already ties the hosts together."""
+    if plan.server_count < 2 or control is not None:
+        return None
+    from launcher.execute.job.link import JobLink
+
+    link = JobLink.for_plan(plan, opts, table)
+    link.start()
+    return link
+
+
+def _job_cause(verdict: dict) -> str:
+    from launcher.execute.job.link import describe
+
+    cause = verdict.get("root_cause")
+    return describe(cause) if cause else f"the job {verdict.get('status')}"
+
+
+def _add_job_verdict(summary: dict, verdict: dict) -> None:
+    """Every host's summary carries the job's verdict, the same on each; a host whose own ranks succeeded
+    in a job that failed elsewhere exits with the code that says so (``job.protocol``)."""
+    from launcher.execute.job.protocol import LOST_EXIT, STOPPED_EXIT
+
+    job = {key: verdict.get(key) for key in ("status", "exit_code", "root_cause", "host_exit_codes", "lost_hosts")}
+    summary["job"] = job
+    if summary["exit_code"] == 0 and job["status"] != "succeeded":
+        cause = job.get("root_cause") or {}
+        code = LOST_EXIT if cause.get("kind") == "lost" else STOPPED_EXIT
+        summary.update(status="failed", exit_code=code,
+                       stopped_by={"why": _job_cause(verdict), "exit_code": code, "cause": cause})
+

@@ -167,6 +167,7 @@ class LocalWorkers:
         self.reaper = Reaper(self.launcher_id)
         self._child_setup = child_setup(os.getpid())
         self.on_started: Callable | None = None  # callback(ranks, scheduler) once every process is running
+        self.job: Any = None   # a multi-host job's link (execute/job): its stops stop us, ours stop the other hosts
 
     def close(self) -> None:
         self.reaper.close()
@@ -179,6 +180,8 @@ class LocalWorkers:
         self._watch_reaper(selector)
         if self.signals.control_fd is not None:
             selector.register(self.signals.control_fd, selectors.EVENT_READ, ("control", None))
+        if self.job is not None:
+            selector.register(self.job.fd, selectors.EVENT_READ, ("job", None))
         self.signals.received.extend(self.signals.pending_control())
         try:
             self._start(attempt, selector, tee)
@@ -281,6 +284,9 @@ class LocalWorkers:
             self._begin_stop(attempt, launcher_error=value)
         elif kind == "exit" and not attempt.stopping and value.returncode != 0:
             self._begin_stop(attempt, root_cause=value)
+        elif kind == "job_stop" and not attempt.stopping:
+            say(f"stopping this host's {attempt.describe_alive()}: {value['why']}")
+            self._begin_stop(attempt, stopped_by=value)
         elif kind == "signal":
             if not attempt.stopping:
                 self._on_signal(attempt, value)
@@ -296,13 +302,15 @@ class LocalWorkers:
             f"{attempt.plan.grace_period:g} s (--grace-period) before SIGKILL; Ctrl-C again kills them now")
 
     def _begin_stop(self, attempt: _Attempt, root_cause: RankResult | None = None, signal_: int | None = None,
-                    launcher_error: str | None = None) -> None:
-        """The first failure, hang, launcher error or signal: record it, tell every live process, start the
-        one shared grace period."""
+                    launcher_error: str | None = None, stopped_by: dict | None = None) -> None:
+        """The first failure, hang, launcher error, signal or stop from another host: record it, tell the
+        other hosts (when it is ours) and every live process, start the one shared grace period."""
         result = attempt.result
         result.root_cause, result.launcher_error = root_cause, launcher_error
-        result.interrupted_by = signal_
+        result.interrupted_by, result.stopped_by = signal_, stopped_by
         result.stopped_at = time.time()
+        if self.job is not None and stopped_by is None:
+            self.job.stopped(result)
         for process in attempt.processes:
             if process.alive:
                 _killpg(process.proc.pid, signal_ or signal.SIGTERM)
@@ -439,6 +447,8 @@ class LocalWorkers:
             elif kind == "reaper":
                 self.reaper.check()
                 self._watch_reaper(selector)
+            elif kind == "job":
+                happened.extend(self.job.stop_events())
             elif kind == "control":
                 found = self.signals.read_control()
                 if self.signals.control_fd is None:
