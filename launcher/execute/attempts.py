@@ -155,7 +155,8 @@ def _add_job_verdict(summary: dict, verdict: dict) -> None:
     in a job that failed elsewhere exits with the code that says so (``job.protocol``)."""
     from launcher.execute.job.protocol import LOST_EXIT, STOPPED_EXIT
 
-    job = {key: verdict.get(key) for key in ("status", "exit_code", "root_cause", "host_exit_codes", "lost_hosts")}
+    job = {key: verdict.get(key) for key in ("status", "exit_code", "root_cause", "host_exit_codes", "lost_hosts",
+                                             "absent_hosts")}
     summary["job"] = job
     if summary["exit_code"] == 0 and job["status"] != "succeeded":
         cause = job.get("root_cause") or {}

@@ -9,9 +9,10 @@ attempt: which hosts joined, the first stop (its cause), each host's result, and
   to stop, with the cause.
 - A host is lost (its connection closed before it reported, no line for ``host_timeout`` seconds, or it
   never joined within ``join_timeout``): every host is told to stop, naming it.
-- Every host has reported its attempt's result (or was lost): the job's verdict goes to every host, the
-  same for all; when the job failed and restarts are left (and no host was lost), it says "restart" and
-  the next attempt begins on every host together.
+- Every host that joined has reported its attempt's result (or was lost): the job's verdict goes to
+  every host, the same for all (a host that never joined is not waited for once the others are done:
+  its ranks could not have been part of their collectives); when the job failed and restarts are left
+  (and no host was lost), it says "restart" and the next attempt begins on every host together.
 """
 
 from __future__ import annotations
@@ -251,9 +252,13 @@ class Coordinator:
         self._maybe_verdict()
 
     def _maybe_verdict(self) -> None:
-        if self.finished or any(i not in self.results and i not in self.lost for i in range(len(self.hosts))):
+        if self.finished or any(i not in self.results and i not in self.lost for i in self.ever_joined):
+            return
+        if not self.results and not self.lost:
             return
         verdict = job_verdict(self.stop, self.results, self.lost, self.hosts)
+        verdict["absent_hosts"] = [self.hosts[i] for i in range(len(self.hosts))
+                                   if i not in self.ever_joined and i not in self.lost]
         verdict["restart"] = (verdict["status"] == "failed" and not self.lost and self.attempt < self.max_restarts
                               and (self.stop or {}).get("kind") in ("failed", "hung"))
         verdict.update(t="verdict", attempt=self.attempt)

@@ -116,6 +116,10 @@ class JobLink:
     def finish(self, result, signal_fd: int | None = None) -> dict:
         """Report this host's attempt and wait for the job's verdict (every host's attempt over, or a host
         lost); a signal to dlaunch meanwhile ends the wait with this host's own verdict."""
+        if result.exit_code == 0 and self.member.state in ("waiting", "connecting"):
+            say(f"this host's ranks succeeded before the job's coordinator at {self.member.address}:"
+                f"{self.member.port} answered: not waiting for the other hosts' verdict")
+            return {}
         self._send({"t": "result", "attempt": self.attempt, "exit_code": result.exit_code,
                     "status": "succeeded" if result.exit_code == 0 else "failed"})
         selector = selectors.DefaultSelector()
