@@ -162,3 +162,36 @@ def test_a_process_without_the_jobs_secret_can_neither_join_nor_stop_it(tmp_path
     code, stderr = job.wait(0)
     assert code == LOST_EXIT and "never joined" in stderr, stderr
     assert "job coordinator: refused 127.0.0.1:" in stderr and "wrong job secret" in stderr
+
+
+RESTARTING_RANK = """
+if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then
+  echo saved > "$DLAUNCH_CKPT_DIR/ckpt-1_1.pt"
+  if [ "$RANK" = 0 ]; then echo saved > "$DLAUNCH_CKPT_DIR/ckpt-1_2.pt"; exec sleep 60; fi
+  sleep 1; exit 3
+fi
+echo "$TORCHELASTIC_RESTART_COUNT $DLAUNCH_RESUME_STEP $DLAUNCH_RESUME_FROM" > "$DLAUNCH_RANK_DIR/resumed"
+"""
+
+
+def test_a_restart_is_one_for_the_whole_job_and_resumes_from_the_step_every_host_has(tmp_path, jobs):
+    """Rank 1 (host 127.0.0.3) fails in attempt 0 after saving step 1_1; rank 0 saved 1_1 and 1_2. Every host
+    restarts together; both resume from 1_1, the newest step on every rank of every host (no shared run
+    directory: each host knows only its own ranks' checkpoints)."""
+    job = jobs(tmp_path, 2, 29732, "restarts")
+    for index in (0, 1):
+        job.procs[index] = start_dlaunch(
+            "cluster", "--no-python", "/bin/sh", "--rank-table", job.table, "--rank-start", index, "--run-id",
+            "restarts", "--master-port", job.port, "--profile", "structure", "--grace-period", "2", *job.timeouts,
+            "--max-restarts", "2", "--", "-c", RESTARTING_RANK, cwd=job.cwd(index))
+    for index in (0, 1):
+        code, stderr = job.wait(index)
+        assert code == 0, stderr
+        assert "rank 1 on host 127.0.0.3 exited with code 3; restarting the job on every host (restart 1 of 2)" \
+            in stderr
+        rank_dir = job.cwd(index) / "dlaunch_runs" / "restarts" / f"rank_{index:03d}"
+        count, step, path = (rank_dir / "resumed").read_text().split()
+        assert (count, step, path) == ("1", "1_1", str(rank_dir / "ckpt" / "ckpt-1_1.pt"))
+        host_summary = job.summary(index)
+        assert [a["exit_code"] for a in host_summary["attempts"]] == [STOPPED_EXIT if index == 0 else 3, 0]
+        assert host_summary["job"]["status"] == "succeeded"

@@ -88,13 +88,16 @@ def launch(table: RankTable, server_index: int, opts: Options, *, dry_run: bool,
         for attempt in range(opts.max_restarts + 1):
             if attempt:
                 port = opts.master_port if opts.fixed_port else free_port(opts.master_addr)
-                resume = find_resume_point(plan.run_dir, table.device_count, log=say) or resume
+                if link is not None:   # the step every rank of every host has, as the job agreed
+                    resume = _job_resume_point(plan, verdict) or resume
+                else:
+                    resume = find_resume_point(plan.run_dir, table.device_count, log=say) or resume
                 plan = make_plan(table, server_index, replace(opts, master_port=port), rank_table_file, inherited,
                                  attempt=attempt, resume=resume)
             result = workers.run(plan)
             attempts.append(result)
             if link is not None:
-                verdict = link.finish(result, signals.fd)
+                verdict = link.finish(result, signals.fd, steps=_complete_steps(plan))
                 if not verdict.get("restart"):
                     break
                 say(f"{_job_cause(verdict)}; restarting the job on every host "
@@ -163,4 +166,17 @@ def _add_job_verdict(summary: dict, verdict: dict) -> None:
         code = LOST_EXIT if cause.get("kind") == "lost" else STOPPED_EXIT
         summary.update(status="failed", exit_code=code,
                        stopped_by={"why": _job_cause(verdict), "exit_code": code, "cause": cause})
+
+
+def _complete_steps(plan) -> list[str]:
+    from launcher.execute.job.restarts import complete_steps
+
+    return complete_steps(plan)
+
+
+def _job_resume_point(plan, verdict: dict):
+    from launcher.execute.job.restarts import host_resume_point
+
+    label = verdict.get("resume_step")
+    return host_resume_point(plan, label) if label else None
 

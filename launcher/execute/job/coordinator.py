@@ -24,6 +24,7 @@ from collections.abc import Callable
 
 from launcher.execute.job import protocol
 from launcher.execute.job.protocol import LOST_EXIT, Channel
+from launcher.execute.job.restarts import common_step
 
 
 class _Peer:
@@ -262,6 +263,8 @@ class Coordinator:
         verdict["restart"] = (verdict["status"] == "failed" and not self.lost and self.attempt < self.max_restarts
                               and (self.stop or {}).get("kind") in ("failed", "hung"))
         verdict.update(t="verdict", attempt=self.attempt)
+        if verdict["restart"]:
+            verdict["resume_step"] = common_step([r.get("steps") or [] for _, r in sorted(self.results.items())])
         self._broadcast(verdict)
         if verdict["restart"]:
             self.attempt += 1

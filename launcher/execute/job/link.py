@@ -113,7 +113,7 @@ class JobLink:
         """This host stopped its attempt for a reason of its own: every other host stops too."""
         self._send({"t": "stop", "attempt": self.attempt, "cause": cause_of(result)})
 
-    def finish(self, result, signal_fd: int | None = None) -> dict:
+    def finish(self, result, signal_fd: int | None = None, steps: list[str] | None = None) -> dict:
         """Report this host's attempt and wait for the job's verdict (every host's attempt over, or a host
         lost); a signal to dlaunch meanwhile ends the wait with this host's own verdict."""
         if result.exit_code == 0 and self.member.state in ("waiting", "connecting"):
@@ -121,7 +121,7 @@ class JobLink:
                 f"{self.member.port} answered: not waiting for the other hosts' verdict")
             return {}
         self._send({"t": "result", "attempt": self.attempt, "exit_code": result.exit_code,
-                    "status": "succeeded" if result.exit_code == 0 else "failed"})
+                    "status": "succeeded" if result.exit_code == 0 else "failed", "steps": steps or []})
         selector = selectors.DefaultSelector()
         selector.register(self._main_r, selectors.EVENT_READ)
         if signal_fd is not None:
