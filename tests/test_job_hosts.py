@@ -195,3 +195,22 @@ def test_a_restart_is_one_for_the_whole_job_and_resumes_from_the_step_every_host
         host_summary = job.summary(index)
         assert [a["exit_code"] for a in host_summary["attempts"]] == [STOPPED_EXIT if index == 0 else 3, 0]
         assert host_summary["job"]["status"] == "succeeded"
+
+
+def test_a_hang_on_one_host_stops_the_job_with_every_hosts_stacks_on_the_master_host(tmp_path, jobs):
+    """Rank 1 (host 127.0.0.3) goes silent; rank 0 keeps beating its heartbeat. Host 127.0.0.3 judges the
+    hang, and the master host's run directory (not shared) ends up with both ranks' stacks."""
+    job = jobs(tmp_path, 2, 29735, "hang")
+    job.timeouts += ("--hang-timeout", "3")
+    for index in (0, 1):
+        job.start(index, "--heartbeat-for", "60", "--heartbeat-ranks", "0", "--sleep", "60")
+    (code0, stderr0), (code1, stderr1) = job.wait(0, timeout=60), job.wait(1, timeout=60)
+    assert code1 == 124, stderr1
+    assert code0 == STOPPED_EXIT, stderr0
+    assert "rank 1 on host 127.0.0.3 hung and was stopped" in stderr0
+    stacks = job.cwd(0) / "dlaunch_runs" / "hang" / "job_stacks"
+    assert f"every rank's stack, from every host: {stacks}" in stderr0
+    for rank, host in ((0, "127.0.0.2"), (1, "127.0.0.3")):
+        text = (stacks / f"rank_{rank:03d}.txt").read_text()
+        assert text.startswith(f"# rank {rank} on host {host}") and "rank.py" in text, text
+    assert job.summary(0)["job"]["root_cause"]["hung"] is True

@@ -97,7 +97,9 @@ def launch(table: RankTable, server_index: int, opts: Options, *, dry_run: bool,
             result = workers.run(plan)
             attempts.append(result)
             if link is not None:
-                verdict = link.finish(result, signals.fd, steps=_complete_steps(plan))
+                verdict = link.finish(result, signals.fd, steps=_complete_steps(plan), stacks=_stack_texts(result))
+                if link.stacks:
+                    _write_job_stacks(plan, link.stacks)
                 if not verdict.get("restart"):
                     break
                 say(f"{_job_cause(verdict)}; restarting the job on every host "
@@ -179,4 +181,37 @@ def _job_resume_point(plan, verdict: dict):
 
     label = verdict.get("resume_step")
     return host_resume_point(plan, label) if label else None
+
+
+STACK_TEXT_LIMIT = 256 << 10   # of one rank's stack sent to the master host (py-spy's are a few KiB)
+
+
+def _stack_texts(result) -> dict[str, str]:
+    """This host's ranks' stacks of the attempt (after a hang), for the master host's run directory."""
+    texts = {}
+    for rank in result.ranks:
+        if rank.stack_file:
+            try:
+                with open(rank.stack_file, encoding="utf-8", errors="replace") as fh:
+                    texts[str(rank.rank)] = fh.read(STACK_TEXT_LIMIT)
+            except OSError as exc:
+                texts[str(rank.rank)] = f"dlaunch could not read {rank.stack_file}: {exc.strerror}"
+    return texts
+
+
+def _write_job_stacks(plan, stacks: dict) -> None:
+    """Every host's ranks' stacks in one place: ``job_stacks/`` of the master host's run directory."""
+    from launcher.rundir import attempt_file, describe_os_error
+
+    directory = os.path.join(plan.run_dir, "job_stacks")
+    try:
+        os.makedirs(directory, exist_ok=True)
+        for rank, entry in sorted(stacks.items(), key=lambda item: int(item[0])):
+            path = attempt_file(directory, f"rank_{int(rank):03d}", "txt", plan.attempt)
+            with open(path, "w", encoding="utf-8") as fh:
+                fh.write(f"# rank {rank} on host {entry['host']}\n{entry['text']}")
+    except OSError as exc:
+        say(f"cannot gather the job's stacks into {directory}: {describe_os_error(exc)}")
+        return
+    say(f"every rank's stack, from every host: {directory}")
 

@@ -286,6 +286,8 @@ class LocalWorkers:
             self._begin_stop(attempt, root_cause=value)
         elif kind == "job_stop" and not attempt.stopping:
             say(f"stopping this host's {attempt.describe_alive()}: {value['why']}")
+            if value["cause"].get("kind") == "hung":   # a hang elsewhere: where were this host's ranks?
+                self._dump_stacks([p for p in attempt.ranks if p.alive], attempt.plan.attempt)
             self._begin_stop(attempt, stopped_by=value)
         elif kind == "signal":
             if not attempt.stopping:
@@ -354,6 +356,11 @@ class LocalWorkers:
         spec, silent_for = found
         hung = next(p.result for p in live if p.spec is spec)
         hung.hang = describe_hang(spec, silent_for)
+        self._dump_stacks(live, attempt)
+        return hung
+
+    def _dump_stacks(self, live: list[_Process], attempt: int) -> None:
+        """Every live rank's stack into its rank directory (py-spy), recorded in its result."""
         try:
             files, why = dump_stacks([(p.spec, p.proc.pid) for p in live], attempt)
         except OSError as exc:   # a full disk must not turn a hang into a traceback
@@ -362,7 +369,6 @@ class LocalWorkers:
             process.result.stack_file = files.get(process.spec.rank)
         if why:
             say(why)
-        return hung
 
     # ------------------------------------------------------------------ processes
 

@@ -45,9 +45,11 @@ class Coordinator:
     share a selector (dlaunch's job thread does)."""
 
     def __init__(self, listener: socket.socket, secret: bytes, run_id: str, hosts: list[str], *, max_restarts: int,
-                 host_timeout: float, join_timeout: float, log: Callable[[str], None] = lambda line: None):
+                 host_timeout: float, join_timeout: float, log: Callable[[str], None] = lambda line: None,
+                 master_index: int = 0):
         self.listener, self.secret, self.run_id, self.hosts = listener, secret, run_id, hosts
         self.max_restarts, self.host_timeout, self.log = max_restarts, host_timeout, log
+        self.master_index = master_index   # the host whose run directory gathers every host's stacks
         self.heartbeat = heartbeat_interval(host_timeout)
         now = time.monotonic()
         self.join_deadline = now + join_timeout
@@ -263,6 +265,10 @@ class Coordinator:
         verdict["restart"] = (verdict["status"] == "failed" and not self.lost and self.attempt < self.max_restarts
                               and (self.stop or {}).get("kind") in ("failed", "hung"))
         verdict.update(t="verdict", attempt=self.attempt)
+        stacks = {rank: {"host": self.hosts[i], "text": text} for i, r in sorted(self.results.items())
+                  for rank, text in (r.get("stacks") or {}).items()}
+        if stacks and self.master_index in self.peers:   # a hang: every rank's stack, gathered on one host
+            self._send(self.peers[self.master_index], {"t": "stacks", "attempt": self.attempt, "stacks": stacks})
         if verdict["restart"]:
             verdict["resume_step"] = common_step([r.get("steps") or [] for _, r in sorted(self.results.items())])
         self._broadcast(verdict)

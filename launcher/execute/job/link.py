@@ -56,6 +56,7 @@ class JobLink:
     def __init__(self, *, hosts: list[str], index: int, master_index: int, address: str, port: int, secret: bytes,
                  run_id: str, host_timeout: float, join_timeout: float, max_restarts: int):
         self.hosts, self.index, self.attempt = hosts, index, 0
+        self.stacks: dict = {}   # on the master host, after a hang: global rank -> {"host", "text"}
         self._events: collections.deque = collections.deque()
         self._outbox: collections.deque = collections.deque()
         self._main_r, self._thread_w = socket.socketpair()   # the thread wakes the main loop
@@ -67,7 +68,7 @@ class JobLink:
         if index == master_index:
             self.coordinator = Coordinator(protocol.bind_address(address, port), secret, run_id, hosts,
                                            max_restarts=max_restarts, host_timeout=host_timeout,
-                                           join_timeout=join_timeout, log=say)
+                                           join_timeout=join_timeout, log=say, master_index=master_index)
         self.member = Member(address, port, secret, run_id, index, host_timeout=host_timeout,
                              join_timeout=join_timeout, deliver=self._deliver, master_name=hosts[master_index])
         self._thread = threading.Thread(target=self._serve, name="dlaunch-job", daemon=True)
@@ -113,7 +114,8 @@ class JobLink:
         """This host stopped its attempt for a reason of its own: every other host stops too."""
         self._send({"t": "stop", "attempt": self.attempt, "cause": cause_of(result)})
 
-    def finish(self, result, signal_fd: int | None = None, steps: list[str] | None = None) -> dict:
+    def finish(self, result, signal_fd: int | None = None, steps: list[str] | None = None,
+               stacks: dict | None = None) -> dict:
         """Report this host's attempt and wait for the job's verdict (every host's attempt over, or a host
         lost); a signal to dlaunch meanwhile ends the wait with this host's own verdict."""
         if result.exit_code == 0 and self.member.state in ("waiting", "connecting"):
@@ -121,7 +123,8 @@ class JobLink:
                 f"{self.member.port} answered: not waiting for the other hosts' verdict")
             return {}
         self._send({"t": "result", "attempt": self.attempt, "exit_code": result.exit_code,
-                    "status": "succeeded" if result.exit_code == 0 else "failed", "steps": steps or []})
+                    "status": "succeeded" if result.exit_code == 0 else "failed", "steps": steps or [],
+                    **({"stacks": stacks} if stacks else {})})
         selector = selectors.DefaultSelector()
         selector.register(self._main_r, selectors.EVENT_READ)
         if signal_fd is not None:
@@ -131,6 +134,8 @@ class JobLink:
                 self._drain(self._main_r)
                 for event in list(self._events):
                     self._events.remove(event)
+                    if event["t"] == "stacks" and event["attempt"] == self.attempt:
+                        self.stacks = event["stacks"]
                     if event["t"] == "verdict" and event["attempt"] == self.attempt:
                         if event.get("restart"):
                             self.attempt += 1

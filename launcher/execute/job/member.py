@@ -180,7 +180,7 @@ class Member:
                 self._lost(f"the job's coordinator at {self.address}:{self.port} refused this host: "
                            f"{message.get('why')}")
             return
-        if kind in ("stop", "verdict"):
+        if kind in ("stop", "verdict", "stacks"):
             if kind == "verdict" and not message.get("restart"):
                 self.final = True
             self.deliver(message)
