@@ -214,3 +214,28 @@ def test_a_hang_on_one_host_stops_the_job_with_every_hosts_stacks_on_the_master_
         text = (stacks / f"rank_{rank:03d}.txt").read_text()
         assert text.startswith(f"# rank {rank} on host {host}") and "rank.py" in text, text
     assert job.summary(0)["job"]["root_cause"]["hung"] is True
+
+
+def test_a_signal_to_one_hosts_dlaunch_stops_the_whole_job(tmp_path, jobs):
+    job = jobs(tmp_path, 2, 29738, "preempted")
+    for index in (0, 1):
+        job.start(index, "--sleep", "60")
+    assert wait_until(lambda: job.started(0) and job.started(1), timeout=20)
+    time.sleep(0.5)
+    job.procs[1].send_signal(signal.SIGTERM)   # one pod preempted
+    (code0, stderr0), (code1, stderr1) = job.wait(0), job.wait(1)
+    assert code1 == 128 + signal.SIGTERM, stderr1
+    assert code0 == STOPPED_EXIT and "dlaunch on host 127.0.0.3 was interrupted by SIGTERM" in stderr0, stderr0
+    assert job.summary(0)["job"]["status"] == job.summary(1)["job"]["status"] == "interrupted"
+
+
+def test_the_job_port_taken_on_the_master_host_is_refused_before_anything_starts(tmp_path, jobs):
+    import socket
+
+    job = jobs(tmp_path, 2, 29741, "portbusy")
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.2", 29742))
+        busy.listen()
+        code, stderr = job.start(0, "--sleep", "60") and job.wait(0)
+    assert code == 2 and "cannot listen on 127.0.0.2:29742 for the job's coordinator (--job-port)" in stderr, stderr
+    assert not (job.cwd(0) / "dlaunch_runs" / "portbusy").exists()

@@ -224,7 +224,9 @@ class Coordinator:
             self._refuse(peer, f"run id {message.get('run_id')!r} is not this job's ({self.run_id!r})")
         elif not isinstance(index, int) or not 0 <= index < len(self.hosts) or index in self.lost:
             self._refuse(peer, f"server index {index!r} is not a host this job waits for")
-        elif index in self.peers or self.finished:
+        elif self.finished:
+            self._refuse(peer, "the job has already ended")
+        elif index in self.peers:
             self._refuse(peer, f"host {self.hosts[index]} has already joined this job")
         else:
             peer.index = index
