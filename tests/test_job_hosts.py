@@ -239,3 +239,30 @@ def test_the_job_port_taken_on_the_master_host_is_refused_before_anything_starts
         code, stderr = job.start(0, "--sleep", "60") and job.wait(0)
     assert code == 2 and "cannot listen on 127.0.0.2:29742 for the job's coordinator (--job-port)" in stderr, stderr
     assert not (job.cwd(0) / "dlaunch_runs" / "portbusy").exists()
+
+
+REWRITING_RANK = """
+if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then
+  if [ "$RANK" = 1 ]; then sed -i s/192.0.2.10/192.0.2.99/ "$TABLE"; exit 3; fi
+  exec sleep 60
+fi
+echo "$RANK_TABLE_FILE" > "$DLAUNCH_RANK_DIR/table_file"
+"""
+
+
+def test_a_rank_table_rewritten_between_attempts_is_used_by_the_next_one_on_every_host(tmp_path, jobs):
+    job = jobs(tmp_path, 2, 29744, "rewrite")
+    for index in (0, 1):
+        job.procs[index] = start_dlaunch(
+            "cluster", "--no-python", "/bin/sh", "--rank-table", job.table, "--rank-start", index, "--run-id",
+            "rewrite", "--master-port", job.port, "--profile", "structure", *job.timeouts, "--max-restarts", "1",
+            "--", "-c", REWRITING_RANK, cwd=job.cwd(index), env={"TABLE": str(job.table)})
+    for index in (0, 1):
+        code, stderr = job.wait(index)
+        assert code == 0, stderr
+        assert f"the rank table {job.table} was rewritten: restart 1 uses it" in stderr
+        run_dir = job.cwd(index) / "dlaunch_runs" / "rewrite"
+        used = (run_dir / f"rank_{index:03d}" / "table_file").read_text().strip()
+        assert used == str(run_dir / f"rank_table.{HOSTS[index]}.1.json")
+        assert "192.0.2.99" in open(used).read()
+        assert "192.0.2.99" not in (run_dir / f"rank_table.{HOSTS[index]}.json").read_text()

@@ -147,8 +147,9 @@ def cmd_cluster(args: argparse.Namespace, control=None, on_started=None) -> int:
                          "--rank-table FILE --rank-start K; or from one head node, dlaunch cluster SCRIPT "
                          "--rank-table FILE --ssh")
     table, server_index, _, view = launch_table(args)
+    reread = (args.rank_table, args.profile, args.server_id, args.rank_start) if args.rank_table else None
     return launch(table, server_index, launch_options(args, table, server_index, view=view), dry_run=args.dry_run,
-                  on_started=on_started, control=control)
+                  on_started=on_started, control=control, reread=reread)
 
 
 def cmd_ckpt(args: argparse.Namespace) -> int:

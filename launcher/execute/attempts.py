@@ -38,11 +38,12 @@ def check_command(opts: Options) -> None:
 
 
 def launch(table: RankTable, server_index: int, opts: Options, *, dry_run: bool, on_started=None,
-           control=None) -> int:
+           control=None, reread=None) -> int:
     """Run this host's share of ``table`` to the end; returns dlaunch's exit code.
 
     ``opts.resume_from`` is an earlier run directory whose newest complete checkpoint step the ranks resume
-    from; after a failure, restarts resume from this run's own newest complete step.
+    from; after a failure, restarts resume from this run's own newest complete step. ``reread`` (the table's
+    file, profile, --server-id, --rank-start) lets a restart use a rank table an operator rewrote meanwhile.
     """
     inherited = dict(os.environ)
     rank_table_file = os.path.join(opts.output_dir, opts.run_id, f"rank_table{opts.host_files_suffix}.json")
@@ -88,6 +89,9 @@ def launch(table: RankTable, server_index: int, opts: Options, *, dry_run: bool,
         for attempt in range(opts.max_restarts + 1):
             if attempt:
                 port = opts.master_port if opts.fixed_port else free_port(opts.master_addr)
+                if reread is not None:
+                    table, server_index, rank_table_file = _rewritten_table(reread, table, server_index, plan,
+                                                                            rank_table_file, attempt)
                 if link is not None:   # the step every rank of every host has, as the job agreed
                     resume = _job_resume_point(plan, verdict) or resume
                 else:
@@ -214,4 +218,22 @@ def _write_job_stacks(plan, stacks: dict) -> None:
         say(f"cannot gather the job's stacks into {directory}: {describe_os_error(exc)}")
         return
     say(f"every rank's stack, from every host: {directory}")
+
+
+def _rewritten_table(reread, table: RankTable, server_index: int, plan, rank_table_file: str, attempt: int):
+    """The table for the next attempt: the rewritten one (in its own file of the run directory), or the same."""
+    from launcher.atomic import write_atomically
+    from launcher.execute.job.restarts import reread_table
+    from launcher.rundir import attempt_file
+
+    path, profile, server_id, rank_start = reread
+    fresh, index, kept = reread_table(path, profile, server_id, rank_start, table, server_index)
+    if kept:
+        say(kept)
+    if fresh is table:
+        return table, server_index, rank_table_file
+    written = attempt_file(plan.run_dir, f"rank_table{plan.host_files_suffix}", "json", attempt)
+    write_atomically(written, lambda fh: fh.write(dumps(fresh)))
+    say(f"the rank table {path} was rewritten: restart {attempt} uses it ({written})")
+    return fresh, index, written
 

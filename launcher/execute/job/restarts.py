@@ -39,3 +39,26 @@ def host_resume_point(plan: LaunchPlan, label: str) -> ResumePoint | None:
         return None
     return ResumePoint(run_dir=plan.run_dir, label=step.label, epoch=step.epoch, step=step.step,
                        files=dict(step.files))
+
+
+def reread_table(path: str, profile: str, server_id: str | None, rank_start: int | None, current, server_index: int):
+    """Before a restart: the rank table at ``path`` if an operator rewrote it (a rescheduled pod), as (table,
+    this host's server index, None); or (the current table, index, why it is kept) when it is unchanged,
+    unreadable, invalid or a different job (another world size or number of servers)."""
+    from launcher.errors import UsageError
+    from launcher.table.model import dumps
+    from launcher.table.rules import require_valid
+    from launcher.table.share import read_table, select_server
+
+    try:
+        table = read_table(path)[1]
+        require_valid(table, profile, f"rank table {path}")
+        index = select_server(table, server_id, rank_start)
+    except UsageError as exc:
+        return current, server_index, f"kept the rank table this job started with: {exc}"
+    if dumps(table) == dumps(current):
+        return current, server_index, None
+    if (table.device_count, len(table.servers)) != (current.device_count, len(current.servers)):
+        return current, server_index, (f"kept the rank table this job started with: {path} now has "
+                                       f"{table.device_count} ranks on {len(table.servers)} servers")
+    return table, index, None
