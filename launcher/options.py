@@ -283,9 +283,6 @@ def head_launch(args: argparse.Namespace):
 
     if not args.rank_table:
         raise UsageError("dlaunch cluster --ssh needs --rank-table FILE: its servers are the hosts to start")
-    if args.max_restarts > 0:
-        raise UsageError("--max-restarts is not supported with --ssh yet (restarts would need every host to "
-                         "agree on each attempt); run without it")
     if args.server_id is not None or args.rank_start is not None:
         raise UsageError("--server-id and --rank-start choose one host's share; with --ssh every server of the "
                          "table is started")

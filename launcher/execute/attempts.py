@@ -142,8 +142,9 @@ def launch(table: RankTable, server_index: int, opts: Options, *, dry_run: bool,
 
 def _job_link(plan, opts: Options, table: RankTable, control):
     """A job of several hosts started per host (by hand, Slurm, an operator) talks over the master address
-    (``execute/job``); under ``cluster --ssh`` the head already ties the hosts together."""
-    if plan.server_count < 2 or control is not None:
+    (``execute/job``); under ``cluster --ssh`` the head already ties the hosts together, except for
+    restarts, which the hosts agree on among themselves."""
+    if plan.server_count < 2 or (control is not None and not opts.max_restarts):
         return None
     from launcher.execute.job.link import JobLink
 
