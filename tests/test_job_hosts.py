@@ -102,8 +102,8 @@ def test_a_failing_rank_stops_every_host_and_every_host_tells_the_same_verdict(t
 
 def test_a_job_that_succeeds_everywhere_exits_0_everywhere_even_with_a_late_host(tmp_path, jobs):
     job = jobs(tmp_path, 2, 29714, "late")
-    job.start(0, "--sleep", "5")   # as a rank blocked in its first collective until the late host comes
-    time.sleep(3)
+    job.start(0, "--sleep", "4")   # as a rank blocked in its first collective until the late host comes
+    time.sleep(2)
     job.start(1, "--sleep", "0.5")
     for index in (0, 1):
         code, stderr = job.wait(index)
