@@ -209,7 +209,8 @@ def job_verdict(summaries: list[dict], head: dict | None = None, missing_hosts=(
     """The whole job, from the summaries of its hosts (and the head's, for ``cluster --ssh``).
 
     THE rule for a job of several hosts: the head, when there is one, has already judged across hosts (the
-    earliest failure is the root cause; the others were stopped), so its verdict stands. Without a head,
+    earliest failure is the root cause; the others were stopped), so its verdict stands; so does the
+    verdict hosts that talked agreed on (``execute/job``), which every host's summary carries. Otherwise,
     a job failed or was interrupted if any host says so, its exit code is the first host's non-zero code
     (host order), and a job whose reporting hosts all succeeded while others never reported is
     "incomplete". ``root_causes`` lists each failing host's once, never the same one twice.
