@@ -137,3 +137,20 @@ def test_the_verdict_rule_and_the_common_step():
     assert job_verdict({"kind": "interrupted", "exit_code": 143}, {}, {}, ["a"])["status"] == "interrupted"
     assert common_step([["s-1_1", "s-1_2", "s-2_1"], ["s-1_1", "s-1_2"], ["s-1_2", "s-2_1"]]) == "s-1_2"
     assert common_step([["s-1_1"], []]) is None and common_step([]) is None
+
+
+def test_a_connection_that_never_joins_is_dropped_after_one_host_timeout():
+    listener = protocol.bind_address("127.0.0.1", 0)
+    served = Coordinator(listener, SECRET, "run", ["h0", "h1"], max_restarts=0, host_timeout=0.5, join_timeout=30)
+    done = threading.Event()
+    thread = threading.Thread(target=served.serve_forever, args=(done.is_set,), daemon=True)
+    thread.start()
+    try:
+        with socket.create_connection(("127.0.0.1", listener.getsockname()[1])) as sock:
+            assert read_lines(sock, 1)[0]["t"] == "challenge"
+            started = time.monotonic()
+            assert sock.recv(100) == b""   # silence: dropped
+            assert time.monotonic() - started < 3
+    finally:
+        done.set()
+        thread.join(timeout=10)

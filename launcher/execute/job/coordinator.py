@@ -93,12 +93,21 @@ class Coordinator:
                         self._lose(index, f"never joined the job within {self.join_timeout:g} s (--join-timeout)")
         if now >= self._next_beat:
             self._next_beat = now + self.heartbeat
+            self._drop_silent_strangers(now)
             for peer in list(self.peers.values()):
                 self._send(peer, {"t": "hb"})
         waits = [self._next_beat - now]
         if not self.finished and len(self.ever_joined) < len(self.hosts):
             waits.append(self.join_deadline - now)
         return max(0.0, min(waits))
+
+    def _drop_silent_strangers(self, now: float) -> None:
+        """A connection that has not joined within one host timeout holds nothing of the job: dropped."""
+        assert self.selector is not None
+        for key in list(self.selector.get_map().values()):
+            peer = key.data[1]
+            if peer is not None and peer.index is None and now - peer.heard > self.host_timeout:
+                self._drop(peer)
 
     def serve_forever(self, until: Callable[[], bool] = lambda: False) -> None:
         selector = selectors.DefaultSelector()
