@@ -60,7 +60,11 @@ def launch(table: RankTable, server_index: int, opts: Options, *, dry_run: bool,
         print(describe(plan))
         return 0
     check_command(opts)
-    link = _job_link(plan, opts, table, control)
+    link = None
+    if plan.server_count > 1:
+        from launcher.execute.job import hosts as job
+
+        link = job.open_link(plan, opts, table, control)
     try:
         rundir.create(plan, dumps(table), shared=opts.shared_run_dir)
     except BaseException:
@@ -90,10 +94,12 @@ def launch(table: RankTable, server_index: int, opts: Options, *, dry_run: bool,
             if attempt:
                 port = opts.master_port if opts.fixed_port else free_port(opts.master_addr)
                 if reread is not None:
-                    table, server_index, rank_table_file = _rewritten_table(reread, table, server_index, plan,
-                                                                            rank_table_file, attempt)
+                    from launcher.execute.job.restarts import next_table
+
+                    table, server_index, rank_table_file = next_table(reread, table, server_index, plan,
+                                                                      rank_table_file, attempt)
                 if link is not None:   # the step every rank of every host has, as the job agreed
-                    resume = _job_resume_point(plan, verdict) or resume
+                    resume = job.resume_point(plan, verdict) or resume
                 else:
                     resume = find_resume_point(plan.run_dir, table.device_count, log=say) or resume
                 plan = make_plan(table, server_index, replace(opts, master_port=port), rank_table_file, inherited,
@@ -101,12 +107,10 @@ def launch(table: RankTable, server_index: int, opts: Options, *, dry_run: bool,
             result = workers.run(plan)
             attempts.append(result)
             if link is not None:
-                verdict = link.finish(result, signals.fd, steps=_complete_steps(plan), stacks=_stack_texts(result))
-                if link.stacks:
-                    _write_job_stacks(plan, link.stacks)
+                verdict = job.settle(link, plan, result, signals.fd)
                 if not verdict.get("restart"):
                     break
-                say(f"{_job_cause(verdict)}; restarting the job on every host "
+                say(f"{job.cause_line(verdict)}; restarting the job on every host "
                     f"(restart {attempt + 1} of {opts.max_restarts})")
                 continue
             if (result.exit_code == 0 or result.interrupted_by is not None or result.launcher_error is not None
@@ -123,7 +127,7 @@ def launch(table: RankTable, server_index: int, opts: Options, *, dry_run: bool,
     warnings = shared_checkpoint_warnings(plan, started)
     summary = summarize(plan, attempts, started, warnings)
     if verdict:
-        _add_job_verdict(summary, verdict)
+        job.add_verdict(summary, verdict)
     summary_path = plan.host_file("summary", "json")
     try:
         rundir.write_json(summary_path, summary)
@@ -138,103 +142,4 @@ def launch(table: RankTable, server_index: int, opts: Options, *, dry_run: bool,
 
         emit("summary", summary=summary, path=summary_path)
     return summary["exit_code"]
-
-
-def _job_link(plan, opts: Options, table: RankTable, control):
-    """A job of several hosts started per host (by hand, Slurm, an operator) talks over the master address
-    (``execute/job``); under ``cluster --ssh`` the head already ties the hosts together, except for
-    restarts, which the hosts agree on among themselves."""
-    if plan.server_count < 2 or (control is not None and not opts.max_restarts):
-        return None
-    from launcher.execute.job.link import JobLink
-
-    link = JobLink.for_plan(plan, opts, table)
-    link.start()
-    return link
-
-
-def _job_cause(verdict: dict) -> str:
-    from launcher.execute.job.link import describe
-
-    cause = verdict.get("root_cause")
-    return describe(cause) if cause else f"the job {verdict.get('status')}"
-
-
-def _add_job_verdict(summary: dict, verdict: dict) -> None:
-    """Every host's summary carries the job's verdict, the same on each; a host whose own ranks succeeded
-    in a job that failed elsewhere exits with the code that says so (``job.protocol``)."""
-    from launcher.execute.job.protocol import LOST_EXIT, STOPPED_EXIT
-
-    job = {key: verdict.get(key) for key in ("status", "exit_code", "root_cause", "host_exit_codes", "lost_hosts",
-                                             "absent_hosts")}
-    summary["job"] = job
-    if summary["exit_code"] == 0 and job["status"] != "succeeded":
-        cause = job.get("root_cause") or {}
-        code = LOST_EXIT if cause.get("kind") == "lost" else STOPPED_EXIT
-        summary.update(status="failed", exit_code=code,
-                       stopped_by={"why": _job_cause(verdict), "exit_code": code, "cause": cause})
-
-
-def _complete_steps(plan) -> list[str]:
-    from launcher.execute.job.restarts import complete_steps
-
-    return complete_steps(plan)
-
-
-def _job_resume_point(plan, verdict: dict):
-    from launcher.execute.job.restarts import host_resume_point
-
-    label = verdict.get("resume_step")
-    return host_resume_point(plan, label) if label else None
-
-
-STACK_TEXT_LIMIT = 256 << 10   # of one rank's stack sent to the master host (py-spy's are a few KiB)
-
-
-def _stack_texts(result) -> dict[str, str]:
-    """This host's ranks' stacks of the attempt (after a hang), for the master host's run directory."""
-    texts = {}
-    for rank in result.ranks:
-        if rank.stack_file:
-            try:
-                with open(rank.stack_file, encoding="utf-8", errors="replace") as fh:
-                    texts[str(rank.rank)] = fh.read(STACK_TEXT_LIMIT)
-            except OSError as exc:
-                texts[str(rank.rank)] = f"dlaunch could not read {rank.stack_file}: {exc.strerror}"
-    return texts
-
-
-def _write_job_stacks(plan, stacks: dict) -> None:
-    """Every host's ranks' stacks in one place: ``job_stacks/`` of the master host's run directory."""
-    from launcher.rundir import attempt_file, describe_os_error
-
-    directory = os.path.join(plan.run_dir, "job_stacks")
-    try:
-        os.makedirs(directory, exist_ok=True)
-        for rank, entry in sorted(stacks.items(), key=lambda item: int(item[0])):
-            path = attempt_file(directory, f"rank_{int(rank):03d}", "txt", plan.attempt)
-            with open(path, "w", encoding="utf-8") as fh:
-                fh.write(f"# rank {rank} on host {entry['host']}\n{entry['text']}")
-    except OSError as exc:
-        say(f"cannot gather the job's stacks into {directory}: {describe_os_error(exc)}")
-        return
-    say(f"every rank's stack, from every host: {directory}")
-
-
-def _rewritten_table(reread, table: RankTable, server_index: int, plan, rank_table_file: str, attempt: int):
-    """The table for the next attempt: the rewritten one (in its own file of the run directory), or the same."""
-    from launcher.atomic import write_atomically
-    from launcher.execute.job.restarts import reread_table
-    from launcher.rundir import attempt_file
-
-    path, profile, server_id, rank_start = reread
-    fresh, index, kept = reread_table(path, profile, server_id, rank_start, table, server_index)
-    if kept:
-        say(kept)
-    if fresh is table:
-        return table, server_index, rank_table_file
-    written = attempt_file(plan.run_dir, f"rank_table{plan.host_files_suffix}", "json", attempt)
-    write_atomically(written, lambda fh: fh.write(dumps(fresh)))
-    say(f"the rank table {path} was rewritten: restart {attempt} uses it ({written})")
-    return fresh, index, written
 

@@ -140,10 +140,11 @@ class JobLink:
                         if event.get("restart"):
                             self.attempt += 1
                         return event
-                    if event["t"] == "lost":
+                    if event["t"] == "lost":   # no verdict will come: this host's own, naming the lost host
+                        cause = {"kind": "lost", "host": event["host"], "why": event["why"]}
+                        say(f"no verdict from the job: {describe(cause)}")
                         return {"t": "verdict", "attempt": self.attempt, "status": "failed", "restart": False,
-                                "exit_code": LOST_EXIT, "root_cause": {"kind": "lost", "host": event["host"],
-                                                                       "why": event["why"]}}
+                                "exit_code": LOST_EXIT, "root_cause": cause}
                 ready = selector.select()
                 if any(key.fd == signal_fd for key, _ in ready):
                     return {}

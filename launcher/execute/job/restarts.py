@@ -62,3 +62,22 @@ def reread_table(path: str, profile: str, server_id: str | None, rank_start: int
         return current, server_index, (f"kept the rank table this job started with: {path} now has "
                                        f"{table.device_count} ranks on {len(table.servers)} servers")
     return table, index, None
+
+
+def next_table(reread, table, server_index: int, plan, rank_table_file: str, attempt: int):
+    """The table for the next attempt: the rewritten one (in its own file of the run directory), or the same."""
+    from launcher.atomic import write_atomically
+    from launcher.console import say
+    from launcher.rundir import attempt_file
+    from launcher.table.model import dumps
+
+    path, profile, server_id, rank_start = reread
+    fresh, index, kept = reread_table(path, profile, server_id, rank_start, table, server_index)
+    if kept:
+        say(kept)
+    if fresh is table:
+        return table, server_index, rank_table_file
+    written = attempt_file(plan.run_dir, f"rank_table{plan.host_files_suffix}", "json", attempt)
+    write_atomically(written, lambda fh: fh.write(dumps(fresh)))
+    say(f"the rank table {path} was rewritten: restart {attempt} uses it ({written})")
+    return fresh, index, written
