@@ -115,7 +115,7 @@ _DECLARED: list[tuple[Option, tuple[str, ...]]] = [
     (Option(("--master-port",), f"MASTER_PORT (default {CLUSTER_DEFAULT_PORT}, the same on every host)",
             type=port), ("cluster",)),
     (Option(("--job-port",), "the port on the master address where the master host's dlaunch coordinates the "
-                             "job's hosts (default: MASTER_PORT + 1)", type=port), ("cluster",)),
+                             "job's hosts (default: MASTER_PORT + 1)", type=port, metavar="PORT"), ("cluster",)),
     (Option(("--host-timeout",), "a host of the job that sends nothing for this long is lost and the job stops "
                                  "(default 15; heartbeats every fifth of it)", type=positive_seconds, default=15.0,
             metavar="SECONDS"), ("cluster",)),
