@@ -18,6 +18,7 @@ CKPT_DIR_ENV = "DLAUNCH_CKPT_DIR"         # this rank's checkpoint directory (cr
 RESUME_FROM_ENV = "DLAUNCH_RESUME_FROM"   # --resume: this rank's checkpoint file to load
 RESUME_STEP_ENV = "DLAUNCH_RESUME_STEP"   # --resume: its step, EPOCH_STEP
 LAUNCHER_ID_ENV = "DLAUNCH_LAUNCHER_ID"   # the launch's marker: the watchdog kills what carries it
+JOB_SECRET_ENV = "DLAUNCH_JOB_SECRET"     # given to every host's dlaunch: the secret of a multi-host job
 ENV_PREFIX = "DLAUNCH_"                   # options from the environment: DLAUNCH_<OPTION>
 
 # Files and directories inside a rank's directory.
@@ -42,6 +43,8 @@ class ExitCode:
     OK = 0
     FAILED = 1          # dlaunch itself could not go on (a full disk); validate-ranktable: a rule is broken
     USAGE = 2           # bad usage, config or rank table, found before anything started
+    HOST_LOST = 69      # EX_UNAVAILABLE: a host of a multi-host job was lost (killed, silent, never arrived)
+    STOPPED_BY_PEER = 75   # EX_TEMPFAIL: this host was stopped because a rank on another host failed
     HUNG = 124          # a rank showed no sign of life for --hang-timeout (as coreutils timeout)
     NOT_EXECUTABLE = 126   # the program exists but could not be executed (as a shell says)
     NOT_FOUND = 127        # the program does not exist (as a shell says)

@@ -122,6 +122,14 @@ _DECLARED: list[tuple[Option, tuple[str, ...]]] = [
     (Option(("--health-timeout",), "--check-network: how long a device's net health may take to turn Success "
                                    "(default 30)", type=positive_seconds, default=30.0, metavar="SECONDS"),
      ("cluster",)),
+    (Option(("--job-port",), "the port on the master address where the master host's dlaunch coordinates the "
+                             "job's hosts (default: MASTER_PORT + 1)", type=port, metavar="PORT"), ("cluster",)),
+    (Option(("--host-timeout",), "a host of the job that sends nothing for this long is lost and the job stops "
+                                 "(default 15; heartbeats every fifth of it)", type=positive_seconds, default=15.0,
+            metavar="SECONDS"), ("cluster",)),
+    (Option(("--join-timeout",), "every host of the job must have joined within this long, else the job stops "
+                                 "(default 180)", type=positive_seconds, default=180.0, metavar="SECONDS"),
+     ("cluster",)),
     (Option(("--ssh",), "start every server of the table over SSH from here", kind=FLAG, default=False,
             group=SSH_GROUP), ("cluster",)),
     (Option(("--ssh-config",), "OpenSSH client config (default ~/.ssh/config)", metavar="FILE", group=SSH_GROUP),
@@ -272,6 +280,8 @@ def launch_options(args: argparse.Namespace, table, server_index: int, view=None
                    ms_scheduler=args.ms_scheduler, ms_topo_timeout=args.ms_topo_timeout,
                    hang_timeout=args.hang_timeout, prefix_host=cluster, shared_run_dir=cluster or bool(args.run_id),
                    fixed_port=cluster or args.master_port is not None, resume_from=resume_from,
+                   **({"job_port": args.job_port, "host_timeout": args.host_timeout,
+                       "join_timeout": args.join_timeout} if cluster else {}),
                    **({"devices": view} if view is not None else {}))
 
 
@@ -285,9 +295,6 @@ def head_launch(args: argparse.Namespace):
 
     if not args.rank_table:
         raise UsageError("dlaunch cluster --ssh needs --rank-table FILE: its servers are the hosts to start")
-    if args.max_restarts > 0:
-        raise UsageError("--max-restarts is not supported with --ssh yet (restarts would need every host to "
-                         "agree on each attempt); run without it")
     if args.server_id is not None or args.rank_start is not None:
         raise UsageError("--server-id and --rank-start choose one host's share; with --ssh every server of the "
                          "table is started")

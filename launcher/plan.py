@@ -74,6 +74,9 @@ class Options:
     shared_run_dir: bool = False  # other hosts (or an earlier launch) may create the run directory too
     fixed_port: bool = False      # restarts keep master_port (hosts agree on it); otherwise a fresh free one
     resume_from: str | None = None   # an earlier run directory to resume from (--resume)
+    job_port: int | None = None      # cluster: the job's coordinator port on the master address (MASTER_PORT + 1)
+    host_timeout: float = 15.0       # cluster: a host silent this long is lost (heartbeats every fifth of it)
+    join_timeout: float = 180.0      # cluster: every host must have joined the job within this long
 
 
 @dataclass(frozen=True)

@@ -99,6 +99,7 @@ class AttemptResult:
     interrupted_by: int | None = None     # the signal dlaunch received, if that ended the attempt
     launcher_error: str | None = None     # dlaunch itself could not go on (a full disk): it stopped the ranks
     stopped_at: float | None = None
+    stopped_by: dict | None = None        # another host of the job ended it: {"why", "exit_code", "cause"}
     extra: dict = field(default_factory=dict)
 
     @property
@@ -107,6 +108,8 @@ class AttemptResult:
             return ExitCode.HUNG if self.root_cause.hang else (self.root_cause.exit_code or 1)
         if self.launcher_error is not None:
             return 1
+        if self.stopped_by is not None:
+            return self.stopped_by["exit_code"]
         if self.interrupted_by is not None:
             return ExitCode.of_signal(self.interrupted_by)
         return 0
@@ -150,7 +153,7 @@ def _newest_complete_checkpoint(plan: LaunchPlan) -> str | None:
 
 def summarize(plan: LaunchPlan, attempts: list[AttemptResult], started: float, warnings=()) -> dict:
     last = attempts[-1]
-    if last.root_cause is not None or last.launcher_error is not None:
+    if last.root_cause is not None or last.launcher_error is not None or last.stopped_by is not None:
         status = "failed"
     elif last.interrupted_by is not None:
         status = "interrupted"
@@ -165,6 +168,7 @@ def summarize(plan: LaunchPlan, attempts: list[AttemptResult], started: float, w
         "newest_complete_checkpoint": _newest_complete_checkpoint(plan),
         "root_cause": _root_cause(last),
         **({"launcher_error": last.launcher_error} if last.launcher_error else {}),
+        **({"stopped_by": last.stopped_by} if last.stopped_by else {}),
         "interrupted_by": signal.Signals(last.interrupted_by).name if last.interrupted_by else None,
         "ranks": [r.to_dict() for r in last.ranks],
         **({"scheduler": last.scheduler.to_dict()} if last.scheduler else {}),
@@ -199,6 +203,9 @@ def closing_lines(summary: dict, summary_path: str) -> list[str]:
             others = sum(1 for r in summary["ranks"] if r["rank"] != cause.get("rank"))
             stopped = f"stopped the other {others} rank(s); " if others else ""
         lines.append(f"{stopped}exit code {summary['exit_code']}; summary {summary_path}")
+    elif summary.get("stopped_by"):
+        lines.append(f"stopped: {summary['stopped_by']['why']}; stopped this host's {count} rank(s); exit code "
+                     f"{summary['exit_code']}; summary {summary_path}")
     elif summary.get("launcher_error"):
         lines.append(f"{summary['launcher_error']}: stopped all {count} rank(s); exit code {summary['exit_code']}; "
                      f"summary {summary_path}")
@@ -215,7 +222,8 @@ def job_verdict(summaries: Sequence[Mapping[str, Any]], head: Mapping[str, Any] 
     """The whole job, from the summaries of its hosts (and the head's, for ``cluster --ssh``).
 
     THE rule for a job of several hosts: the head, when there is one, has already judged across hosts (the
-    earliest failure is the root cause; the others were stopped), so its verdict stands. Without a head,
+    earliest failure is the root cause; the others were stopped), so its verdict stands; so does the
+    verdict hosts that talked agreed on (``execute/job``), which every host's summary carries. Otherwise,
     a job failed or was interrupted if any host says so, its exit code is the first host's non-zero code
     (host order), and a job whose reporting hosts all succeeded while others never reported is
     "incomplete". ``root_causes`` lists each failing host's once, never the same one twice.
@@ -223,6 +231,11 @@ def job_verdict(summaries: Sequence[Mapping[str, Any]], head: Mapping[str, Any] 
     if head is not None and head.get("status"):
         cause = head.get("root_cause")
         return {"status": head["status"], "exit_code": head.get("exit_code"), "root_causes": [cause] if cause else []}
+    talked = next((s["job"] for s in summaries if isinstance(s.get("job"), dict) and s["job"].get("status")), None)
+    if talked is not None:   # the hosts' own verdict (execute/job): every host wrote the same one
+        cause = talked.get("root_cause")
+        return {"status": talked["status"], "exit_code": talked.get("exit_code"),
+                "root_causes": [cause] if cause else []}
     causes = [s["root_cause"] for s in summaries if s.get("root_cause")]
     statuses = [s.get("status") for s in summaries]
     status = next((st for st in ("failed", "interrupted") if st in statuses), "succeeded")

@@ -135,6 +135,33 @@ class ResumedFromFile(TypedDict, total=False):
     step: str
 
 
+class JobCauseFile(RankEntryFile, total=False):
+    """What ended a multi-host job (``execute.job``): a rank's entry, or a lost host, an error, a signal."""
+
+    kind: str
+    why: str
+    rank_exit_code: Code | None
+
+
+class JobVerdictFile(TypedDict, total=False):
+    """The verdict the hosts of one job agreed on; every host's summary carries the same one."""
+
+    status: str
+    exit_code: Code | None
+    root_cause: JobCauseFile | None
+    host_exit_codes: dict[str, Code | None]
+    lost_hosts: dict[str, str]
+    absent_hosts: list[str]
+
+
+class StoppedByFile(TypedDict, total=False):
+    """Why a host whose own ranks succeeded still failed: another host's cause (``execute.job``)."""
+
+    why: str
+    exit_code: Code | None
+    cause: JobCauseFile
+
+
 class SummaryFile(TypedDict, total=False):
     run_id: str
     run_dir: Path
@@ -153,6 +180,8 @@ class SummaryFile(TypedDict, total=False):
     scheduler: RankEntryFile
     attempts: list[AttemptFile]
     warnings: list[str]
+    job: JobVerdictFile
+    stopped_by: StoppedByFile
 
 
 class HeadSummaryFile(TypedDict, total=False):

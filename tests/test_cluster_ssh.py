@@ -500,7 +500,6 @@ def test_connection_dropping_mid_run_stops_the_other_host(tmp_path, out):
 
 
 @pytest.mark.parametrize("extra, message", [
-    (["--max-restarts", "1"], "--max-restarts is not supported with --ssh"),
     (["--server-id", "127.0.0.2"], "with --ssh every server of the table is started"),
     (["--ssh-config", "/nonexistent/ssh_config"], "cannot read SSH config /nonexistent/ssh_config"),
     (["--connect-timeout", "0"], "--connect-timeout: 0 seconds is out of range"),

@@ -223,3 +223,24 @@ def test_a_failing_rank_on_one_node_ends_the_whole_job(slurm, tmp_path):
     finally:
         kill_run(f"slurm-{job_id}")
 
+
+# The two nodes' dlaunch form one job over the master address (execute/job, docs/multi-host.md): the node
+# whose rank did not fail is stopped by the job, sooner than by srun, and says why (exit 75).
+def test_a_failing_rank_on_one_node_stops_the_other_with_the_jobs_verdict(slurm, tmp_path):
+    job = render_job(tmp_path, "--fail-rank", "3", "--code", "3", "--after", "1", "--sleep", "60")
+    started = time.monotonic()
+    result, job_id = slurm.sbatch(job, tmp_path)
+    try:
+        assert time.monotonic() - started < 40
+        output = (tmp_path / f"slurm-{job_id}.out").read_text()
+        assert "rank 3 on host 127.0.0.3 exited with code 3" in output, output
+        run_dir = tmp_path / "runs" / f"slurm-{job_id}"
+        summaries = {host: json.loads((run_dir / f"summary.{host}.json").read_text())
+                     for host in ("127.0.0.2", "127.0.0.3")}
+        assert summaries["127.0.0.3"]["exit_code"] == 3
+        assert summaries["127.0.0.2"]["exit_code"] == 75, output
+        assert summaries["127.0.0.2"]["job"] == summaries["127.0.0.3"]["job"]
+        assert summaries["127.0.0.2"]["job"]["root_cause"]["rank"] == 3
+        assert wait_until(lambda: not processes_of_run(f"slurm-{job_id}"), timeout=15)
+    finally:
+        kill_run(f"slurm-{job_id}")

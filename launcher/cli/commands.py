@@ -155,8 +155,9 @@ def cmd_cluster(args: argparse.Namespace, control=None, on_started=None) -> int:
     table, server_index, _, view = launch_table(args)
     if checking:
         check_before_launch(args, "", table, server_index)
+    reread = (args.rank_table, args.profile, args.server_id, args.rank_start) if args.rank_table else None
     return launch(table, server_index, launch_options(args, table, server_index, view=view), dry_run=args.dry_run,
-                  on_started=on_started, control=control)
+                  on_started=on_started, control=control, reread=reread)
 
 
 def cmd_ckpt(args: argparse.Namespace) -> int:

@@ -38,11 +38,12 @@ def check_command(opts: Options) -> None:
 
 
 def launch(table: RankTable, server_index: int, opts: Options, *, dry_run: bool, on_started=None,
-           control=None) -> int:
+           control=None, reread=None) -> int:
     """Run this host's share of ``table`` to the end; returns dlaunch's exit code.
 
     ``opts.resume_from`` is an earlier run directory whose newest complete checkpoint step the ranks resume
-    from; after a failure, restarts resume from this run's own newest complete step.
+    from; after a failure, restarts resume from this run's own newest complete step. ``reread`` (the table's
+    file, profile, --server-id, --rank-start) lets a restart use a rank table an operator rewrote meanwhile.
     """
     inherited = dict(os.environ)
     rank_table_file = os.path.join(opts.output_dir, opts.run_id, f"rank_table{opts.host_files_suffix}.json")
@@ -59,10 +60,22 @@ def launch(table: RankTable, server_index: int, opts: Options, *, dry_run: bool,
         print(describe(plan))
         return 0
     check_command(opts)
-    rundir.create(plan, dumps(table), shared=opts.shared_run_dir)
+    link = None
+    if plan.server_count > 1:
+        from launcher.execute.job import hosts as job
+
+        link = job.open_link(plan, opts, table, control)
+    try:
+        rundir.create(plan, dumps(table), shared=opts.shared_run_dir)
+    except BaseException:
+        if link:
+            link.close()
+        raise
     started = time.time()
     signals = SignalWatch(*control) if control else SignalWatch()
     workers = LocalWorkers(signals)
+    workers.job = link
+    verdict: dict = {}
     pids_file = plan.host_file("pids", "json")
 
     def publish_pids(ranks, scheduler):
@@ -80,11 +93,26 @@ def launch(table: RankTable, server_index: int, opts: Options, *, dry_run: bool,
         for attempt in range(opts.max_restarts + 1):
             if attempt:
                 port = opts.master_port if opts.fixed_port else free_port(opts.master_addr)
-                resume = find_resume_point(plan.run_dir, table.device_count, log=say) or resume
+                if reread is not None:
+                    from launcher.execute.job.restarts import next_table
+
+                    table, server_index, rank_table_file = next_table(reread, table, server_index, plan,
+                                                                      rank_table_file, attempt)
+                if link is not None:   # the step every rank of every host has, as the job agreed
+                    resume = job.resume_point(plan, verdict) or resume
+                else:
+                    resume = find_resume_point(plan.run_dir, table.device_count, log=say) or resume
                 plan = make_plan(table, server_index, replace(opts, master_port=port), rank_table_file, inherited,
                                  attempt=attempt, resume=resume)
             result = workers.run(plan)
             attempts.append(result)
+            if link is not None:
+                verdict = job.settle(link, plan, result, signals.fd)
+                if not verdict.get("restart"):
+                    break
+                say(f"{job.cause_line(verdict)}; restarting the job on every host "
+                    f"(restart {attempt + 1} of {opts.max_restarts})")
+                continue
             if (result.exit_code == 0 or result.interrupted_by is not None or result.launcher_error is not None
                     or attempt == opts.max_restarts):
                 break
@@ -92,10 +120,14 @@ def launch(table: RankTable, server_index: int, opts: Options, *, dry_run: bool,
             say(f"rank {cause.rank} {how_it_ended(cause.to_dict())}; restarting all ranks "
                 f"(restart {attempt + 1} of {opts.max_restarts})")
     finally:
+        if link is not None:
+            link.close()
         workers.close()
         signals.close()
     warnings = shared_checkpoint_warnings(plan, started)
     summary = summarize(plan, attempts, started, warnings)
+    if verdict:
+        job.add_verdict(summary, verdict)
     summary_path = plan.host_file("summary", "json")
     try:
         rundir.write_json(summary_path, summary)
@@ -110,3 +142,4 @@ def launch(table: RankTable, server_index: int, opts: Options, *, dry_run: bool,
 
         emit("summary", summary=summary, path=summary_path)
     return summary["exit_code"]
+

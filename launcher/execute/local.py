@@ -168,6 +168,7 @@ class LocalWorkers:
         self.reaper = Reaper(self.launcher_id)
         self._child_setup = child_setup(os.getpid())
         self.on_started: Callable | None = None  # callback(ranks, scheduler) once every process is running
+        self.job: Any = None   # a multi-host job's link (execute/job): its stops stop us, ours stop the other hosts
 
     def close(self) -> None:
         self.reaper.close()
@@ -180,6 +181,8 @@ class LocalWorkers:
         self._watch_reaper(selector)
         if self.signals.control_fd is not None:
             selector.register(self.signals.control_fd, selectors.EVENT_READ, ("control", None))
+        if self.job is not None:
+            selector.register(self.job.fd, selectors.EVENT_READ, ("job", None))
         self.signals.received.extend(self.signals.pending_control())
         try:
             self._start(attempt, selector, tee)
@@ -282,6 +285,11 @@ class LocalWorkers:
             self._begin_stop(attempt, launcher_error=value)
         elif kind == "exit" and not attempt.stopping and value.returncode != 0:
             self._begin_stop(attempt, root_cause=value)
+        elif kind == "job_stop" and not attempt.stopping:
+            say(f"stopping this host's {attempt.describe_alive()}: {value['why']}")
+            if value["cause"].get("kind") == "hung":   # a hang elsewhere: where were this host's ranks?
+                self._dump_stacks([p for p in attempt.ranks if p.alive], attempt.plan.attempt)
+            self._begin_stop(attempt, stopped_by=value)
         elif kind == "signal":
             if not attempt.stopping:
                 self._on_signal(attempt, value)
@@ -297,13 +305,15 @@ class LocalWorkers:
             f"{attempt.plan.grace_period:g} s (--grace-period) before SIGKILL; Ctrl-C again kills them now")
 
     def _begin_stop(self, attempt: _Attempt, root_cause: RankResult | None = None, signal_: int | None = None,
-                    launcher_error: str | None = None) -> None:
-        """The first failure, hang, launcher error or signal: record it, tell every live process, start the
-        one shared grace period."""
+                    launcher_error: str | None = None, stopped_by: dict | None = None) -> None:
+        """The first failure, hang, launcher error, signal or stop from another host: record it, tell the
+        other hosts (when it is ours) and every live process, start the one shared grace period."""
         result = attempt.result
         result.root_cause, result.launcher_error = root_cause, launcher_error
-        result.interrupted_by = signal_
+        result.interrupted_by, result.stopped_by = signal_, stopped_by
         result.stopped_at = time.time()
+        if self.job is not None and stopped_by is None:
+            self.job.stopped(result)
         for process in attempt.processes:
             if process.alive:
                 _killpg(process.proc.pid, signal_ or signal.SIGTERM)
@@ -347,6 +357,11 @@ class LocalWorkers:
         spec, silent_for = found
         hung = next(p.result for p in live if p.spec is spec)
         hung.hang = describe_hang(spec, silent_for)
+        self._dump_stacks(live, attempt)
+        return hung
+
+    def _dump_stacks(self, live: list[_Process], attempt: int) -> None:
+        """Every live rank's stack into its rank directory (py-spy), recorded in its result."""
         try:
             files, why = dump_stacks([(p.spec, p.proc.pid) for p in live], attempt)
         except OSError as exc:   # a full disk must not turn a hang into a traceback
@@ -355,7 +370,6 @@ class LocalWorkers:
             process.result.stack_file = files.get(process.spec.rank)
         if why:
             say(why)
-        return hung
 
     # ------------------------------------------------------------------ processes
 
@@ -440,6 +454,8 @@ class LocalWorkers:
             elif kind == "reaper":
                 self.reaper.check()
                 self._watch_reaper(selector)
+            elif kind == "job":
+                happened.extend(self.job.stop_events())
             elif kind == "control":
                 found = self.signals.read_control()
                 if self.signals.control_fd is None:

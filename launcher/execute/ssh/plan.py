@@ -153,7 +153,15 @@ def host_argv(opts, server_id: str, profile: str) -> list[str]:
             "--output-dir", opts.output_dir, "--profile", profile, "--cwd", opts.cwd_mode,
             "--console", opts.console, "--grace-period", repr(float(opts.grace_period)), *hang,
             "--waiting-notice", repr(float(opts.waiting_notice)),
-            *(["--ms-scheduler", "--ms-topo-timeout", repr(float(opts.ms_topo_timeout))] if opts.ms_scheduler else [])]
+            *(["--ms-scheduler", "--ms-topo-timeout", repr(float(opts.ms_topo_timeout))] if opts.ms_scheduler else []),
+            *(job_argv(opts) if opts.max_restarts else [])]
+
+
+def job_argv(opts) -> list[str]:
+    """With restarts, the hosts agree on each attempt among themselves (execute/job): its settings."""
+    return ["--max-restarts", str(opts.max_restarts), "--host-timeout", repr(float(opts.host_timeout)),
+            "--join-timeout", repr(float(opts.join_timeout)),
+            *(["--job-port", str(opts.job_port)] if opts.job_port else [])]
 
 
 def remote_command(python: str, cwd: str, target_kind: str, target: str) -> str:

@@ -1,0 +1,216 @@
+"""What dlaunch's main loop sees of the job: one descriptor to watch, a call when it stops, a verdict at the end.
+
+The network runs on one thread of its own with its own selector (the coordinator's sockets on the master
+host, the connection to it on every host), so heartbeats keep flowing while the main thread spawns ranks,
+writes stacks or waits between attempts, and a stopped dlaunch (SIGSTOP) stops them too, as it should.
+The two threads share two queues and a socket pair; the main loop's selector watches ``fd``.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import selectors
+import socket
+import threading
+import time
+
+from launcher.console import say
+from launcher.execute.job import protocol
+from launcher.execute.job.coordinator import Coordinator
+from launcher.execute.job.member import Member
+from launcher.execute.job.protocol import LOST_EXIT, STOPPED_EXIT
+from launcher.results import how_it_ended
+
+
+def cause_of(result) -> dict:
+    """This host's reason to stop an attempt, as the other hosts are told it (an ``AttemptResult``)."""
+    cause = result.root_cause
+    if cause is not None:
+        kind = "hung" if cause.hang else "failed"
+        return {"kind": kind, **cause.to_dict(), "exit_code": result.exit_code, "rank_exit_code": cause.exit_code}
+    if result.launcher_error is not None:
+        return {"kind": "error", "why": result.launcher_error, "exit_code": result.exit_code, "end": time.time()}
+    import signal
+
+    return {"kind": "interrupted", "signal": signal.Signals(result.interrupted_by).name,
+            "exit_code": result.exit_code, "end": time.time()}
+
+
+def describe(cause: dict) -> str:
+    """One line naming the host, and the rank when there is one, that ended the job."""
+    kind, host = cause.get("kind"), cause.get("host")
+    if kind in ("failed", "hung"):
+        entry = {**cause, "exit_code": cause.get("rank_exit_code", cause.get("exit_code"))}
+        return f"rank {cause.get('rank')} on host {host} {how_it_ended(entry)}"
+    if kind == "interrupted":
+        return f"dlaunch on host {host} was interrupted by {cause.get('signal')}"
+    if kind == "error":
+        return f"dlaunch on host {host} failed: {cause.get('why')}"
+    return f"host {host} was lost: {cause.get('why')}"
+
+
+class JobLink:
+    """This host's membership of the job (and, on the master host, the job's coordinator)."""
+
+    def __init__(self, *, hosts: list[str], index: int, master_index: int, address: str, port: int, secret: bytes,
+                 run_id: str, host_timeout: float, join_timeout: float, max_restarts: int):
+        self.hosts, self.index, self.attempt = hosts, index, 0
+        self.stacks: dict = {}   # on the master host, after a hang: global rank -> {"host", "text"}
+        self._events: collections.deque = collections.deque()
+        self._outbox: collections.deque = collections.deque()
+        self._main_r, self._thread_w = socket.socketpair()   # the thread wakes the main loop
+        self._thread_r, self._main_w = socket.socketpair()   # the main thread wakes the network thread
+        for sock in (self._main_r, self._thread_w, self._thread_r, self._main_w):
+            sock.setblocking(False)
+        self._closing = False
+        self.coordinator = None
+        if index == master_index:
+            self.coordinator = Coordinator(protocol.bind_address(address, port), secret, run_id, hosts,
+                                           max_restarts=max_restarts, host_timeout=host_timeout,
+                                           join_timeout=join_timeout, log=say, master_index=master_index)
+        self.member = Member(address, port, secret, run_id, index, host_timeout=host_timeout,
+                             join_timeout=join_timeout, deliver=self._deliver, master_name=hosts[master_index])
+        self._thread = threading.Thread(target=self._serve, name="dlaunch-job", daemon=True)
+
+    @classmethod
+    def for_plan(cls, plan, opts, table, environ=None) -> JobLink:
+        """The link of a multi-host plan: the coordinator on the master host's ``--job-port``."""
+        from launcher.table.model import dumps
+
+        hosts = [str(s.server_id) for s in table.servers]
+        master = next((i for i, s in enumerate(table.servers) if any(d.rank == 0 for d in s.devices)), 0)
+        return cls(hosts=hosts, index=plan.server_index, master_index=master, address=plan.master_addr,
+                   port=job_port(opts),
+                   secret=protocol.job_secret(os.environ if environ is None else environ, dumps(table), plan.run_id),
+                   run_id=plan.run_id, host_timeout=opts.host_timeout, join_timeout=opts.join_timeout,
+                   max_restarts=opts.max_restarts)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    # ---------------------------------------------------------------- the main thread's side
+
+    @property
+    def fd(self) -> int:
+        return self._main_r.fileno()
+
+    def stop_events(self) -> list[tuple[str, dict]]:
+        """("job_stop", {"why", "exit_code", "cause"}) when the job tells this host's current attempt to stop
+        (a stop, or the master host lost); other news waits for ``finish``."""
+        self._drain(self._main_r)
+        found = []
+        for event in list(self._events):
+            if event["t"] == "stop" and event.get("attempt") == self.attempt or event["t"] == "lost":
+                cause = event["cause"] if event["t"] == "stop" else {"kind": "lost", "host": event["host"],
+                                                                     "why": event["why"], "end": time.time()}
+                code = LOST_EXIT if cause.get("kind") == "lost" else STOPPED_EXIT
+                if event["t"] == "stop":
+                    self._events.remove(event)
+                found.append(("job_stop", {"why": describe(cause), "exit_code": code, "cause": cause}))
+        return found
+
+    def stopped(self, result) -> None:
+        """This host stopped its attempt for a reason of its own: every other host stops too."""
+        self._send({"t": "stop", "attempt": self.attempt, "cause": cause_of(result)})
+
+    def finish(self, result, signal_fd: int | None = None, steps: list[str] | None = None,
+               stacks: dict | None = None) -> dict:
+        """Report this host's attempt and wait for the job's verdict (every host's attempt over, or a host
+        lost); a signal to dlaunch meanwhile ends the wait with this host's own verdict."""
+        if result.exit_code == 0 and self.member.state in ("waiting", "connecting"):
+            say(f"this host's ranks succeeded before the job's coordinator at {self.member.address}:"
+                f"{self.member.port} answered: not waiting for the other hosts' verdict")
+            return {}
+        self._send({"t": "result", "attempt": self.attempt, "exit_code": result.exit_code,
+                    "status": "succeeded" if result.exit_code == 0 else "failed", "steps": steps or [],
+                    **({"stacks": stacks} if stacks else {})})
+        selector = selectors.DefaultSelector()
+        selector.register(self._main_r, selectors.EVENT_READ)
+        if signal_fd is not None:
+            selector.register(signal_fd, selectors.EVENT_READ)
+        try:
+            while True:
+                self._drain(self._main_r)
+                for event in list(self._events):
+                    self._events.remove(event)
+                    if event["t"] == "stacks" and event["attempt"] == self.attempt:
+                        self.stacks = event["stacks"]
+                    if event["t"] == "verdict" and event["attempt"] == self.attempt:
+                        if event.get("restart"):
+                            self.attempt += 1
+                        return event
+                    if event["t"] == "lost":   # no verdict will come: this host's own, naming the lost host
+                        cause = {"kind": "lost", "host": event["host"], "why": event["why"]}
+                        say(f"no verdict from the job: {describe(cause)}")
+                        return {"t": "verdict", "attempt": self.attempt, "status": "failed", "restart": False,
+                                "exit_code": LOST_EXIT, "root_cause": cause}
+                ready = selector.select()
+                if any(key.fd == signal_fd for key, _ in ready):
+                    return {}
+        finally:
+            selector.close()
+
+    def close(self) -> None:
+        self._closing = True
+        self._wake(self._main_w)
+        self._thread.join(timeout=5)
+        for sock in (self._main_r, self._thread_w, self._thread_r, self._main_w):
+            sock.close()
+
+    # ---------------------------------------------------------------- the network thread
+
+    def _send(self, message: dict) -> None:
+        self._outbox.append(message)
+        self._wake(self._main_w)
+
+    def _deliver(self, event: dict) -> None:
+        self._events.append(event)
+        self._wake(self._thread_w)
+
+    @staticmethod
+    def _wake(sock: socket.socket) -> None:
+        try:
+            sock.send(b"x")
+        except (BlockingIOError, OSError):
+            pass   # a full pipe already wakes the reader
+
+    @staticmethod
+    def _drain(sock: socket.socket) -> None:
+        try:
+            while sock.recv(4096):
+                pass
+        except (BlockingIOError, OSError):
+            pass
+
+    def _serve(self) -> None:
+        selector = selectors.DefaultSelector()
+        selector.register(self._thread_r, selectors.EVENT_READ, ("wake", None))
+        if self.coordinator:
+            self.coordinator.register(selector)
+        self.member.register(selector)
+        try:
+            while not self._closing:
+                timeout = self.member.tick()
+                if self.coordinator:
+                    timeout = min(timeout, self.coordinator.tick())
+                for key, mask in selector.select(timeout):
+                    owner, data = key.data
+                    if owner == "wake":
+                        self._drain(self._thread_r)
+                        while self._outbox:
+                            self.member.send(self._outbox.popleft())
+                    elif owner == "member":
+                        self.member.on_ready(mask)
+                    else:
+                        self.coordinator.on_ready(data, mask)
+        finally:
+            if self.coordinator:
+                self.coordinator.close()
+            selector.close()
+
+
+def job_port(opts) -> int:
+    """``--job-port``, by default the port after MASTER_PORT (fixed for the whole job: restarts may move
+    MASTER_PORT, never this)."""
+    return opts.job_port or (opts.master_port % 65535) + 1

@@ -1,0 +1,83 @@
+"""Restarting a job of several hosts from one step: the newest checkpoint every rank of every host has.
+
+A host sees only its own ranks' checkpoints (run directories need not be shared), so each host reports
+the steps complete on all of its ranks with its attempt's result, the coordinator keeps the steps every
+host reported (``common_step``), and each host resumes its own ranks from their files of that step.
+"""
+
+from __future__ import annotations
+
+import os
+
+from launcher.contract import CKPT_DIR
+from launcher.plan import LaunchPlan, ResumePoint
+from launcher.resume import Step, collect
+
+
+def _own_steps(plan: LaunchPlan) -> list[Step]:
+    own = {spec.rank: os.path.join(spec.rank_dir, CKPT_DIR) for spec in plan.ranks if spec.rank is not None}
+    return [step for step in collect(own) if set(own) <= set(step.files)]
+
+
+def complete_steps(plan: LaunchPlan) -> list[str]:
+    """Labels of the steps every rank of this host has, oldest first."""
+    return [step.label for step in _own_steps(plan)]
+
+
+def common_step(reported: list[list[str]]) -> str | None:
+    """The newest step in every host's list (the lists are oldest first), or None."""
+    if not reported:
+        return None
+    others = [set(steps) for steps in reported[1:]]
+    return next((label for label in reversed(reported[0]) if all(label in steps for steps in others)), None)
+
+
+def host_resume_point(plan: LaunchPlan, label: str) -> ResumePoint | None:
+    """This host's ranks' files of the step the job resumes from."""
+    step = next((s for s in reversed(_own_steps(plan)) if s.label == label), None)
+    if step is None:
+        return None
+    return ResumePoint(run_dir=plan.run_dir, label=step.label, epoch=step.epoch, step=step.step,
+                       files=dict(step.files))
+
+
+def reread_table(path: str, profile: str, server_id: str | None, rank_start: int | None, current, server_index: int):
+    """Before a restart: the rank table at ``path`` if an operator rewrote it (a rescheduled pod), as (table,
+    this host's server index, None); or (the current table, index, why it is kept) when it is unchanged,
+    unreadable, invalid or a different job (another world size or number of servers)."""
+    from launcher.errors import UsageError
+    from launcher.table.model import dumps
+    from launcher.table.rules import require_valid
+    from launcher.table.share import read_table, select_server
+
+    try:
+        table = read_table(path)[1]
+        require_valid(table, profile, f"rank table {path}")
+        index = select_server(table, server_id, rank_start)
+    except UsageError as exc:
+        return current, server_index, f"kept the rank table this job started with: {exc}"
+    if dumps(table) == dumps(current):
+        return current, server_index, None
+    if (table.device_count, len(table.servers)) != (current.device_count, len(current.servers)):
+        return current, server_index, (f"kept the rank table this job started with: {path} now has "
+                                       f"{table.device_count} ranks on {len(table.servers)} servers")
+    return table, index, None
+
+
+def next_table(reread, table, server_index: int, plan, rank_table_file: str, attempt: int):
+    """The table for the next attempt: the rewritten one (in its own file of the run directory), or the same."""
+    from launcher.atomic import write_atomically
+    from launcher.console import say
+    from launcher.rundir import attempt_file
+    from launcher.table.model import dumps
+
+    path, profile, server_id, rank_start = reread
+    fresh, index, kept = reread_table(path, profile, server_id, rank_start, table, server_index)
+    if kept:
+        say(kept)
+    if fresh is table:
+        return table, server_index, rank_table_file
+    written = attempt_file(plan.run_dir, f"rank_table{plan.host_files_suffix}", "json", attempt)
+    write_atomically(written, lambda fh: fh.write(dumps(fresh)))
+    say(f"the rank table {path} was rewritten: restart {attempt} uses it ({written})")
+    return fresh, index, written
