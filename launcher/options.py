@@ -203,6 +203,11 @@ def launch_table(args: argparse.Namespace):
     elif auto:
         devices = visible.auto_count(view)
         what = f"--ranks auto ({len(devices)} device(s) from {view.source})"
+        if not view.tokens:
+            from launcher.console import say
+
+            say(visible.no_device_notice(view))
+            what = "--ranks auto (no device: 1 CPU rank)"
     else:
         if args.ranks < 1:
             raise UsageError(f"--ranks must be at least 1, not {args.ranks}")

@@ -183,8 +183,10 @@ def closing_lines(summary: dict, summary_path: str) -> list[str]:
     count = len(summary["ranks"])
     took = summary["ended"] - summary["started"]
     cause = summary["root_cause"]
+    restarts = len(summary.get("attempts") or [None]) - 1
     if summary["status"] == "succeeded":
-        return [f"all {count} rank(s) exited 0 in {took:.1f} s; run directory {summary['run_dir']}"]
+        again = f" after {restarts} restart(s) (--max-restarts)" if restarts > 0 else ""
+        return [f"all {count} rank(s) exited 0{again} in {took:.1f} s; run directory {summary['run_dir']}"]
     lines = []
     if cause and cause.get("hung"):
         lines.append(cause["reason"])

@@ -46,6 +46,13 @@ def main(argv: list[str] | None = None) -> int:
         say(f"error: {printable(given_dashes.partition('=')[0])} needs a value, not '--' (script arguments go after "
             f"a separate --)")
         return UsageError.exit_code
+    if argv and not argv[0].startswith("-") and argv[0] not in parser.subcommands:
+        import difflib
+
+        close = difflib.get_close_matches(argv[0], list(parser.subcommands), n=1, cutoff=0.5)
+        say(f"error: no command {printable(argv[0][:40])!s}" + (f"; did you mean {close[0]}?" if close else "") +
+            " ('dlaunch --help' lists the commands)")
+        return UsageError.exit_code
     if argv == ["cluster", "--from-head"]:
         handler = cmd_from_head
     else:

@@ -33,6 +33,9 @@ def check_command(opts: Options) -> None:
         found = shutil.which(command.target, path=None if os.sep not in command.target else "")
         if not (found or (os.sep in command.target and os.access(command.target, os.X_OK))):
             raise UsageError(f"executable not found: {command.target}")
+    elif not command.module and os.path.isdir(command.target):
+        raise UsageError(f"{command.target} is a directory, not a script: name the training script in it "
+                         f"(or run a package with -m)")
     elif not command.module and not os.path.isfile(command.target):
         raise UsageError(f"script not found: {command.target}")
 
@@ -71,6 +74,8 @@ def launch(table: RankTable, server_index: int, opts: Options, *, dry_run: bool,
         if link:
             link.close()
         raise
+    # where to look, while the job runs (the closing line says it again)
+    say(f"run {plan.run_id}: {len(plan.ranks)} rank(s); logs and checkpoints in {plan.run_dir}")
     started = time.time()
     signals = SignalWatch(*control) if control else SignalWatch()
     workers = LocalWorkers(signals)
