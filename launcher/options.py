@@ -263,9 +263,10 @@ def launch_options(args: argparse.Namespace, table, server_index: int, view=None
     command = Command(target=args.script if args.module or args.no_python else os.path.abspath(args.script),
                       args=tuple(args.script_args), module=args.module, no_python=args.no_python)
     console = args.console.strip().lower()
-    beyond = [r for r in console_ranks(console, table.device_count) if r >= table.device_count]
+    world = table.device_count   # counted once: it walks every server (once per rank was quadratic)
+    beyond = [r for r in console_ranks(console, world) if r >= world]
     if beyond:
-        raise UsageError(f"--console names rank {beyond[0]} but the job has {table.device_count} ranks")
+        raise UsageError(f"--console names rank {beyond[0]} but the job has {world} ranks")
     master_addr = args.master_addr or master_address(table)
     run_id = args.run_id or (scheduler_run_id() if cluster else None)
     output_dir = os.path.abspath(args.output_dir)

@@ -83,6 +83,11 @@ def test_every_option_given_double_dash_as_its_value_is_one_line(command, capsys
 def test_msrun_double_dash_and_absurd_values_are_one_line(capsys):
     assert main(["msrun", "--master_port=--", "x.py"]) == 2
     assert "--master_port needs a value" in capsys.readouterr().err
+    assert main(["msrun", "--cluster_time_out=99999999", "x.py"]) == 2   # was "ValueError: empty group"
+    assert "is more than 30 days" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:   # argparse's own error for a value out of range: exit 2
+        main(["msrun", "--worker_num", "1000000", "x.py"])
+    assert exc.value.code == 2 and "out of range" in capsys.readouterr().err
 
 
 def test_a_misspelled_command_gets_a_suggestion(capsys):

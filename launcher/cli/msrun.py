@@ -26,6 +26,8 @@ from launcher.options import MAX_LOCAL_RANKS
 # msrun 2.10's defaults (run.py get_args), kept so a line that relies on them means the same here
 MSRUN_WORKER_NUM = 8
 MSRUN_MASTER_ADDR = "127.0.0.1"
+MAX_JOB_RANKS = 1 << 18          # 262,144 workers: 32,768 nodes of 8, the largest job msrun's line may describe
+MAX_TOPO_SECONDS = 30 * 24 * 3600   # as every duration of dlaunch's: finite, at most 30 days
 MSRUN_MASTER_PORT = 8118
 MSRUN_CLUSTER_TIME_OUT = 600
 MSRUN_ALL_WORKERS = "-1"          # --tail_worker_log's default: every worker's log on the console
@@ -93,7 +95,7 @@ def add_parser(sub) -> None:
                     "directory per run, the failing rank's exit code, 128+N on signal N and no orphans.",
         epilog=FLAG_TABLE + "\n\nexample: dlaunch msrun --worker_num=8 --local_worker_num=8 --master_port=8118 "
                             "--log_dir=msrun_log --join=True train.py --epochs 3")
-    p.add_argument("--worker_num", metavar="N", type=whole(1, 10**6), default=MSRUN_WORKER_NUM,
+    p.add_argument("--worker_num", metavar="N", type=whole(1, MAX_JOB_RANKS), default=MSRUN_WORKER_NUM,
                    help=f"ranks in the whole job (default {MSRUN_WORKER_NUM})")
     p.add_argument("--local_worker_num", metavar="L", type=whole(1, MAX_LOCAL_RANKS), default=MSRUN_WORKER_NUM,
                    help=f"ranks on this host (default {MSRUN_WORKER_NUM})")
@@ -137,6 +139,9 @@ def _refusals(ns: argparse.Namespace, environ) -> list[str]:
     if ns.worker_log_name:
         refused.append("--worker_log_name is not supported: each rank's log is rank_NNN/output.log in the run "
                        "directory")
+    if ns.cluster_time_out > MAX_TOPO_SECONDS:
+        refused.append(f"--cluster_time_out {ns.cluster_time_out} is more than 30 days ({MAX_TOPO_SECONDS} s): give "
+                       f"fewer seconds, or a negative number to wait forever")
     if ns.cluster_time_out == 0:
         refused.append("--cluster_time_out 0 gives the cluster no time to form: give seconds, or a negative "
                        "number to wait forever")
@@ -225,6 +230,13 @@ def job_table(nodes: int, devices: list[int]) -> str:
     return dumps(RankTable(version="1.0", server_count=str(nodes), servers=servers, status="completed"))
 
 
+class _TranslatedLine(argparse.ArgumentParser):
+    """The run/cluster line msrun's flags became: a value it refuses is msrun's flag's fault, said in one line."""
+
+    def error(self, message: str):
+        raise UsageError(f"msrun's flags translate to a dlaunch {self.prog.split()[-1]} setting it refuses: {message}")
+
+
 def master_ip(addr: str) -> str:
     """``--master_addr`` as an IP address: a host name is resolved, as msrun does (_convert_addr_to_ip)."""
     import ipaddress
@@ -270,7 +282,7 @@ def settled_launch(args: argparse.Namespace) -> tuple[str, argparse.Namespace]:
                          f"{args.master_addr}, not an address of this host: run --node_rank 0 on that host")
     for note in done.notes:
         say(f"msrun: {note}")
-    parser = argparse.ArgumentParser(prog=f"dlaunch {done.command}")
+    parser = _TranslatedLine(prog=f"dlaunch {done.command}")
     add_launch_arguments(parser, options_for(done.command))
     parsed = parser.parse_args(done.argv[1:])
     parsed.command, parsed.script_args = done.command, done.script_args
