@@ -342,10 +342,12 @@ class LocalWorkers:
     def _watch_reaper(self, selector) -> None:
         """The watchdog's exit wakes the loop, which replaces it at once (``_dispatch``); called again after
         anything that may have replaced it, so the selector always watches the current one."""
-        for key in [k for k in selector.get_map().values() if k.data[0] == "reaper"]:
-            if key.fd == self.reaper.pidfd:
-                return
-            selector.unregister(key.fd)
+        watched = getattr(selector, "dlaunch_reaper_fd", None)   # one lookup, not a walk of every rank's fds
+        if watched == self.reaper.pidfd:
+            return
+        if watched is not None:
+            selector.unregister(watched)   # the replaced watchdog's (epoll forgets a closed fd by itself)
+        selector.dlaunch_reaper_fd = self.reaper.pidfd
         if self.reaper.pidfd is not None:
             selector.register(self.reaper.pidfd, selectors.EVENT_READ, ("reaper", None))
 
