@@ -86,7 +86,8 @@ def parse_metrics(lines) -> dict[str, Points]:
             except (ValueError, RecursionError):   # not JSON after all, or nested past Python's stack
                 record = None
             step = record.get("step") if isinstance(record, dict) else None
-            if isinstance(record, dict) and record.get("dlaunch") == METRIC_TAG and _is_number(step):
+            if isinstance(record, dict) and record.get("dlaunch") == METRIC_TAG and step is not None \
+                    and _is_number(step):
                 json_step = float(step)
                 for name, value in record.items():
                     if name not in NOT_METRICS and _is_number(value):
@@ -135,6 +136,7 @@ def _read_lines(path: str):
 
 def span_outcome(entry: Mapping[str, Any], cause: Mapping[str, Any] | None, rank: int | None) -> tuple[str, str, str]:
     """(outcome, short label, detail) of one rank in one attempt's summary."""
+    cause = cause or {}
     is_root = bool(cause) and cause.get("rank") == rank
     if entry.get("hung") or (is_root and cause.get("hung")):
         return ("root" if is_root else "failed"), "hung", entry.get("reason") or cause.get("reason") or "no progress"
