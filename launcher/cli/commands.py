@@ -243,6 +243,14 @@ def cmd_msrun(args: argparse.Namespace) -> int:
     return HANDLERS[command](settled)
 
 
+def cmd_torchrun(args: argparse.Namespace) -> int:
+    """A torchrun command line, carried out as the dlaunch run or cluster it translates to (``cli.torchrun``)."""
+    from launcher.cli.torchrun import settled_launch
+
+    command, settled = settled_launch(args)
+    return HANDLERS[command](settled)
+
+
 HANDLERS = {"validate-ranktable": cmd_validate, "gen-ranktable": cmd_gen, "merge-ranktable": cmd_merge,
             "run": cmd_run, "cluster": cmd_cluster, "config": cmd_config, "ckpt": cmd_ckpt,
-            "msrun": cmd_msrun}
+            "msrun": cmd_msrun, "torchrun": cmd_torchrun}

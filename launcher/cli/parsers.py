@@ -38,6 +38,12 @@ def unrecognized(sub: argparse.ArgumentParser, command: str, extras: list[str]) 
     """The message for arguments the command does not know: what, the option meant, where script arguments go."""
     import difflib
 
+    if command in LAUNCH_COMMANDS:
+        from launcher.cli.torchrun import run_hint
+
+        hint = run_hint(extras)
+        if hint:
+            return hint
     shown = " ".join(extra if len(extra) <= 40 else extra[:40] + "..." for extra in extras[:8])
     message = f"unrecognized arguments: {shown}{' ...' if len(extras) > 8 else ''}"
     known = _flags(sub)
@@ -182,9 +188,9 @@ def build_parser() -> DlaunchParser:
     # Commands in modules of their own register here: each module's add_parser(sub) adds its subparser with
     # set_defaults(handler=...), importing nothing heavy at module level.
     from launcher import scriptgen
-    from launcher.cli import checknet, msrun
+    from launcher.cli import checknet, msrun, torchrun
     from launcher.observe import logs, prune, report, status
-    for module in (scriptgen, status, logs, report, prune, msrun, checknet):
+    for module in (scriptgen, status, logs, report, prune, msrun, torchrun, checknet):
         module.add_parser(sub)
     parser.launch_parsers = launch_parsers
     parser.subcommands = sub.choices   # command name -> its parser: errors show the usage of the command used

@@ -1,0 +1,170 @@
+"""``dlaunch torchrun``: a torchrun 2.13 command line with dlaunch in front (launcher/cli/torchrun.py).
+
+Real torchrun and real gloo ranks where a launch is tested; parsing and refusals through main(argv) in-process.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from launcher.cli import main
+from launcher.cli.torchrun import translate, with_env_defaults
+from launcher.host import free_port
+from tests.launching import RANK_PROGRAM, ROOT, dlaunch_argv, dlaunch_env, latest_run
+from tests.test_torchrun_parity import DELIBERATE, DUMP, OWN_VALUES, dumped
+
+CLEAN = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES",
+                                                         "PYTHONUNBUFFERED", "PYTHONPATH")
+         and not k.startswith("PET_")}
+
+
+def test_standalone_worker_environment_matches_real_torchrun(tmp_path):
+    """The same torchrun line, once under torchrun and once with dlaunch in front: the same per-rank variables."""
+    line = ["--standalone", "--nproc-per-node", "2", DUMP]
+    theirs_dir, mine_dir = tmp_path / "torchrun", tmp_path / "dlaunch"
+    theirs_dir.mkdir()
+    mine_dir.mkdir()
+    torchrun = subprocess.run([sys.executable, "-m", "torch.distributed.run", *line], cwd=theirs_dir, env=CLEAN,
+                              capture_output=True, text=True, timeout=120)
+    assert torchrun.returncode == 0, torchrun.stderr
+    ours = subprocess.run(dlaunch_argv("torchrun", "--log-dir", tmp_path / "runs", *line), cwd=mine_dir,
+                          env={**CLEAN, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=120)
+    assert ours.returncode == 0, ours.stderr
+    assert (tmp_path / "runs" / "latest").exists()   # --log-dir is where the run directory went
+    theirs, mine = dumped(theirs_dir), dumped(mine_dir)
+    for rank in range(2):
+        added = {k: v for k, v in theirs[rank].items() if CLEAN.get(k) != v}
+        assert {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_NAME"} <= set(added)
+        for name, value in added.items():
+            assert name in mine[rank], f"torchrun sets {name}={value!r}; dlaunch torchrun does not"
+            if name in OWN_VALUES:
+                continue
+            expected = DELIBERATE.get(name, (value, value))
+            assert (value, mine[rank][name]) == expected, f"{name}: torchrun {value!r}, dlaunch {mine[rank][name]!r}"
+
+
+def _node(tmp_path, node_rank, master_port, *script_args, spelling="dash"):
+    flags = (["--nnodes", "2", "--node-rank", str(node_rank), "--nproc-per-node", "1", "--master-addr",
+              "127.0.0.1", "--master-port", str(master_port)] if spelling == "dash" else
+             ["--nnodes=2", f"--node_rank={node_rank}", "--nproc_per_node=1", "--master_addr=127.0.0.1",
+              f"--master_port={master_port}"])
+    out = tmp_path / f"node{node_rank}"
+    return out, subprocess.Popen(dlaunch_argv("torchrun", *flags, "--log-dir", out, RANK_PROGRAM, *script_args),
+                                 cwd=tmp_path, env=dlaunch_env({"PYTHONPATH": str(ROOT)}),
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_two_nodes_all_reduce_together(tmp_path):
+    """Two torchrun lines, node ranks 0 and 1, one rank each: a real gloo all_reduce over both, and each rank
+    sees torchrun's variables for its node (GROUP_RANK = node rank)."""
+    master_port = free_port("127.0.0.1")
+    nodes = [_node(tmp_path, 0, master_port, "--allreduce", "--dump-env"),
+             _node(tmp_path, 1, master_port, "--allreduce", "--dump-env", spelling="underscore")]
+    for _, proc in nodes:
+        _out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+    for node_rank, (out, _) in enumerate(nodes):
+        rank_dir = latest_run(out) / f"rank_{node_rank:03d}"
+        lines = (rank_dir / "allreduce.jsonl").read_text().splitlines()
+        assert json.loads(lines[-1]) == {"sum": 3.0, "world": 2}
+        env = json.loads((rank_dir / "env.json").read_text())
+        assert {k: env[k] for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+                                    "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "MASTER_ADDR",
+                                    "MASTER_PORT")} == {
+            "RANK": str(node_rank), "LOCAL_RANK": "0", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "1",
+            "GROUP_RANK": str(node_rank), "GROUP_WORLD_SIZE": "2", "ROLE_RANK": str(node_rank),
+            "ROLE_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(master_port)}
+
+
+def test_a_failing_rank_gives_its_exit_code(tmp_path):
+    master_port = free_port("127.0.0.1")
+    nodes = [_node(tmp_path, k, master_port, "--fail-rank", "1", "--code", "7") for k in (0, 1)]
+    codes = []
+    for _, proc in nodes:
+        proc.communicate(timeout=120)
+        codes.append(proc.returncode)
+    assert codes[1] == 7
+    assert codes[0] in (0, 7)   # node 0's own rank succeeded; a job-wide stop may pass rank 1's code on
+
+
+def _translated(argv, environ=None, nproc=2):
+    parser = argparse.ArgumentParser()
+    from launcher.cli import torchrun
+
+    sub = parser.add_subparsers(dest="command")
+    torchrun.add_parser(sub)
+    ns = with_env_defaults(parser.parse_args(["torchrun", *argv]), environ or {})
+    return ns, translate(ns, nproc, list(range(nproc)))
+
+
+def test_pet_variables_are_defaults_the_command_line_wins():
+    environ = {"PET_NPROC_PER_NODE": "3", "PET_NNODES": "2", "PET_NODE_RANK": "1", "PET_MASTER_ADDR": "10.0.0.1",
+               "PET_MASTER_PORT": "23456", "PET_MAX_RESTARTS": "2", "PET_STANDALONE": "0"}
+    ns, done = _translated(["train.py", "--lr", "1"], environ, nproc=3)
+    assert ns.nproc_per_node == "3"
+    assert done.command == "cluster" and done.script_args == ["--lr", "1"]
+    assert {"--rank-start=3", "--master-addr=10.0.0.1", "--master-port=23456", "--max-restarts=2"} <= set(done.argv)
+    assert json.loads(done.rank_table_text)["server_count"] == "2"
+    ns, done = _translated(["--nnodes", "1", "--max_restarts=0", "train.py"], environ)
+    assert done.command == "run" and "--ranks=2" in done.argv and "--max-restarts=0" in done.argv
+
+
+def test_pet_nproc_per_node_launches_that_many(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PET_NPROC_PER_NODE", "3")
+    assert main(["torchrun", "--log-dir", str(tmp_path), "--dry-run", "train.py"]) == 0
+    assert "3 rank(s)" in capsys.readouterr().out
+    assert main(["torchrun", "--nproc_per_node=2", "--log-dir", str(tmp_path), "--dry-run", "train.py"]) == 0
+    assert "2 rank(s)" in capsys.readouterr().out
+
+
+def test_endpoint_module_and_console_mapping():
+    _, done = _translated(["--nnodes", "2:2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "10.1.2.3:29400",
+                           "--node-rank", "0", "--local-ranks-filter", "1", "--rdzv-id", "job7", "-m", "pkg.train"])
+    assert done.argv[1:3] == ["-m", "pkg.train"]
+    assert {"--master-addr=10.1.2.3", "--master-port=29400", "--rank-start=0", "--console=1",
+            "--run-id=job7"} <= set(done.argv)
+    _, done = _translated(["--standalone", "-r", "3", "--no-python", "./train.sh"])
+    assert done.argv[1:3] == ["--no-python", "./train.sh"] and "--console=none" in done.argv
+    assert not any(a.startswith("--master-port") for a in done.argv)   # a free port, as torchrun --standalone
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--nnodes", "1:4", "t.py"], "elastic membership is not supported"),
+    (["--rdzv-backend", "etcd", "--rdzv-endpoint", "h:2379", "t.py"], "--rdzv-backend etcd"),
+    (["--nnodes", "2", "t.py"], "needs --node-rank"),
+    (["--standalone", "--nnodes", "2", "t.py"], "--standalone runs one node"),
+    (["--role", "trainer", "t.py"], "--role trainer"),
+    (["--nnodes", "2", "--node-rank", "2", "t.py"], "--node-rank"),
+    (["--nproc-per-node", "many", "t.py"], "--nproc-per-node"),
+    (["--virtual-local-rank", "t.py"], "--virtual-local-rank"),
+])
+def test_what_dlaunch_cannot_honour_is_one_line_and_exit_2(argv, says, capsys):
+    assert main(["torchrun", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert says in err and len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_a_malformed_pet_flag_is_one_line(monkeypatch, capsys):
+    monkeypatch.setenv("PET_STANDALONE", "yes")
+    assert main(["torchrun", "t.py"]) == 2
+    assert "PET_STANDALONE" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, instead", [
+    (["run", "--nproc-per-node", "4", "x.py"], "--ranks N"),
+    (["run", "x.py", "--nproc_per_node=4"], "--ranks N"),
+    (["run", "--nnodes", "2", "x.py"], "dlaunch torchrun --nnodes"),
+    (["run", "x.py", "--log-dir", "logs"], "--output-dir DIR"),
+    (["run", "x.py", "--rdzv-endpoint", "h:1"], "dlaunch torchrun"),
+    (["cluster", "x.py", "--node-rank", "1"], "--rank-start"),
+])
+def test_torchrun_flags_under_run_get_a_hint(argv, instead, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "torchrun's flag" in err and instead in err and "dlaunch torchrun" in err
