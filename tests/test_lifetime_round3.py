@@ -1,0 +1,32 @@
+"""Process lifetime, round 3 (issue 20): forks during async saves, pid-hopping daemons."""
+import os
+import subprocess
+import sys
+import textwrap
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _python(code: str, timeout: float) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_child_forked_during_async_save_exits_normally(tmp_path):
+    """The child inherits the atexit hook of its parent's writer, not its thread: it must not wait."""
+    result = _python(f"""
+        import os, sys, time
+        from launcher import ckptwriter
+        def store(snapshot):
+            time.sleep(3)
+        ckptwriter.writer().submit({str(tmp_path / 'x')!r}, {{"a": 1}}, store)
+        pid = os.fork()
+        if pid == 0:
+            sys.exit(0)
+        started = time.monotonic()
+        _, status = os.waitpid(pid, 0)
+        print("child", os.waitstatus_to_exitcode(status), time.monotonic() - started < 2.5)
+    """, timeout=30)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["child", "0", "True"]
