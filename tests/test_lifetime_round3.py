@@ -78,3 +78,35 @@ def test_a_daemon_that_keeps_changing_its_pid_does_not_outlive_the_job(tmp_path)
                     os.kill(pid, signal.SIGKILL)
                 except OSError:
                     continue
+
+
+TICKER = """
+import time
+for i in range(40):
+    print("tick", i, flush=True)
+    time.sleep(0.25)
+"""
+
+
+def test_stopping_the_launcher_is_not_the_ranks_silence(tmp_path):
+    """SIGSTOP of dlaunch for longer than --hang-timeout, then SIGCONT: a healthy job still ends with 0."""
+    import signal
+    import time
+
+    from tests.launching import start_dlaunch, wait_until
+
+    script = tmp_path / "tick.py"
+    script.write_text(TICKER)
+    proc = start_dlaunch("run", script, "--ranks", "2", "--output-dir", tmp_path / "out", "--hang-timeout", "2",
+                         cwd=tmp_path)
+    try:
+        log = tmp_path / "out" / "latest" / "rank_001" / "output.log"
+        wait_until(lambda: log.exists() and b"tick 2" in log.read_bytes(), timeout=30)
+        proc.send_signal(signal.SIGSTOP)
+        time.sleep(3.5)
+        proc.send_signal(signal.SIGCONT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    assert "hung" not in err
