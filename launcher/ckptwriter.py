@@ -179,6 +179,7 @@ class _Writer:
         self.guard = _TermGuard(self)
         self.thread: threading.Thread | None = None
         self.at_exit_registered = False
+        self.pid = os.getpid()   # a forked child inherits this object (and its atexit hook), not the thread
 
     # -- the caller's side ------------------------------------------------------------------
 
@@ -243,6 +244,8 @@ class _Writer:
             self.pool.trim()
 
     def at_exit(self) -> None:
+        if os.getpid() != self.pid:   # a child forked mid-save: the saves and the writer are its parent's
+            return
         self.drain()
         with self.cond:
             unreported, self.failed = [handle for handle in self.failed if not handle.reported], []

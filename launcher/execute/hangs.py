@@ -26,6 +26,7 @@ from launcher.plan import RankSpec
 from launcher.rundir import attempt_file
 
 STACK_DUMP_SECONDS = 20.0
+LAUNCHER_GAP_SECONDS = 1.0   # the launcher slept this much longer than it asked: it was stopped (SIGSTOP, Ctrl-Z)
 
 
 def _mtime(path: str) -> float:
@@ -60,11 +61,22 @@ class HangWatch:
         self.started = started
         self.interval = min(0.5, timeout / 4)
         self._next_check = 0.0
+        self._last_wake = 0.0
 
     def due(self) -> bool:
         """True at most once an interval: the launcher wakes for every chunk of console output, and
-        checking on each wake-up would cost more than the output itself."""
+        checking on each wake-up would cost more than the output itself.
+
+        Time the launcher did not run (stopped, or starved) is not the ranks' silence: their output waited
+        in the pipes.  After such a gap the check is skipped (the waiting output is read first) and every
+        rank's silence counts from the launcher's return."""
         now = time.monotonic()
+        gap = now - self._last_wake if self._last_wake else 0.0
+        self._last_wake = now
+        if gap > self.interval + LAUNCHER_GAP_SECONDS:
+            self.started = max(self.started, time.time())
+            self._next_check = now + self.interval
+            return False
         if now < self._next_check:
             return False
         self._next_check = now + self.interval

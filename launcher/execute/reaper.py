@@ -148,7 +148,8 @@ def sweep(launcher_id: str, keep: set[int], quiet_rounds: int = SWEEP_QUIET_ROUN
     """Kill every descendant of this process but ``keep``, and every process with the marker; reap; repeat
     until ``quiet_rounds`` rounds in a row find nothing new.  Returns how many processes were killed.
 
-    After an attempt, whose ranks are all dead, one quiet round is enough: nothing is being spawned any more.
+    After an attempt, whose ranks are all dead, two quiet rounds: one scan can miss a daemon that forks and
+    exits in a loop (its pid changes between the listing of /proc and the read of its environment).
     The watchdog waits for more, since the launcher may have died in the middle of a fork.
     """
     keep = keep | {os.getpid()}

@@ -1,0 +1,112 @@
+"""Process lifetime, round 3 (issue 20): forks during async saves, pid-hopping daemons."""
+import os
+import subprocess
+import sys
+import textwrap
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _python(code: str, timeout: float) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_child_forked_during_async_save_exits_normally(tmp_path):
+    """The child inherits the atexit hook of its parent's writer, not its thread: it must not wait."""
+    result = _python(f"""
+        import os, sys, time
+        from launcher import ckptwriter
+        def store(snapshot):
+            time.sleep(600)   # never done while the test runs
+        ckptwriter.writer().submit({str(tmp_path / 'x')!r}, {{"a": 1}}, store)
+        pid = os.fork()
+        if pid == 0:
+            sys.exit(0)
+        _, status = os.waitpid(pid, 0)   # without the fix: forever (the test's timeout)
+        print("child", os.waitstatus_to_exitcode(status), flush=True)
+        os._exit(0)   # the parent's own save is never done: skip its wait
+    """, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["child", "0"]
+
+
+HOPPER = """
+import os, subprocess, sys, time
+code = "import os\\nwhile True:\\n    if os.fork():\\n        os._exit(0)\\n"
+subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+time.sleep(0.5)
+"""
+
+
+def _hoppers(tag: str) -> list[int]:
+    found = []
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{name}/environ", "rb") as fh:
+                if f"HOPPER_TAG={tag}".encode() in fh.read().split(b"\0"):
+                    found.append(int(name))
+        except OSError:
+            continue
+    return found
+
+
+def test_a_daemon_that_keeps_changing_its_pid_does_not_outlive_the_job(tmp_path):
+    """One empty scan of /proc is no proof: the daemon may be between fork and exit while it runs."""
+    import signal
+    import time
+
+    from tests.launching import run_dlaunch
+
+    script = tmp_path / "hop.py"
+    script.write_text(HOPPER)
+    tag = f"{os.getpid()}-{time.monotonic_ns()}"
+    result = run_dlaunch("run", script, "--ranks", "2", "--output-dir", tmp_path / "out", cwd=tmp_path,
+                         env={"HOPPER_TAG": tag}, timeout=60)
+    try:
+        assert result.returncode == 0, result.stderr
+        time.sleep(0.3)
+        assert _hoppers(tag) == []
+    finally:
+        for _ in range(200):   # cleanup only (the assertion above judged): chase the chain until it is gone
+            pids = _hoppers(tag)
+            if not pids:
+                break
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    continue
+
+
+TICKER = """
+import time
+for i in range(40):
+    print("tick", i, flush=True)
+    time.sleep(0.25)
+"""
+
+
+def test_stopping_the_launcher_is_not_the_ranks_silence(tmp_path):
+    """SIGSTOP of dlaunch for longer than --hang-timeout, then SIGCONT: a healthy job still ends with 0."""
+    import signal
+    import time
+
+    from tests.launching import start_dlaunch, wait_until
+
+    script = tmp_path / "tick.py"
+    script.write_text(TICKER)
+    proc = start_dlaunch("run", script, "--ranks", "2", "--output-dir", tmp_path / "out", "--hang-timeout", "2",
+                         cwd=tmp_path)
+    try:
+        log = tmp_path / "out" / "latest" / "rank_001" / "output.log"
+        wait_until(lambda: log.exists() and b"tick 2" in log.read_bytes(), timeout=30)
+        proc.send_signal(signal.SIGSTOP)
+        time.sleep(3.5)
+        proc.send_signal(signal.SIGCONT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    assert "hung" not in err
