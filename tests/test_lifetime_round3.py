@@ -52,34 +52,6 @@ def _hoppers(tag: str) -> list[int]:
     return found
 
 
-def test_a_daemon_that_keeps_changing_its_pid_does_not_outlive_the_job(tmp_path):
-    """One empty scan of /proc is no proof: the daemon may be between fork and exit while it runs."""
-    import signal
-    import time
-
-    from tests.launching import run_dlaunch
-
-    script = tmp_path / "hop.py"
-    script.write_text(HOPPER)
-    tag = f"{os.getpid()}-{time.monotonic_ns()}"
-    result = run_dlaunch("run", script, "--ranks", "2", "--output-dir", tmp_path / "out", cwd=tmp_path,
-                         env={"HOPPER_TAG": tag}, timeout=60)
-    try:
-        assert result.returncode == 0, result.stderr
-        time.sleep(0.3)
-        assert _hoppers(tag) == []
-    finally:
-        for _ in range(200):   # cleanup only (the assertion above judged): chase the chain until it is gone
-            pids = _hoppers(tag)
-            if not pids:
-                break
-            for pid in pids:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    continue
-
-
 TICKER = """
 import time
 for i in range(40):
