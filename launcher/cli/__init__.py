@@ -34,6 +34,20 @@ def cmd_from_head() -> int:
     return cmd_cluster(args, control=(0, pending), on_started=started)
 
 
+def separator_as_value(argv: list[str]) -> str | None:
+    """The first ``--OPTION=--`` among dlaunch's own arguments, or None.
+
+    argparse takes the ``--`` of ``--profile=--`` for the end-of-options marker and hands the option an empty
+    list, which no handler expects; the value ``--`` is refused here, before parsing, for every option at once.
+    """
+    if argv[:1] == ["msrun"]:   # msrun's script and its arguments follow its options without a "--"
+        at = 1
+        while at < len(argv) and argv[at].startswith("-"):
+            at += 1 if "=" in argv[at] or argv[at] == "--dry-run" else 2
+        argv = argv[:at]
+    return next((a for a in argv if a.startswith("-") and a.endswith("=--") and a.index("=") > 1), None)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -42,6 +56,13 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] in SCRIPT_ARG_COMMANDS and "--" in argv:
         cut_at = argv.index("--")
         argv, script_args = argv[:cut_at], argv[cut_at + 1:]
+    bad = separator_as_value(argv)
+    if bad is not None:
+        option = bad.split("=", 1)[0]
+        sub = parser.subcommands.get(argv[0]) if argv else None
+        say(f"error: {printable(bad)}: '--' is not a value for {printable(option)} (it ends the options); "
+            f"give {printable(option)} a value", usage=(sub or parser).format_usage())
+        return UsageError.exit_code
     if argv == ["cluster", "--from-head"]:
         handler = cmd_from_head
     else:
