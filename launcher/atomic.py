@@ -53,7 +53,8 @@ def write_atomically(path: str, write, *, binary: bool = False, durable: bool = 
             os.close(fd)
             write(tmp)
         else:
-            with os.fdopen(fd, "wb" if binary else "w", encoding=None if binary else "utf-8") as fh:
+            with os.fdopen(fd, "wb" if binary else "w", encoding=None if binary else "utf-8",
+                           errors=None if binary else "surrogateescape") as fh:   # bytes read as given stay so
                 write(fh)
         if durable:
             fsync_path(tmp)

@@ -392,6 +392,8 @@ def cmd_script(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
     write_script(args.output, text, args.force)
     if args.output != "-":
         where = f" on {context['nodes']} node(s)" if args.template == "slurm" else ""
-        print(f"wrote {args.output} (template {args.template}: dlaunch {context['command']}{where})",
+        from launcher.console import printable
+
+        print(f"wrote {printable(args.output)} (template {args.template}: dlaunch {context['command']}{where})",
               file=sys.stderr)
     return 0

@@ -44,3 +44,75 @@ def test_script_arguments_after_the_separator_keep_their_dashes(tmp_path, monkey
     assert "--resume=--" in capsys.readouterr().out
     rc = main(["msrun", "--worker_num=1", "--local_worker_num=1", "--dry-run", "train.py", "--resume=--"])
     assert rc == 0, capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- defect 2: bytes that are not UTF-8, NUL bytes
+
+GBK = b"/home/\xd6\xd0\xce\xc4"   # a GBK path, not UTF-8
+
+
+def test_non_utf8_environment_runs_as_torchrun_does(tmp_path):
+    """An inherited variable and an --env value with GBK bytes reach the ranks as the same bytes; env.log keeps
+    them; the run ends as succeeded (before: a traceback and a run shown as "starting" forever)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    program = tmp_path / "show.py"
+    program.write_text(f"import os\nassert os.environb[b'INHERITED'] == os.environb[b'GIVEN'] == {GBK!r}\n")
+    env = {**os.environb, b"INHERITED": GBK, b"PYTHONPATH": os.fsencode(os.getcwd())}
+    done = subprocess.run([sys.executable, "-m", "launcher", "run", "--ranks", "2", "--env", b"GIVEN=" + GBK,
+                           str(program)], cwd=tmp_path, env=env, capture_output=True, timeout=120)
+    assert done.returncode == 0, done.stderr.decode(errors="replace")
+    assert b"Traceback" not in done.stderr
+    run = tmp_path / "dlaunch_runs" / "latest"
+    assert json.loads((run / "summary.json").read_text())["status"] == "succeeded"
+    env_log = (run / "rank_001" / "env.log").read_bytes()
+    assert b"INHERITED=" + GBK + b"\n" in env_log and b"GIVEN=" + GBK + b"\n" in env_log
+    report = subprocess.run([sys.executable, "-m", "launcher", "report", "-o", b"r\xd6\xd0.html"], cwd=tmp_path,
+                            env=env, capture_output=True, timeout=120)
+    assert report.returncode == 0, report.stderr.decode(errors="replace")
+    assert (tmp_path / os.fsdecode(b"r\xd6\xd0.html")).stat().st_size > 1000
+
+
+def test_non_utf8_output_paths_are_written(tmp_path, monkeypatch, capsys):
+    import os
+
+    monkeypatch.chdir(tmp_path)
+    script = os.fsdecode(b"run\xd6\xd0.sh")
+    assert main(["script", "run.sh", "train.py", "--ranks", "2", "-o", script]) == 0, capsys.readouterr().err
+    assert (tmp_path / script).read_bytes().startswith(b"#!")
+
+
+@pytest.mark.parametrize(("name", "text"), [
+    ("c.yaml", 'env: ["A=x\\0y"]\n'), ("c.yaml", 'args: ["a\\0b"]\n'), ("c.yaml", 'script: "x\\0y.py"\n'),
+    ("e.env", "A=x\0y\n")])
+def test_nul_bytes_are_refused_before_the_run_directory_is_made(tmp_path, monkeypatch, capsys, name, text):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / name).write_text(text)
+    flag = "--config" if name.endswith(".yaml") else "--env-file"
+    rc = main(["run", "--ranks", "1", flag, name, "train.py"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "holds a NUL byte" in err and err.count("\n") == 1, err
+    assert not (tmp_path / "dlaunch_runs").exists()
+
+
+def test_a_launcher_defect_leaves_a_failed_run_not_a_starting_one(tmp_path, monkeypatch, capsys):
+    """Whatever breaks dlaunch once the run directory exists, its summary says failed (status must never show
+    "starting" forever); the defect itself still surfaces."""
+    import json
+
+    from launcher.execute.local import LocalWorkers
+
+    def broken(self, plan):
+        raise RuntimeError("injected launcher defect")
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("pass\n")
+    monkeypatch.setattr(LocalWorkers, "run", broken)
+    with pytest.raises(RuntimeError, match="injected"):
+        main(["run", "--ranks", "1", "train.py"])
+    summary = json.loads((tmp_path / "dlaunch_runs" / "latest" / "summary.json").read_text())
+    assert summary["status"] == "failed" and "injected launcher defect" in summary["launcher_error"], summary
+    assert summary["exit_code"] == 1

@@ -76,6 +76,7 @@ def launch(table: RankTable, server_index: int, opts: Options, *, dry_run: bool,
 
     workers.on_started = publish_pids
     attempts: list[AttemptResult] = []
+    failure: Exception | None = None
     try:
         for attempt in range(opts.max_restarts + 1):
             if attempt:
@@ -83,7 +84,13 @@ def launch(table: RankTable, server_index: int, opts: Options, *, dry_run: bool,
                 resume = find_resume_point(plan.run_dir, table.device_count, log=say) or resume
                 plan = make_plan(table, server_index, replace(opts, master_port=port), rank_table_file, inherited,
                                  attempt=attempt, resume=resume)
-            result = workers.run(plan)
+            try:
+                result = workers.run(plan)
+            except Exception as exc:   # a dlaunch defect: recorded, so the run does not show "starting" forever
+                failure = exc
+                attempts.append(AttemptResult(attempt=plan.attempt, ranks=[],
+                                              launcher_error=f"dlaunch failed ({type(exc).__name__}: {exc})"))
+                break
             attempts.append(result)
             if (result.exit_code == 0 or result.interrupted_by is not None or result.launcher_error is not None
                     or attempt == opts.max_restarts):
@@ -105,6 +112,8 @@ def launch(table: RankTable, server_index: int, opts: Options, *, dry_run: bool,
             f"{plan.run_dir}")
         return summary["exit_code"] or 1
     say(*closing_lines(summary, summary_path), *warnings)
+    if failure is not None:
+        raise failure
     if control:
         from launcher.execute.ssh.protocol import emit
 
