@@ -116,3 +116,20 @@ def test_a_launcher_defect_leaves_a_failed_run_not_a_starting_one(tmp_path, monk
     summary = json.loads((tmp_path / "dlaunch_runs" / "latest" / "summary.json").read_text())
     assert summary["status"] == "failed" and "injected launcher defect" in summary["launcher_error"], summary
     assert summary["exit_code"] == 1
+
+
+# ---------------------------------------------------------------- defect 11: msrun values out of range
+
+@pytest.mark.parametrize(("flags", "fragment"), [
+    (["--cluster_time_out", "99999999"], "--cluster_time_out 99999999 is out of range: at most 2592000 (30 days)"),
+    (["--worker_num", "1000000"], "1000000 is out of range: give a whole number from 1 to 131072"),
+    (["--node_rank", "1000000"], "1000000 is out of range"),
+    (["--master_port=--"], "'--' is not a value for --master_port")])
+def test_msrun_values_out_of_range_are_one_line(tmp_path, monkeypatch, capsys, flags, fragment):
+    monkeypatch.chdir(tmp_path)
+    try:   # argparse's own range errors exit 2 through SystemExit; dlaunch's return 2
+        rc = main(["msrun", "--worker_num=1", "--local_worker_num=1", *flags, "--dry-run", "train.py"])
+    except SystemExit as exc:
+        rc = exc.code
+    err = capsys.readouterr().err
+    assert rc == 2 and fragment in err and "Traceback" not in err and "empty group" not in err, err

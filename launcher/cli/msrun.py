@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass, field
 
-from launcher.argtypes import port, whole
+from launcher.argtypes import MAX_SECONDS, port, whole
 from launcher.errors import UsageError
 from launcher.options import MAX_LOCAL_RANKS
 
@@ -29,6 +29,7 @@ MSRUN_MASTER_ADDR = "127.0.0.1"
 MSRUN_MASTER_PORT = 8118
 MSRUN_CLUSTER_TIME_OUT = 600
 MSRUN_ALL_WORKERS = "-1"          # --tail_worker_log's default: every worker's log on the console
+MSRUN_MAX_WORKERS = 1 << 17       # 131,072 ranks: beyond the largest clusters; a typo of a digit is refused
 PYTHONS = ("python", "python3")   # msrun runs these (and pytest) as given; anything else as "python SCRIPT"
 
 FLAG_TABLE = """\
@@ -93,7 +94,7 @@ def add_parser(sub) -> None:
                     "directory per run, the failing rank's exit code, 128+N on signal N and no orphans.",
         epilog=FLAG_TABLE + "\n\nexample: dlaunch msrun --worker_num=8 --local_worker_num=8 --master_port=8118 "
                             "--log_dir=msrun_log --join=True train.py --epochs 3")
-    p.add_argument("--worker_num", metavar="N", type=whole(1, 10**6), default=MSRUN_WORKER_NUM,
+    p.add_argument("--worker_num", metavar="N", type=whole(1, MSRUN_MAX_WORKERS), default=MSRUN_WORKER_NUM,
                    help=f"ranks in the whole job (default {MSRUN_WORKER_NUM})")
     p.add_argument("--local_worker_num", metavar="L", type=whole(1, MAX_LOCAL_RANKS), default=MSRUN_WORKER_NUM,
                    help=f"ranks on this host (default {MSRUN_WORKER_NUM})")
@@ -101,7 +102,7 @@ def add_parser(sub) -> None:
                    help=f"the scheduler's address (default {MSRUN_MASTER_ADDR})")
     p.add_argument("--master_port", metavar="P", type=port, default=MSRUN_MASTER_PORT,
                    help=f"the scheduler's port (default {MSRUN_MASTER_PORT})")
-    p.add_argument("--node_rank", metavar="K", type=whole(-1, 10**6), default=-1,
+    p.add_argument("--node_rank", metavar="K", type=whole(-1, MSRUN_MAX_WORKERS), default=-1,
                    help="this host's index among the nodes (needed when --local_worker_num < --worker_num)")
     p.add_argument("--log_dir", metavar="DIR", default="", help="where run directories go (default ./dlaunch_runs)")
     p.add_argument("--join", metavar="True|False", type=_join, default=False,
@@ -140,6 +141,9 @@ def _refusals(ns: argparse.Namespace, environ) -> list[str]:
     if ns.cluster_time_out == 0:
         refused.append("--cluster_time_out 0 gives the cluster no time to form: give seconds, or a negative "
                        "number to wait forever")
+    if ns.cluster_time_out > MAX_SECONDS:
+        refused.append(f"--cluster_time_out {ns.cluster_time_out} is out of range: at most {MAX_SECONDS:.0f} "
+                       f"(30 days), or a negative number to wait forever")
     if ns.local_worker_num > ns.worker_num:
         refused.append(f"--local_worker_num {ns.local_worker_num} is more than --worker_num {ns.worker_num}")
     elif ns.local_worker_num < ns.worker_num:
@@ -252,6 +256,14 @@ def is_local_address(ip: str) -> bool:
     return True
 
 
+class _Translated(argparse.ArgumentParser):
+    """The parser of the translated command line: a value it refuses is one line (its usage, printed on an
+    error, would name options the user never typed, and argparse cannot format it: "empty group")."""
+
+    def error(self, message):
+        raise UsageError(f"msrun: {message}")
+
+
 def settled_launch(args: argparse.Namespace) -> tuple[str, argparse.Namespace]:
     """("run" or "cluster", its settled arguments) for an msrun command line: parsed by that command's own
     declared options and layered like a typed command line (``cli.commands.cmd_msrun`` then runs it)."""
@@ -270,7 +282,7 @@ def settled_launch(args: argparse.Namespace) -> tuple[str, argparse.Namespace]:
                          f"{args.master_addr}, not an address of this host: run --node_rank 0 on that host")
     for note in done.notes:
         say(f"msrun: {note}")
-    parser = argparse.ArgumentParser(prog=f"dlaunch {done.command}")
+    parser = _Translated(prog=f"dlaunch {done.command}")
     add_launch_arguments(parser, options_for(done.command))
     parsed = parser.parse_args(done.argv[1:])
     parsed.command, parsed.script_args = done.command, done.script_args
