@@ -185,16 +185,18 @@ def discover(environ=None, probe_hardware: bool = False) -> DeviceView:
 
 
 def auto_count(view: DeviceView) -> list[int]:
-    """``--ranks auto``: one rank per visible device; a clear error naming what was looked for when there is none."""
+    """``--ranks auto``: one rank per visible device; on a host with no GPU or NPU at all, one CPU rank (what
+    torchrun's default runs), said on the console."""
     if view.tokens:
         return view.ids
     if view.restricts:
         raise UsageError(f"--ranks auto: {view.source} is empty, so no device is visible; pass --ranks N "
                          f"to start N ranks anyway (CPU)")
-    raise UsageError(f"--ranks auto found no device: {ASCEND_VAR} and {CUDA_VAR} are unset, there is no "
-                     f"{DAVINCI_GLOB}, and nvidia-smi -L shows no GPU (or is not installed); "
-                     "pass --ranks N (e.g. --ranks 8 for "
-                     f"8 CPU ranks)")
+    from launcher.console import say
+
+    say(f"--ranks auto found no device ({ASCEND_VAR} and {CUDA_VAR} are unset, there is no {DAVINCI_GLOB}, "
+        f"and nvidia-smi -L shows no GPU): starting one rank on the CPU (--ranks N starts N)")
+    return [0]
 
 
 def free_port(address: str) -> int:
