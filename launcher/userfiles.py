@@ -45,10 +45,11 @@ def read_text(path: str, what: str, max_bytes: int = MAX_TEXT_BYTES) -> str:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)   # a FIFO opens without waiting for a writer
     except OSError as exc:
         raise UsageError(f"cannot read {what} {path}: {exc.strerror}") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):   # checked before fdopen, which refuses a directory with a traceback
+        os.close(fd)
+        raise UsageError(f"cannot read {what} {path}: it is {_kind(info.st_mode)}, not a regular file")
     with os.fdopen(fd, "rb") as fh:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise UsageError(f"cannot read {what} {path}: it is {_kind(info.st_mode)}, not a regular file")
         if info.st_size > max_bytes:
             raise UsageError(f"cannot read {what} {path}: {info.st_size} bytes is more than the "
                              f"{max_bytes >> 20} MiB dlaunch reads")

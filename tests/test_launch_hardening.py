@@ -133,3 +133,29 @@ def test_msrun_values_out_of_range_are_one_line(tmp_path, monkeypatch, capsys, f
         rc = exc.code
     err = capsys.readouterr().err
     assert rc == 2 and fragment in err and "Traceback" not in err and "empty group" not in err, err
+
+
+# ---------------------------------------------------------------- a new user: a directory where a file belongs
+
+@pytest.mark.parametrize("argv", [
+    ["validate-ranktable", "D"], ["run", "--rank-table", "D", "train.py"], ["run", "--config", "D", "train.py"],
+    ["run", "--env-file", "D", "train.py"], ["run", "--hccn-conf", "D", "--ranks", "1", "train.py"],
+    ["merge-ranktable", "D", "D", "-o", "merged.json"],
+    ["script", "run.sh", "train.py", "--rank-table", "D", "-o", "run_job.sh"]])
+def test_a_directory_given_as_a_file_is_one_line(tmp_path, monkeypatch, capsys, argv):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "D").mkdir()
+    rc = main(argv)
+    captured = capsys.readouterr()
+    assert rc != 0 and "D: it is a directory, not a regular file" in captured.out + captured.err, captured
+
+
+def test_a_directory_given_as_the_script_is_named_a_directory(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "D").mkdir()
+    assert main(["run", "--ranks", "1", "D"]) == 2
+    err = capsys.readouterr().err
+    assert "D is a directory (with no __main__.py), not a script" in err and "not found" not in err, err
+    assert not (tmp_path / "dlaunch_runs").exists()
+    (tmp_path / "D" / "__main__.py").write_text("pass\n")   # as python D runs it: accepted
+    assert main(["run", "--ranks", "1", "D"]) == 0, capsys.readouterr().err

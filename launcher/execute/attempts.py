@@ -33,7 +33,13 @@ def check_command(opts: Options) -> None:
         found = shutil.which(command.target, path=None if os.sep not in command.target else "")
         if not (found or (os.sep in command.target and os.access(command.target, os.X_OK))):
             raise UsageError(f"executable not found: {command.target}")
-    elif not command.module and not os.path.isfile(command.target):
+    elif command.module or os.path.isfile(command.target):
+        return
+    elif os.path.isdir(command.target):   # Python runs a directory only through its __main__.py
+        if not os.path.isfile(os.path.join(command.target, "__main__.py")):
+            raise UsageError(f"{command.target} is a directory (with no __main__.py), not a script: give the "
+                             f"training script in it")
+    else:
         raise UsageError(f"script not found: {command.target}")
 
 
