@@ -8,6 +8,7 @@ hung says so.  Closing lines, the head's report over SSH, ``status`` and restart
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 from dataclasses import dataclass, field
@@ -99,6 +100,30 @@ class AttemptResult:
         if self.interrupted_by is not None:
             return 128 + self.interrupted_by
         return 0
+
+
+def _recorded_at(rank: RankResult) -> float | None:
+    """When torchelastic's @record wrote ``rank``'s error file (its failure), or None without one."""
+    try:
+        return os.stat(rank.error_file).st_mtime if rank.error_file else None
+    except OSError:
+        return None
+
+
+def first_failure(result: AttemptResult) -> RankResult | None:
+    """The root cause as torchrun orders failures, by their error files' timestamps: a rank that exited non-zero
+    on its own with an error file written before the observed root cause failed, failed first (its exit was
+    only seen later, e.g. while its interpreter shut down). A hang or a rank dlaunch killed never qualifies."""
+    cause = result.root_cause
+    if cause is None or cause.hang:
+        return cause
+    seen_at = _recorded_at(cause) or cause.end
+    earlier = []
+    for rank in result.ranks:
+        when = _recorded_at(rank)
+        if rank is not cause and (rank.returncode or 0) > 0 and when is not None and seen_at and when < seen_at:
+            earlier.append((when, rank.rank or 0, rank))
+    return min(earlier, key=lambda item: item[:2])[2] if earlier else cause
 
 
 def _root_cause(result: AttemptResult) -> dict | None:

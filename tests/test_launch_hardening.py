@@ -159,3 +159,23 @@ def test_a_directory_given_as_the_script_is_named_a_directory(tmp_path, monkeypa
     assert not (tmp_path / "dlaunch_runs").exists()
     (tmp_path / "D" / "__main__.py").write_text("pass\n")   # as python D runs it: accepted
     assert main(["run", "--ranks", "1", "D"]) == 0, capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- real clients: @record's first failure
+
+def test_the_first_failure_by_its_error_file_is_the_root_cause(tmp_path):
+    """Rank 1's @record error file is written before rank 0 fails, though rank 0's exit is seen first: the
+    root cause is rank 1 (torchrun orders failures by their error files' timestamps), on the console and in
+    summary.json, and the exit code is rank 1's."""
+    import json
+
+    from tests.launching import run_dlaunch
+
+    program = str(__import__("pathlib").Path(__file__).parent / "programs" / "record_first.py")
+    done = run_dlaunch("run", "--ranks", "2", "--grace-period", "30", program, cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
+    summary = json.loads((tmp_path / "dlaunch_runs" / "latest" / "summary.json").read_text())
+    cause = summary["root_cause"]
+    assert cause["rank"] == 1 and cause["exit_code"] == 1, cause
+    assert "ValueError: rank 1 broke first" in cause["error_file_message"]
+    assert "its error file says: ValueError: rank 1 broke first" in done.stderr, done.stderr

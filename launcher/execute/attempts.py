@@ -19,7 +19,7 @@ from launcher.execute.local import LocalWorkers, SignalWatch
 from launcher.execute.sharedckpt import shared_checkpoint_warnings
 from launcher.host import free_port
 from launcher.plan import Options, make_plan
-from launcher.results import AttemptResult, closing_lines, how_it_ended, summarize
+from launcher.results import AttemptResult, closing_lines, first_failure, how_it_ended, summarize
 from launcher.resume import find_resume_point
 from launcher.table.model import RankTable, dumps
 
@@ -97,6 +97,7 @@ def launch(table: RankTable, server_index: int, opts: Options, *, dry_run: bool,
                 attempts.append(AttemptResult(attempt=plan.attempt, ranks=[],
                                               launcher_error=f"dlaunch failed ({type(exc).__name__}: {exc})"))
                 break
+            result.root_cause = first_failure(result)
             attempts.append(result)
             if (result.exit_code == 0 or result.interrupted_by is not None or result.launcher_error is not None
                     or attempt == opts.max_restarts):
