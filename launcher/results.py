@@ -191,8 +191,10 @@ def closing_lines(summary: dict, summary_path: str) -> list[str]:
     count = len(summary["ranks"])
     took = summary["ended"] - summary["started"]
     cause = summary["root_cause"]
+    restarts = len(summary.get("attempts") or [None]) - 1
+    restarted = f" after {restarts} restart(s)" if restarts > 0 else ""
     if summary["status"] == "succeeded":
-        return [f"all {count} rank(s) exited 0 in {took:.1f} s; run directory {summary['run_dir']}"]
+        return [f"all {count} rank(s) exited 0{restarted} in {took:.1f} s; run directory {summary['run_dir']}"]
     lines = []
     if cause and cause.get("hung"):
         lines.append(cause["reason"])
@@ -212,7 +214,7 @@ def closing_lines(summary: dict, summary_path: str) -> list[str]:
         else:
             others = sum(1 for r in summary["ranks"] if r["rank"] != cause.get("rank"))
             stopped = f"stopped the other {others} rank(s); " if others else ""
-        lines.append(f"{stopped}exit code {summary['exit_code']}; summary {summary_path}")
+        lines.append(f"{stopped}exit code {summary['exit_code']}{restarted}; summary {summary_path}")
     elif summary.get("launcher_error"):
         lines.append(f"{summary['launcher_error']}: stopped all {count} rank(s); exit code {summary['exit_code']}; "
                      f"summary {summary_path}")

@@ -179,3 +179,25 @@ def test_the_first_failure_by_its_error_file_is_the_root_cause(tmp_path):
     assert cause["rank"] == 1 and cause["exit_code"] == 1, cause
     assert "ValueError: rank 1 broke first" in cause["error_file_message"]
     assert "its error file says: ValueError: rank 1 broke first" in done.stderr, done.stderr
+
+
+# ---------------------------------------------------------------- a new user: commands, the run directory, restarts
+
+@pytest.mark.parametrize(("typed", "meant"), [("rn", "run"), ("valdate-ranktable", "validate-ranktable"),
+                                              ("stauts", "status")])
+def test_a_misspelled_command_gets_did_you_mean(capsys, typed, meant):
+    assert main([typed, "train.py"]) == 2
+    assert f"unknown command '{typed}'; did you mean '{meant}'?" in capsys.readouterr().err
+
+
+def test_the_run_directory_is_said_at_the_start_and_a_restart_in_the_closing_line(tmp_path):
+    from tests.launching import run_dlaunch
+
+    (tmp_path / "flaky.py").write_text("import os, sys\nsys.exit(5 if os.environ['TORCHELASTIC_RESTART_COUNT'] == '0' "
+                                       "else 0)\n")
+    done = run_dlaunch("run", "--ranks", "1", "--max-restarts", "1", "flaky.py", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.splitlines()
+    run_dir = str((tmp_path / "dlaunch_runs" / "latest").resolve())
+    assert lines[0] == f"dlaunch: run directory {run_dir}", lines
+    assert "exited 0 after 1 restart(s) in" in lines[-1], lines

@@ -63,6 +63,13 @@ def main(argv: list[str] | None = None) -> int:
         say(f"error: {printable(bad)}: '--' is not a value for {printable(option)} (it ends the options); "
             f"give {printable(option)} a value", usage=(sub or parser).format_usage())
         return UsageError.exit_code
+    if argv and not argv[0].startswith("-") and argv[0] not in parser.subcommands:
+        import difflib
+
+        meant = difflib.get_close_matches(argv[0], list(parser.subcommands), n=1, cutoff=0.6)
+        say(f"error: unknown command {printable(argv[0])!r}" + (f"; did you mean {meant[0]!r}?" if meant else
+            f" (commands: {', '.join(parser.subcommands)})"), usage=parser.format_usage())
+        return UsageError.exit_code
     if argv == ["cluster", "--from-head"]:
         handler = cmd_from_head
     else:

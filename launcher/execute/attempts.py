@@ -66,6 +66,8 @@ def launch(table: RankTable, server_index: int, opts: Options, *, dry_run: bool,
         return 0
     check_command(opts)
     rundir.create(plan, dumps(table), shared=opts.shared_run_dir)
+    if control is None:   # said at the start, so a long job's logs can be found while it runs
+        say(f"run directory {plan.run_dir}")
     started = time.time()
     signals = SignalWatch(*control) if control else SignalWatch()
     workers = LocalWorkers(signals)
