@@ -201,3 +201,26 @@ def test_the_run_directory_is_said_at_the_start_and_a_restart_in_the_closing_lin
     run_dir = str((tmp_path / "dlaunch_runs" / "latest").resolve())
     assert lines[0] == f"dlaunch: run directory {run_dir}", lines
     assert "exited 0 after 1 restart(s) in" in lines[-1], lines
+
+
+# ---------------------------------------------------------------- real clients: msrun's log names
+
+def test_msrun_log_names_lead_to_the_newest_runs_logs(tmp_path):
+    """MindSpore's docs send users to <log_dir>/worker_N.log and scheduler.log: they are links to the newest
+    run's logs, each run keeping its own directory; a user's own file of such a name is left alone."""
+    from tests.launching import run_dlaunch
+
+    (tmp_path / "train.py").write_text("import os\nprint('hello from', os.environ['RANK_ID'])\n")
+    logs = tmp_path / "msrun_log"
+    logs.mkdir()
+    (logs / "worker_1.log").write_text("mine\n")
+    for _ in range(2):
+        done = run_dlaunch("msrun", "--worker_num=2", "--local_worker_num=2", "--log_dir=msrun_log", "train.py",
+                           cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+    runs = [p for p in logs.iterdir() if p.is_dir() and not p.is_symlink()]
+    assert len(runs) == 2
+    assert "hello from 0" in (logs / "worker_0.log").read_text()
+    assert (logs / "worker_0.log").resolve() == (logs / "latest" / "rank_000" / "output.log").resolve()
+    assert (logs / "scheduler.log").resolve().parent.parent == (logs / "latest").resolve()
+    assert (logs / "worker_1.log").read_text() == "mine\n"

@@ -13,7 +13,7 @@ import time
 
 from launcher.cli.parsers import build_parser, unrecognized
 from launcher.config import apply_layers
-from launcher.console import printable
+from launcher.console import printable, say
 from launcher.errors import UsageError
 from launcher.options import LAUNCH_COMMANDS, head_launch, launch_options, launch_table, options_for
 
@@ -228,9 +228,14 @@ def cmd_config(args: argparse.Namespace) -> int:
 
 def cmd_msrun(args: argparse.Namespace) -> int:
     """An msrun command line, carried out as the dlaunch run or cluster it translates to (``cli.msrun``)."""
-    from launcher.cli.msrun import settled_launch
+    from launcher.cli.msrun import link_msrun_logs, settled_launch
 
     command, settled = settled_launch(args)
+    if not settled.dry_run:
+        try:
+            link_msrun_logs(args, settled.output_dir)
+        except OSError as exc:   # msrun's names are a convenience: the run goes on without them
+            say(f"msrun's log names (worker_N.log) not made in {settled.output_dir}: {exc.strerror}")
     return HANDLERS[command](settled)
 
 

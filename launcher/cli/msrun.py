@@ -292,3 +292,29 @@ def settled_launch(args: argparse.Namespace) -> tuple[str, argparse.Namespace]:
     if done.rank_table_text is not None:
         parsed.rank_table_text = done.rank_table_text
     return done.command, parsed
+
+
+def link_msrun_logs(ns: argparse.Namespace, output_dir: str) -> None:
+    """msrun's log names, ``worker_N.log`` and (on node 0) ``scheduler.log`` in the log directory, as links to
+    the newest run's logs (through its ``latest`` link): every MindSpore tutorial's "look at worker_0.log" works,
+    and each run keeps its own directory. A file of that name that is not a link is never replaced."""
+    import contextlib
+    import os
+
+    from launcher.rundir import LATEST, SCHEDULER_DIR, rank_dir_name
+
+    first = max(ns.node_rank, 0) * ns.local_worker_num
+    links = {f"worker_{rank}.log": os.path.join(LATEST, rank_dir_name(rank, ns.worker_num), "output.log")
+             for rank in range(first, first + ns.local_worker_num)}
+    if ns.node_rank <= 0:
+        links["scheduler.log"] = os.path.join(LATEST, SCHEDULER_DIR, "output.log")
+    os.makedirs(output_dir, exist_ok=True)
+    for name, target in links.items():
+        path = os.path.join(output_dir, name)
+        if os.path.islink(path) and os.readlink(path) == target:
+            continue
+        if os.path.lexists(path) and not os.path.islink(path):
+            continue   # the user's own file
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        os.symlink(target, path)
