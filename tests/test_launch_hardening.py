@@ -224,3 +224,27 @@ def test_msrun_log_names_lead_to_the_newest_runs_logs(tmp_path):
     assert (logs / "worker_0.log").resolve() == (logs / "latest" / "rank_000" / "output.log").resolve()
     assert (logs / "scheduler.log").resolve().parent.parent == (logs / "latest").resolve()
     assert (logs / "worker_1.log").read_text() == "mine\n"
+
+
+# ---------------------------------------------------------------- multi-host: what was read as a host key
+
+def test_a_damaged_known_hosts_line_is_named_not_taken_for_a_host_key(tmp_path):
+    """A login shell's stderr (a pyenv warning) that ended up in known_hosts made paramiko refuse the whole
+    file (InvalidHostKey, the warning shown as the 'key'): the message names the file and the line."""
+    from sshd_hosts import require_sshd, start_cluster
+
+    from tests.launching import RANK_PROGRAM, run_dlaunch, write_rank_table
+
+    require_sshd()
+    with start_cluster(tmp_path / "sshd", 2) as cluster:
+        damaged = tmp_path / "known_hosts"
+        damaged.write_text(cluster.known_hosts.read_text() +
+                           "pyenv: cannot rehash: /root/.pyenv/shims isn't writable\n")
+        config = tmp_path / "ssh_config"
+        config.write_text(cluster.ssh_config.read_text().replace(str(cluster.known_hosts), str(damaged)))
+        table = write_rank_table(tmp_path / "rt.json", ("127.0.0.2", "127.0.0.3"), 1)
+        done = run_dlaunch("cluster", RANK_PROGRAM, "--rank-table", table, "--ssh", "--ssh-config", config,
+                           "--output-dir", tmp_path / "runs", "--profile", "a2", cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert f"known_hosts file {damaged} holds a line that is not a host key" in done.stderr, done.stderr
+    assert "pyenv: cannot rehash" in done.stderr and "InvalidHostKey" not in done.stderr
