@@ -248,3 +248,20 @@ def test_a_damaged_known_hosts_line_is_named_not_taken_for_a_host_key(tmp_path):
     assert done.returncode == 2, done.stderr
     assert f"known_hosts file {damaged} holds a line that is not a host key" in done.stderr, done.stderr
     assert "pyenv: cannot rehash" in done.stderr and "InvalidHostKey" not in done.stderr
+
+
+# ---------------------------------------------------------------- a new user: a compact --dry-run
+
+def test_dry_run_shows_rank_0_in_full_the_others_as_differences_and_no_port_it_would_not_use(
+        tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "--ranks", "8", "--dry-run", "train.py"]) == 0
+    out = capsys.readouterr().out
+    assert len(out.splitlines()) < 200, len(out.splitlines())   # was 290: 36 lines per rank
+    assert "master:        127.0.0.1, port: a free port, chosen at start" in out
+    assert "MASTER_PORT=<a free port, chosen at start>" in out
+    rank_7 = out.split("\nrank 7 (", 1)[1]
+    assert "env: as rank 0's, but\n" in rank_7 and "    RANK=7\n" in rank_7 and "WORLD_SIZE" not in rank_7
+    assert main(["run", "--ranks", "2", "--master-port", "29555", "--dry-run", "train.py"]) == 0
+    out = capsys.readouterr().out
+    assert "master:        127.0.0.1:29555" in out and "MASTER_PORT=29555" in out

@@ -62,7 +62,7 @@ def launch(table: RankTable, server_index: int, opts: Options, *, dry_run: bool,
     if dry_run:
         from launcher.plan import describe
 
-        print(describe(plan))
+        print(describe(plan, port_chosen_at_start=not opts.fixed_port))
         return 0
     check_command(opts)
     rundir.create(plan, dumps(table), shared=opts.shared_run_dir)
