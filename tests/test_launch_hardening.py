@@ -265,3 +265,14 @@ def test_dry_run_shows_rank_0_in_full_the_others_as_differences_and_no_port_it_w
     assert main(["run", "--ranks", "2", "--master-port", "29555", "--dry-run", "train.py"]) == 0
     out = capsys.readouterr().out
     assert "master:        127.0.0.1:29555" in out and "MASTER_PORT=29555" in out
+
+
+def test_the_refusal_of_a_multi_host_table_keeps_the_profile_in_its_commands(tmp_path, monkeypatch, capsys):
+    from tests.launching import write_rank_table
+
+    monkeypatch.chdir(tmp_path)
+    table = write_rank_table(tmp_path / "rt.json", ("127.0.0.2", "127.0.0.3"), 3)   # 3 devices: a2 only
+    assert main(["run", "train.py", "--rank-table", str(table), "--profile", "a2"]) == 2
+    err = capsys.readouterr().err
+    assert f"'dlaunch cluster train.py --rank-table {table} --profile a2 --rank-start 0 --run-id JOB'" in err, err
+    assert f"'dlaunch cluster train.py --rank-table {table} --profile a2 --ssh'" in err, err
