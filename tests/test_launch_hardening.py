@@ -276,3 +276,11 @@ def test_the_refusal_of_a_multi_host_table_keeps_the_profile_in_its_commands(tmp
     err = capsys.readouterr().err
     assert f"'dlaunch cluster train.py --rank-table {table} --profile a2 --rank-start 0 --run-id JOB'" in err, err
     assert f"'dlaunch cluster train.py --rank-table {table} --profile a2 --ssh'" in err, err
+
+
+def test_config_show_prints_plain_values_not_python_reprs(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["config", "show", "--env", "A=1", "--env", "B=x y", "train.py"]) == 0
+    rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[1:]}
+    assert rows["profile"].split()[1] == "atlas910" and rows["run-id"].split()[1] == "-"
+    assert "A=1 'B=x y'" in rows["env"] and "None" not in "".join(rows.values()) and "'atlas910'" not in rows["profile"]

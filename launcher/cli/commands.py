@@ -222,8 +222,21 @@ def cmd_config(args: argparse.Namespace) -> int:
                                                   if command == "cluster" else ""))
     width = max(map(len, shown))
     for dest, item in shown.items():
-        print(f"{dest.replace('_', '-'):{width}}  {item['value']!r:30}  {item['source']}")
+        print(f"{dest.replace('_', '-'):{width}}  {printable(_plain(item['value'])):30}  {item['source']}")
     return 0
+
+
+def _plain(value) -> str:
+    """A setting as a person writes it (atlas910, not 'atlas910'; - for unset; true; a list as words)."""
+    import shlex
+
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return " ".join(shlex.quote(str(item)) for item in value) or "(none)"
+    return str(value) if value != "" else "''"
 
 
 def cmd_msrun(args: argparse.Namespace) -> int:
