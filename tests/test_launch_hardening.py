@@ -284,3 +284,13 @@ def test_config_show_prints_plain_values_not_python_reprs(tmp_path, monkeypatch,
     rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[1:]}
     assert rows["profile"].split()[1] == "atlas910" and rows["run-id"].split()[1] == "-"
     assert "A=1 'B=x y'" in rows["env"] and "None" not in "".join(rows.values()) and "'atlas910'" not in rows["profile"]
+
+
+@pytest.mark.parametrize("late", [["--config", "x.yaml"], ["--resume", "ckpt.pt"]])
+def test_options_meant_for_the_script_are_told_to_go_after_the_separator(tmp_path, monkeypatch, capsys, late):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "x.yaml").write_text("lr: 0.1\n")
+    (tmp_path / "ckpt.pt").write_text("not a run directory\n")
+    assert main(["run", "train.py", "--ranks", "1", *late]) == 2
+    err = capsys.readouterr().err
+    assert f"{late[0]} after train.py were read as dlaunch's; arguments for the script go after --" in err, err

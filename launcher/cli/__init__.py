@@ -48,6 +48,20 @@ def separator_as_value(argv: list[str]) -> str | None:
     return next((a for a in argv if a.startswith("-") and a.endswith("=--") and a.index("=") > 1), None)
 
 
+def _after_script_hint(argv: list[str], cut_at: int | None) -> str:
+    """For a refusal of ``dlaunch run train.py --config x.yaml`` (options after the script, no "--"): those
+    options were read as dlaunch's own; the script's arguments go after --."""
+    if cut_at is not None or not argv or argv[0] not in SCRIPT_ARG_COMMANDS:
+        return ""
+    script = next((i for i, a in enumerate(argv) if i and a.endswith(".py") and not a.startswith("-")), None)
+    late = [a for a in argv[script + 1:] if a.startswith("-")] if script is not None else []
+    if not late:
+        return ""
+    verb = "were" if len(late) > 1 else "was"
+    return (f" ({' '.join(late[:3])} after {argv[script]} {verb} read as dlaunch's; arguments for the script "
+            f"go after --: dlaunch {argv[0]} {argv[script]} -- {' '.join(argv[script + 1:])})")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -94,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return handler()
     except UsageError as exc:
-        say(f"error: {printable(exc)}", usage=exc.usage)
+        say(f"error: {printable(exc)}{_after_script_hint(argv, cut_at)}", usage=exc.usage)
         return exc.exit_code
     except KeyboardInterrupt:
         return 130
