@@ -53,10 +53,8 @@ def write_atomically(path: str, write, *, binary: bool = False, durable: bool = 
             os.close(fd)
             write(tmp)
         else:
-            # surrogateescape: text that came in as undecodable bytes (a Latin-1 path in the environment or
-            # on the command line) goes out as the same bytes, as the shell and the kernel gave them
             with os.fdopen(fd, "wb" if binary else "w", encoding=None if binary else "utf-8",
-                           errors=None if binary else "surrogateescape") as fh:
+                           errors=None if binary else "surrogateescape") as fh:   # bytes read as given stay so
                 write(fh)
         if durable:
             fsync_path(tmp)

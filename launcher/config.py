@@ -228,6 +228,9 @@ def read_file(path: str, actions: dict[str, Option]) -> dict[str, tuple[object, 
             value = [str(v) for v in value]
         else:
             value = convert(actions[key], value, where)
+        if any("\0" in item for item in (value if isinstance(value, list) else [value]) if isinstance(item, str)):
+            raise UsageError(f"{where}: {key_node.value}: holds a NUL byte (\\0), which no argument or "
+                             f"environment variable can carry")
         values[key] = (value, where)
     return values
 

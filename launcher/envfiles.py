@@ -11,6 +11,9 @@ MAX_ENV_FILE_BYTES = 1 << 20
 
 
 def parse_assignment(text: str, where: str) -> tuple[str, str]:
+    if "\0" in text:   # an environment variable cannot carry one: refused before anything is made
+        raise UsageError(f"{where}: {text[:60]!r} holds a NUL byte (\\0), which no environment variable can "
+                         f"carry")
     name, sep, value = text.partition("=")
     name = name.strip()
     if not sep or not NAME.match(name):

@@ -185,18 +185,18 @@ def discover(environ=None, probe_hardware: bool = False) -> DeviceView:
 
 
 def auto_count(view: DeviceView) -> list[int]:
-    """``--ranks auto``: one rank per visible device; with none visible, one rank on the CPU, as torchrun's
-    default runs one process (a CPU-only user of HF Trainer's ``--use_cpu`` types the plain command)."""
+    """``--ranks auto``: one rank per visible device; on a host with no GPU or NPU at all, one CPU rank (what
+    torchrun's default runs), said on the console."""
     if view.tokens:
         return view.ids
+    if view.restricts:
+        raise UsageError(f"--ranks auto: {view.source} is empty, so no device is visible; pass --ranks N "
+                         f"to start N ranks anyway (CPU)")
+    from launcher.console import say
+
+    say(f"--ranks auto found no device ({ASCEND_VAR} and {CUDA_VAR} are unset, there is no {DAVINCI_GLOB}, "
+        f"and nvidia-smi -L shows no GPU): starting one rank on the CPU (--ranks N starts N)")
     return [0]
-
-
-def no_device_notice(view: DeviceView) -> str:
-    """What ``--ranks auto`` says when it starts one CPU rank: what it looked for, and how to ask for more."""
-    looked = (f"{view.source} is empty" if view.restricts else
-              f"{ASCEND_VAR} and {CUDA_VAR} are unset, there is no {DAVINCI_GLOB} and nvidia-smi -L shows no GPU")
-    return f"--ranks auto found no device ({looked}): starting 1 rank on the CPU; --ranks N starts N"
 
 
 def free_port(address: str) -> int:

@@ -192,7 +192,8 @@ def launch_table(args: argparse.Namespace):
             table, what = read_table(args.rank_table)[1], f"rank table {args.rank_table}"
         require_valid(table, args.profile, what)
         if args.command == "run" and len(table.servers) > 1:
-            raise UsageError(multi_host_hint(table, args.rank_table or "rt.json", args.script or "train.py"))
+            raise UsageError(multi_host_hint(table, args.rank_table or "rt.json", args.script or "train.py",
+                                             ["--profile", args.profile] if args.profile != PROFILE.default else []))
         index = select_server(table, getattr(args, "server_id", None), getattr(args, "rank_start", None))
         server = table.servers[index]
         view.check([dev.device for dev in server.devices], f"{what} (server {server.server_id})")
@@ -203,11 +204,6 @@ def launch_table(args: argparse.Namespace):
     elif auto:
         devices = visible.auto_count(view)
         what = f"--ranks auto ({len(devices)} device(s) from {view.source})"
-        if not view.tokens:
-            from launcher.console import say
-
-            say(visible.no_device_notice(view))
-            what = "--ranks auto (no device: 1 CPU rank)"
     else:
         if args.ranks < 1:
             raise UsageError(f"--ranks must be at least 1, not {args.ranks}")
@@ -217,14 +213,15 @@ def launch_table(args: argparse.Namespace):
     return table, 0, what, view
 
 
-def multi_host_hint(table, path: str, script: str) -> str:
-    """Why ``run`` refuses a table that spans hosts, and the exact commands that run it."""
+def multi_host_hint(table, path: str, script: str, extra: list[str] | None = None) -> str:
+    """Why ``run`` refuses a table that spans hosts, and the exact commands that run it (with ``extra``: the
+    options given that the commands need too, such as --profile)."""
     import shlex
 
     starts = [min((d.rank for d in s.devices if d.rank is not None), default=0) for s in table.servers]
-    first = shlex.join(["dlaunch", "cluster", script, "--rank-table", path, "--rank-start", str(starts[0]),
-                        "--run-id", "JOB"])
-    ssh = shlex.join(["dlaunch", "cluster", script, "--rank-table", path, "--ssh"])
+    first = shlex.join(["dlaunch", "cluster", script, "--rank-table", path, *(extra or []), "--rank-start",
+                        str(starts[0]), "--run-id", "JOB"])
+    ssh = shlex.join(["dlaunch", "cluster", script, "--rank-table", path, *(extra or []), "--ssh"])
     shown = ", ".join(f"{s.server_id} (--rank-start {k})" for s, k in list(zip(table.servers, starts))[:4])
     more = f" and {len(table.servers) - 4} more" if len(table.servers) > 4 else ""
     return (f"{path} spans {len(table.servers)} hosts ({shown}{more}); dlaunch run starts one host. Run "

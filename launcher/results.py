@@ -8,6 +8,7 @@ hung says so.  Closing lines, the head's report over SSH, ``status`` and restart
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 from collections.abc import Mapping, Sequence
@@ -115,6 +116,30 @@ class AttemptResult:
         return 0
 
 
+def _recorded_at(rank: RankResult) -> float | None:
+    """When torchelastic's @record wrote ``rank``'s error file (its failure), or None without one."""
+    try:
+        return os.stat(rank.error_file).st_mtime if rank.error_file else None
+    except OSError:
+        return None
+
+
+def first_failure(result: AttemptResult) -> RankResult | None:
+    """The root cause as torchrun orders failures, by their error files' timestamps: a rank that exited non-zero
+    on its own with an error file written before the observed root cause failed, failed first (its exit was
+    only seen later, e.g. while its interpreter shut down). A hang or a rank dlaunch killed never qualifies."""
+    cause = result.root_cause
+    if cause is None or cause.hang:
+        return cause
+    seen_at = _recorded_at(cause) or cause.end
+    earlier = []
+    for rank in result.ranks:
+        when = _recorded_at(rank)
+        if rank is not cause and (rank.returncode or 0) > 0 and when is not None and seen_at and when < seen_at:
+            earlier.append((when, rank.rank or 0, rank))
+    return min(earlier, key=lambda item: item[:2])[2] if earlier else cause
+
+
 def _root_cause(result: AttemptResult) -> dict | None:
     cause = result.root_cause
     if cause is None:
@@ -184,9 +209,9 @@ def closing_lines(summary: dict, summary_path: str) -> list[str]:
     took = summary["ended"] - summary["started"]
     cause = summary["root_cause"]
     restarts = len(summary.get("attempts") or [None]) - 1
+    restarted = f" after {restarts} restart(s)" if restarts > 0 else ""
     if summary["status"] == "succeeded":
-        again = f" after {restarts} restart(s) (--max-restarts)" if restarts > 0 else ""
-        return [f"all {count} rank(s) exited 0{again} in {took:.1f} s; run directory {summary['run_dir']}"]
+        return [f"all {count} rank(s) exited 0{restarted} in {took:.1f} s; run directory {summary['run_dir']}"]
     lines = []
     if cause and cause.get("hung"):
         lines.append(cause["reason"])
@@ -204,10 +229,10 @@ def closing_lines(summary: dict, summary_path: str) -> list[str]:
         else:
             others = sum(1 for r in summary["ranks"] if r["rank"] != cause.get("rank"))
             stopped = f"stopped the other {others} rank(s); " if others else ""
-        lines.append(f"{stopped}exit code {summary['exit_code']}; summary {summary_path}")
+        lines.append(f"{stopped}exit code {summary['exit_code']}{restarted}; summary {summary_path}")
     elif summary.get("stopped_by"):
         lines.append(f"stopped: {summary['stopped_by']['why']}; stopped this host's {count} rank(s); exit code "
-                     f"{summary['exit_code']}; summary {summary_path}")
+                     f"{summary['exit_code']}{restarted}; summary {summary_path}")
     elif summary.get("launcher_error"):
         lines.append(f"{summary['launcher_error']}: stopped all {count} rank(s); exit code {summary['exit_code']}; "
                      f"summary {summary_path}")

@@ -250,7 +250,7 @@ class RankRef:
     @property
     def title(self) -> str:
         """How people read it: ``rank 3``, or ``scheduler`` (which has no rank number)."""
-        return "scheduler" if self.role == "scheduler" else f"rank {self.rank}"
+        return "scheduler" if self.role == Role.SCHEDULER else f"rank {self.rank}"
 
 
 @dataclass
@@ -427,7 +427,7 @@ def summary_entry(run: Run, ref: RankRef) -> RankEntryFile | None:
     summ = run.summaries.get(ref.suffix)
     if summ is None:
         return None
-    if ref.role == "scheduler":
+    if ref.role == Role.SCHEDULER:
         return summ.get("scheduler", {})
     for entry in summ.get("ranks", []):
         if entry.get("rank") == ref.rank:
@@ -438,7 +438,7 @@ def summary_entry(run: Run, ref: RankRef) -> RankEntryFile | None:
 def published_pids(run: Run, ref: RankRef):
     """What the launcher's pids file says of this rank (or of the scheduler)."""
     pids = run.pids.get(ref.suffix, {})
-    return pids.get("scheduler") if ref.role == "scheduler" else pids.get("ranks", {}).get(str(ref.rank))
+    return pids.get("scheduler") if ref.role == Role.SCHEDULER else pids.get("ranks", {}).get(str(ref.rank))
 
 
 def select_ranks(run: Run, wanted: list[str] | None) -> list[RankRef]:

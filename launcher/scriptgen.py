@@ -49,7 +49,7 @@ from dataclasses import replace
 
 from launcher.argtypes import whole
 from launcher.config import FLAG, LIST, Option
-from launcher.console import say
+from launcher.console import printable, say
 from launcher.errors import UsageError
 from launcher.options import LAUNCH_COMMANDS, add_launch_arguments, launch_option_names, options_for
 
@@ -392,5 +392,5 @@ def cmd_script(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
     write_script(args.output, text, args.force)
     if args.output != "-":
         where = f" on {context['nodes']} node(s)" if args.template == "slurm" else ""
-        say(f"wrote {args.output} (template {args.template}: dlaunch {context['command']}{where})")
+        say(f"wrote {printable(args.output)} (template {args.template}: dlaunch {context['command']}{where})")
     return 0

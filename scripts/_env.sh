@@ -11,8 +11,30 @@ ensure_debian_packages() {
   local sudo=""
   [ "$(id -u)" = 0 ] || sudo="sudo"
   echo "installing Debian packages: ${missing[*]}" >&2
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+  # The tests start their own sshd, slurmd, slurmctld and munged; the machine's services stay as they were:
+  # a policy-rc.d (unless the machine has one) keeps the packages' services from starting now, and the units
+  # the install enables at boot are disabled again.
+  local policy=/usr/sbin/policy-rc.d made_policy="" enabled_before status=0
+  if [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\nexit 101\n' | $sudo tee "$policy" >/dev/null && $sudo chmod 755 "$policy" && made_policy=1
+  fi
+  enabled_before="$(_enabled_units)"
+  $sudo apt-get update -qq || status=$?
+  [ "$status" -ne 0 ] || DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
+    "${missing[@]}" >&2 || status=$?
+  [ -z "$made_policy" ] || $sudo rm -f "$policy"
+  local unit
+  for unit in $(comm -13 <(printf '%s\n' "$enabled_before") <(_enabled_units)); do
+    echo "disabling $unit at boot (enabled by the install; the tests start their own)" >&2
+    $sudo systemctl disable -q "$unit" >&2 || echo "warning: could not disable $unit" >&2
+  done
+  return "$status"
+}
+
+# _enabled_units  the systemd units enabled at boot, sorted (nothing where there is no systemctl).
+_enabled_units() {
+  command -v systemctl >/dev/null || return 0
+  { systemctl list-unit-files --state=enabled --no-legend 2>/dev/null || true; } | awk '{print $1}' | sort
 }
 
 # ensure_venv EXTRAS  creates .venv and installs dlaunch[EXTRAS] into it,

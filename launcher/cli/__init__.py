@@ -33,6 +33,34 @@ def cmd_from_head() -> int:
     return cmd_cluster(args, control=(0, pending), on_started=started)
 
 
+def separator_as_value(argv: list[str]) -> str | None:
+    """The first ``--OPTION=--`` among dlaunch's own arguments, or None.
+
+    argparse takes the ``--`` of ``--profile=--`` for the end-of-options marker and hands the option an empty
+    list, which no handler expects; the value ``--`` is refused here, before parsing, for every option at once.
+    """
+    if argv[:1] == ["msrun"]:   # msrun's script and its arguments follow its options without a "--"
+        at = 1
+        while at < len(argv) and argv[at].startswith("-"):
+            at += 1 if "=" in argv[at] or argv[at] == "--dry-run" else 2
+        argv = argv[:at]
+    return next((a for a in argv if a.startswith("-") and a.endswith("=--") and a.index("=") > 1), None)
+
+
+def _after_script_hint(argv: list[str], cut_at: int | None) -> str:
+    """For a refusal of ``dlaunch run train.py --config x.yaml`` (options after the script, no "--"): those
+    options were read as dlaunch's own; the script's arguments go after --."""
+    if cut_at is not None or not argv or argv[0] not in SCRIPT_ARG_COMMANDS:
+        return ""
+    script = next((i for i, a in enumerate(argv) if i and a.endswith(".py") and not a.startswith("-")), None)
+    late = [a for a in argv[script + 1:] if a.startswith("-")] if script is not None else []
+    if not late:
+        return ""
+    verb = "were" if len(late) > 1 else "was"
+    return (f" ({' '.join(late[:3])} after {argv[script]} {verb} read as dlaunch's; arguments for the script "
+            f"go after --: dlaunch {argv[0]} {argv[script]} -- {' '.join(argv[script + 1:])})")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -41,17 +69,19 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] in SCRIPT_ARG_COMMANDS and "--" in argv:
         cut_at = argv.index("--")
         argv, script_args = argv[:cut_at], argv[cut_at + 1:]
-    given_dashes = next((a for a in argv if a.startswith("-") and a.endswith("=--")), None)
-    if given_dashes is not None:   # argparse would hand the option an empty list: every handler's surprise
-        say(f"error: {printable(given_dashes.partition('=')[0])} needs a value, not '--' (script arguments go after "
-            f"a separate --)")
+    bad = separator_as_value(argv)
+    if bad is not None:
+        option = bad.split("=", 1)[0]
+        sub = parser.subcommands.get(argv[0]) if argv else None
+        say(f"error: {printable(bad)}: '--' is not a value for {printable(option)} (it ends the options); "
+            f"give {printable(option)} a value", usage=(sub or parser).format_usage())
         return UsageError.exit_code
     if argv and not argv[0].startswith("-") and argv[0] not in parser.subcommands:
         import difflib
 
-        close = difflib.get_close_matches(argv[0], list(parser.subcommands), n=1, cutoff=0.5)
-        say(f"error: no command {printable(argv[0][:40])!s}" + (f"; did you mean {close[0]}?" if close else "") +
-            " ('dlaunch --help' lists the commands)")
+        meant = difflib.get_close_matches(argv[0], list(parser.subcommands), n=1, cutoff=0.6)
+        say(f"error: unknown command {printable(argv[0])!r}" + (f"; did you mean {meant[0]!r}?" if meant else
+            f" (commands: {', '.join(parser.subcommands)})"), usage=parser.format_usage())
         return UsageError.exit_code
     if argv == ["cluster", "--from-head"]:
         handler = cmd_from_head
@@ -77,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return handler()
     except DlaunchError as exc:
-        say(f"error: {printable(exc)}", usage=exc.usage)
+        say(f"error: {printable(exc)}{_after_script_hint(argv, cut_at)}", usage=exc.usage)
         return exc.exit_code
     except KeyboardInterrupt:
         return ExitCode.INTERRUPTED

@@ -231,15 +231,33 @@ def cmd_config(args: argparse.Namespace) -> int:
                                                   if command == "cluster" else ""))
     width = max(map(len, shown))
     for dest, item in shown.items():
-        print(f"{dest.replace('_', '-'):{width}}  {item['value']!r:30}  {item['source']}")
+        print(f"{dest.replace('_', '-'):{width}}  {printable(_plain(item['value'])):30}  {item['source']}")
     return 0
+
+
+def _plain(value) -> str:
+    """A setting as a person writes it (atlas910, not 'atlas910'; - for unset; true; a list as words)."""
+    import shlex
+
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return " ".join(shlex.quote(str(item)) for item in value) or "(none)"
+    return str(value) if value != "" else "''"
 
 
 def cmd_msrun(args: argparse.Namespace) -> int:
     """An msrun command line, carried out as the dlaunch run or cluster it translates to (``cli.msrun``)."""
-    from launcher.cli.msrun import settled_launch
+    from launcher.cli.msrun import link_msrun_logs, settled_launch
 
     command, settled = settled_launch(args)
+    if not settled.dry_run:
+        try:
+            link_msrun_logs(args, settled.output_dir)
+        except OSError as exc:   # msrun's names are a convenience: the run goes on without them
+            say(f"msrun's log names (worker_N.log) not made in {settled.output_dir}: {exc.strerror}")
     return HANDLERS[command](settled)
 
 

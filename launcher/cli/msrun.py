@@ -19,18 +19,17 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass, field
 
-from launcher.argtypes import port, whole
+from launcher.argtypes import MAX_SECONDS, port, whole
 from launcher.errors import UsageError
 from launcher.options import MAX_LOCAL_RANKS
 
 # msrun 2.10's defaults (run.py get_args), kept so a line that relies on them means the same here
 MSRUN_WORKER_NUM = 8
 MSRUN_MASTER_ADDR = "127.0.0.1"
-MAX_JOB_RANKS = 1 << 18          # 262,144 workers: 32,768 nodes of 8, the largest job msrun's line may describe
-MAX_TOPO_SECONDS = 30 * 24 * 3600   # as every duration of dlaunch's: finite, at most 30 days
 MSRUN_MASTER_PORT = 8118
 MSRUN_CLUSTER_TIME_OUT = 600
 MSRUN_ALL_WORKERS = "-1"          # --tail_worker_log's default: every worker's log on the console
+MSRUN_MAX_WORKERS = 1 << 17       # 131,072 ranks: beyond the largest clusters; a typo of a digit is refused
 PYTHONS = ("python", "python3")   # msrun runs these (and pytest) as given; anything else as "python SCRIPT"
 
 FLAG_TABLE = """\
@@ -95,7 +94,7 @@ def add_parser(sub) -> None:
                     "directory per run, the failing rank's exit code, 128+N on signal N and no orphans.",
         epilog=FLAG_TABLE + "\n\nexample: dlaunch msrun --worker_num=8 --local_worker_num=8 --master_port=8118 "
                             "--log_dir=msrun_log --join=True train.py --epochs 3")
-    p.add_argument("--worker_num", metavar="N", type=whole(1, MAX_JOB_RANKS), default=MSRUN_WORKER_NUM,
+    p.add_argument("--worker_num", metavar="N", type=whole(1, MSRUN_MAX_WORKERS), default=MSRUN_WORKER_NUM,
                    help=f"ranks in the whole job (default {MSRUN_WORKER_NUM})")
     p.add_argument("--local_worker_num", metavar="L", type=whole(1, MAX_LOCAL_RANKS), default=MSRUN_WORKER_NUM,
                    help=f"ranks on this host (default {MSRUN_WORKER_NUM})")
@@ -103,7 +102,7 @@ def add_parser(sub) -> None:
                    help=f"the scheduler's address (default {MSRUN_MASTER_ADDR})")
     p.add_argument("--master_port", metavar="P", type=port, default=MSRUN_MASTER_PORT,
                    help=f"the scheduler's port (default {MSRUN_MASTER_PORT})")
-    p.add_argument("--node_rank", metavar="K", type=whole(-1, 10**6), default=-1,
+    p.add_argument("--node_rank", metavar="K", type=whole(-1, MSRUN_MAX_WORKERS), default=-1,
                    help="this host's index among the nodes (needed when --local_worker_num < --worker_num)")
     p.add_argument("--log_dir", metavar="DIR", default="", help="where run directories go (default ./dlaunch_runs)")
     p.add_argument("--join", metavar="True|False", type=_join, default=False,
@@ -139,12 +138,12 @@ def _refusals(ns: argparse.Namespace, environ) -> list[str]:
     if ns.worker_log_name:
         refused.append("--worker_log_name is not supported: each rank's log is rank_NNN/output.log in the run "
                        "directory")
-    if ns.cluster_time_out > MAX_TOPO_SECONDS:
-        refused.append(f"--cluster_time_out {ns.cluster_time_out} is more than 30 days ({MAX_TOPO_SECONDS} s): give "
-                       f"fewer seconds, or a negative number to wait forever")
     if ns.cluster_time_out == 0:
         refused.append("--cluster_time_out 0 gives the cluster no time to form: give seconds, or a negative "
                        "number to wait forever")
+    if ns.cluster_time_out > MAX_SECONDS:
+        refused.append(f"--cluster_time_out {ns.cluster_time_out} is out of range: at most {MAX_SECONDS:.0f} "
+                       f"(30 days), or a negative number to wait forever")
     if ns.local_worker_num > ns.worker_num:
         refused.append(f"--local_worker_num {ns.local_worker_num} is more than --worker_num {ns.worker_num}")
     elif ns.local_worker_num < ns.worker_num:
@@ -230,13 +229,6 @@ def job_table(nodes: int, devices: list[int]) -> str:
     return dumps(RankTable(version="1.0", server_count=str(nodes), servers=servers, status="completed"))
 
 
-class _TranslatedLine(argparse.ArgumentParser):
-    """The run/cluster line msrun's flags became: a value it refuses is msrun's flag's fault, said in one line."""
-
-    def error(self, message: str):
-        raise UsageError(f"msrun's flags translate to a dlaunch {self.prog.split()[-1]} setting it refuses: {message}")
-
-
 def master_ip(addr: str) -> str:
     """``--master_addr`` as an IP address: a host name is resolved, as msrun does (_convert_addr_to_ip)."""
     import ipaddress
@@ -264,6 +256,14 @@ def is_local_address(ip: str) -> bool:
     return True
 
 
+class _Translated(argparse.ArgumentParser):
+    """The parser of the translated command line: a value it refuses is one line (its usage, printed on an
+    error, would name options the user never typed, and argparse cannot format it: "empty group")."""
+
+    def error(self, message):
+        raise UsageError(f"msrun: {message}")
+
+
 def settled_launch(args: argparse.Namespace) -> tuple[str, argparse.Namespace]:
     """("run" or "cluster", its settled arguments) for an msrun command line: parsed by that command's own
     declared options and layered like a typed command line (``cli.commands.cmd_msrun`` then runs it)."""
@@ -282,7 +282,7 @@ def settled_launch(args: argparse.Namespace) -> tuple[str, argparse.Namespace]:
                          f"{args.master_addr}, not an address of this host: run --node_rank 0 on that host")
     for note in done.notes:
         say(f"msrun: {note}")
-    parser = _TranslatedLine(prog=f"dlaunch {done.command}")
+    parser = _Translated(prog=f"dlaunch {done.command}")
     add_launch_arguments(parser, options_for(done.command))
     parsed = parser.parse_args(done.argv[1:])
     parsed.command, parsed.script_args = done.command, done.script_args
@@ -292,3 +292,30 @@ def settled_launch(args: argparse.Namespace) -> tuple[str, argparse.Namespace]:
     if done.rank_table_text is not None:
         parsed.rank_table_text = done.rank_table_text
     return done.command, parsed
+
+
+def link_msrun_logs(ns: argparse.Namespace, output_dir: str) -> None:
+    """msrun's log names, ``worker_N.log`` and (on node 0) ``scheduler.log`` in the log directory, as links to
+    the newest run's logs (through its ``latest`` link): every MindSpore tutorial's "look at worker_0.log" works,
+    and each run keeps its own directory. A file of that name that is not a link is never replaced."""
+    import contextlib
+    import os
+
+    from launcher.contract import SCHEDULER_DIR
+    from launcher.rundir import LATEST, rank_dir_name
+
+    first = max(ns.node_rank, 0) * ns.local_worker_num
+    links = {f"worker_{rank}.log": os.path.join(LATEST, rank_dir_name(rank, ns.worker_num), "output.log")
+             for rank in range(first, first + ns.local_worker_num)}
+    if ns.node_rank <= 0:
+        links["scheduler.log"] = os.path.join(LATEST, SCHEDULER_DIR, "output.log")
+    os.makedirs(output_dir, exist_ok=True)
+    for name, target in links.items():
+        path = os.path.join(output_dir, name)
+        if os.path.islink(path) and os.readlink(path) == target:
+            continue
+        if os.path.lexists(path) and not os.path.islink(path):
+            continue   # the user's own file
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        os.symlink(target, path)

@@ -19,7 +19,7 @@ from launcher.execute.local import LocalWorkers, SignalWatch
 from launcher.execute.sharedckpt import shared_checkpoint_warnings
 from launcher.host import free_port
 from launcher.plan import Options, make_plan
-from launcher.results import AttemptResult, closing_lines, how_it_ended, summarize
+from launcher.results import AttemptResult, closing_lines, first_failure, how_it_ended, summarize
 from launcher.resume import find_resume_point
 from launcher.table.model import RankTable, dumps
 
@@ -33,10 +33,13 @@ def check_command(opts: Options) -> None:
         found = shutil.which(command.target, path=None if os.sep not in command.target else "")
         if not (found or (os.sep in command.target and os.access(command.target, os.X_OK))):
             raise UsageError(f"executable not found: {command.target}")
-    elif not command.module and os.path.isdir(command.target):
-        raise UsageError(f"{command.target} is a directory, not a script: name the training script in it "
-                         f"(or run a package with -m)")
-    elif not command.module and not os.path.isfile(command.target):
+    elif command.module or os.path.isfile(command.target):
+        return
+    elif os.path.isdir(command.target):   # Python runs a directory only through its __main__.py
+        if not os.path.isfile(os.path.join(command.target, "__main__.py")):
+            raise UsageError(f"{command.target} is a directory (with no __main__.py), not a script: give the "
+                             f"training script in it")
+    else:
         raise UsageError(f"script not found: {command.target}")
 
 
@@ -60,7 +63,7 @@ def launch(table: RankTable, server_index: int, opts: Options, *, dry_run: bool,
     if dry_run:
         from launcher.plan import describe
 
-        print(describe(plan))
+        print(describe(plan, port_chosen_at_start=not opts.fixed_port))
         return 0
     check_command(opts)
     link = None
@@ -74,8 +77,8 @@ def launch(table: RankTable, server_index: int, opts: Options, *, dry_run: bool,
         if link:
             link.close()
         raise
-    # where to look, while the job runs (the closing line says it again)
-    say(f"run {plan.run_id}: {len(plan.ranks)} rank(s); logs and checkpoints in {plan.run_dir}")
+    if control is None:   # said at the start, so a long job's logs can be found while it runs
+        say(f"run directory {plan.run_dir}")
     started = time.time()
     signals = SignalWatch(*control) if control else SignalWatch()
     workers = LocalWorkers(signals)
@@ -94,6 +97,7 @@ def launch(table: RankTable, server_index: int, opts: Options, *, dry_run: bool,
 
     workers.on_started = publish_pids
     attempts: list[AttemptResult] = []
+    failure: Exception | None = None
     try:
         for attempt in range(opts.max_restarts + 1):
             if attempt:
@@ -109,7 +113,14 @@ def launch(table: RankTable, server_index: int, opts: Options, *, dry_run: bool,
                     resume = find_resume_point(plan.run_dir, table.device_count, log=say) or resume
                 plan = make_plan(table, server_index, replace(opts, master_port=port), rank_table_file, inherited,
                                  attempt=attempt, resume=resume)
-            result = workers.run(plan)
+            try:
+                result = workers.run(plan)
+            except Exception as exc:   # a dlaunch defect: recorded, so the run does not show "starting" forever
+                failure = exc
+                attempts.append(AttemptResult(attempt=plan.attempt, ranks=[],
+                                              launcher_error=f"dlaunch failed ({type(exc).__name__}: {exc})"))
+                break
+            result.root_cause = first_failure(result)
             attempts.append(result)
             if link is not None:
                 verdict = job.settle(link, plan, result, signals.fd)
@@ -142,6 +153,8 @@ def launch(table: RankTable, server_index: int, opts: Options, *, dry_run: bool,
             f"{plan.run_dir}")
         return summary["exit_code"] or 1
     say(*closing_lines(summary, summary_path), *warnings)
+    if failure is not None:
+        raise failure
     if control:
         from launcher.execute.ssh.protocol import emit
 

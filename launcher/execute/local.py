@@ -379,7 +379,7 @@ class LocalWorkers:
         spec, result = process.spec, process.result
         try:
             os.makedirs(spec.ckpt_dir or spec.rank_dir, exist_ok=True)
-            with open(spec.env_log, "w", encoding="utf-8", errors="surrogateescape") as fh:   # bytes as inherited
+            with open(spec.env_log, "w", encoding="utf-8", errors="surrogateescape") as fh:   # bytes as given
                 fh.write(format_env({**os.environ, **spec.env}))
             log_fd = os.open(spec.log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         except OSError as exc:   # a full disk: this process cannot start with its files, so the job does not

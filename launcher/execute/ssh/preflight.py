@@ -37,6 +37,24 @@ class _UnknownHostKey(Exception):
         self.name, self.key = name, key
 
 
+class _DamagedKnownHosts(Exception):
+    """A known_hosts line paramiko cannot parse (it refuses the whole file): the file and line are the cause,
+    not the host (a line written there by a command whose stderr went along, e.g. a shell's pyenv warning)."""
+
+    def __init__(self, path: str, line: str):
+        super().__init__(path)
+        self.path, self.line = path, line
+
+
+def _load_known_hosts(client, path: str) -> None:
+    from paramiko.hostkeys import InvalidHostKey
+
+    try:
+        client.load_system_host_keys(path)
+    except InvalidHostKey as exc:
+        raise _DamagedKnownHosts(path, str(exc.line)) from None
+
+
 class _HostKeyPolicy:
     """paramiko's missing-host-key hook: refuse an unknown key, or with --trust-new-hosts remember it.
 
@@ -123,7 +141,7 @@ def _connect(target: Target, trust_new: bool, deadline: float):
     try:
         for path in target.known_hosts_files:
             if os.path.isfile(path):
-                client.load_system_host_keys(path)
+                _load_known_hosts(client, path)
         client.set_missing_host_key_policy(policy)  # type: ignore[arg-type]  # paramiko duck-types policies
         remaining = max(0.1, deadline - time.monotonic())
         identities: Any = [p for p in target.identity_files if os.path.isfile(p)] or None   # a list: paramiko takes one
@@ -190,6 +208,11 @@ def _connect_problem(target: Target, exc: BaseException, plan: SshPlan, timed_ou
         return (f"unknown host key for {exc.name} ({exc.key.get_name()} {exc.key.fingerprint}): refused; "
                 f"if that fingerprint is the host's, record it with 'ssh-keyscan -p {target.port} "
                 f"{target.hostname} >> {target.record_file}', or pass --trust-new-hosts")
+    if isinstance(exc, _DamagedKnownHosts):
+        from launcher.console import printable
+
+        return (f"known_hosts file {exc.path} holds a line that is not a host key, so no key in it could be "
+                f"read: {printable(exc.line.strip())[:120]!r}; remove that line (ssh-keygen -R cannot)")
     if isinstance(exc, paramiko.BadHostKeyException):
         return (f"HOST KEY CHANGED for {target.known_hosts_name}: it offers {exc.key.get_name()} "
                 f"{exc.key.fingerprint}, known_hosts says {exc.expected_key.fingerprint} (a reinstalled host, or "
