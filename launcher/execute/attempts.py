@@ -61,7 +61,8 @@ def launch(table: RankTable, server_index: int, opts: Options, *, dry_run: bool,
     check_command(opts)
     rundir.create(plan, dumps(table), shared=opts.shared_run_dir)
     started = time.time()
-    signals = SignalWatch(*control) if control else SignalWatch()
+    control_fd, control_pending = control or (None, b"")
+    signals = SignalWatch(control_fd, control_pending, forward=opts.forward_signals)
     workers = LocalWorkers(signals)
     pids_file = plan.host_file("pids", "json")
 
