@@ -78,6 +78,9 @@ _DECLARED: list[tuple[Option, tuple[str, ...]]] = [
     _shared("--forward-signals", type=signal_list, metavar="SIG,...",
             help="signals forwarded to every rank without stopping the job, besides SIGUSR1 and SIGUSR2 "
                  "(e.g. WINCH,URG); SIGINT/SIGTERM/SIGHUP/SIGQUIT always stop it"),
+    _shared("--termination-log", metavar="FILE",
+            help="write a failed run's root cause here (a container's termination message); default: "
+                 "/dev/termination-log when dlaunch is PID 1 and it is writable"),
     _shared("--max-restarts", type=whole(0, 1000), default=0, metavar="K",
             help="restart all ranks up to K times after a failure (default 0)"),
     _shared("--hang-timeout", type=positive_seconds, metavar="SECONDS",
@@ -271,6 +274,7 @@ def launch_options(args: argparse.Namespace, table, server_index: int, view=None
                    extra_env=extra_env(args), waiting_notice=args.waiting_notice,
                    ms_scheduler=args.ms_scheduler, ms_topo_timeout=args.ms_topo_timeout,
                    hang_timeout=args.hang_timeout, forward_signals=args.forward_signals or (),
+                   termination_log=args.termination_log,
                    prefix_host=cluster, shared_run_dir=cluster or bool(args.run_id),
                    fixed_port=cluster or args.master_port is not None, resume_from=resume_from,
                    **({"devices": view} if view is not None else {}))
