@@ -17,6 +17,7 @@ import sys
 from launcher.argtypes import port, positive_seconds, seconds, whole
 from launcher.config import FLAG, LIST, OPTIONAL, Option, add_options, apply_layers
 from launcher.errors import UsageError
+from launcher.execute.forwarding import signal_list
 from launcher.host import MAX_DEVICES
 from launcher.table.rules import DEFAULT_PROFILE, PROFILE_HELP
 
@@ -74,6 +75,12 @@ _DECLARED: list[tuple[Option, tuple[str, ...]]] = [
                  "output always goes to its log"),
     _shared("--grace-period", type=seconds, default=10.0, metavar="SECONDS",
             help="after SIGTERM, how long ranks may take to exit (e.g. to save) before SIGKILL (default 10)"),
+    _shared("--forward-signals", type=signal_list, metavar="SIG,...",
+            help="signals forwarded to every rank without stopping the job, besides SIGUSR1 and SIGUSR2 "
+                 "(e.g. WINCH,URG); SIGINT/SIGTERM/SIGHUP/SIGQUIT always stop it"),
+    _shared("--termination-log", metavar="FILE",
+            help="write a failed run's root cause here (a container's termination message); default: "
+                 "/dev/termination-log when dlaunch is PID 1 and it is writable"),
     _shared("--max-restarts", type=whole(0, 1000), default=0, metavar="K",
             help="restart all ranks up to K times after a failure (default 0)"),
     _shared("--hang-timeout", type=positive_seconds, metavar="SECONDS",
@@ -281,7 +288,9 @@ def launch_options(args: argparse.Namespace, table, server_index: int, view=None
                    else "",
                    extra_env=extra_env(args), waiting_notice=args.waiting_notice,
                    ms_scheduler=args.ms_scheduler, ms_topo_timeout=args.ms_topo_timeout,
-                   hang_timeout=args.hang_timeout, prefix_host=cluster, shared_run_dir=cluster or bool(args.run_id),
+                   hang_timeout=args.hang_timeout, forward_signals=args.forward_signals or (),
+                   termination_log=args.termination_log,
+                   prefix_host=cluster, shared_run_dir=cluster or bool(args.run_id),
                    fixed_port=cluster or args.master_port is not None, resume_from=resume_from,
                    **({"job_port": args.job_port, "host_timeout": args.host_timeout,
                        "join_timeout": args.join_timeout} if cluster else {}),

@@ -70,6 +70,8 @@ class Options:
     ms_scheduler: bool = False    # MindSpore's dynamic cluster (msrun's contract): a scheduler beside rank 0
     ms_topo_timeout: float = 600.0
     hang_timeout: float | None = None   # stop the job (exit 124) after this long without a sign of life
+    termination_log: str | None = None   # --termination-log: a failed run's root cause (containers)
+    forward_signals: tuple = ()   # --forward-signals: passed to every rank beside SIGUSR1/2, the job goes on
     prefix_host: bool = False     # console lines carry the host as well as the rank (cluster)
     shared_run_dir: bool = False  # other hosts (or an earlier launch) may create the run directory too
     fixed_port: bool = False      # restarts keep master_port (hosts agree on it); otherwise a fresh free one

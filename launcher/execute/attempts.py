@@ -17,6 +17,7 @@ from launcher.console import say
 from launcher.errors import UsageError
 from launcher.execute.local import LocalWorkers, SignalWatch
 from launcher.execute.sharedckpt import shared_checkpoint_warnings
+from launcher.execute.termination import ZombieCollector, is_pid1, termination_log_path, write_termination_log
 from launcher.host import free_port
 from launcher.plan import Options, make_plan
 from launcher.results import AttemptResult, closing_lines, first_failure, how_it_ended, summarize
@@ -80,10 +81,12 @@ def launch(table: RankTable, server_index: int, opts: Options, *, dry_run: bool,
     if control is None:   # said at the start, so a long job's logs can be found while it runs
         say(f"run directory {plan.run_dir}")
     started = time.time()
-    signals = SignalWatch(*control) if control else SignalWatch()
+    control_fd, control_pending = control or (None, b"")
+    signals = SignalWatch(control_fd, control_pending, forward=opts.forward_signals)
     workers = LocalWorkers(signals)
     workers.job = link
     verdict: dict = {}
+    zombies = ZombieCollector(lambda: {*workers.reaper.groups, workers.reaper.pid}).start() if is_pid1() else None
     pids_file = plan.host_file("pids", "json")
 
     def publish_pids(ranks, scheduler):
@@ -140,11 +143,16 @@ def launch(table: RankTable, server_index: int, opts: Options, *, dry_run: bool,
             link.close()
         workers.close()
         signals.close()
+        if zombies:
+            zombies.stop()
     warnings = shared_checkpoint_warnings(plan, started)
     summary = summarize(plan, attempts, started, warnings)
     if verdict:
         job.add_verdict(summary, verdict)
     summary_path = plan.host_file("summary", "json")
+    unwritten = write_termination_log(termination_log_path(opts.termination_log), summary)
+    if unwritten:
+        warnings = [*warnings, unwritten]
     try:
         rundir.write_json(summary_path, summary)
     except OSError as exc:

@@ -27,6 +27,7 @@ from typing import Any
 from launcher.console import say
 from launcher.contract import ExitCode, Role
 from launcher.environment import format_env
+from launcher.execute.forwarding import pass_through
 from launcher.execute.hangs import HangWatch, describe_hang, dump_stacks
 from launcher.execute.peers import PeerWait
 from launcher.execute.reaper import LAUNCHER_ID_VAR, Reaper, become_subreaper, child_setup, sweep
@@ -49,8 +50,9 @@ class SignalWatch:
     closing means the head is gone, which counts as SIGHUP.
     """
 
-    def __init__(self, control_fd: int | None = None, control_pending: bytes = b""):
+    def __init__(self, control_fd: int | None = None, control_pending: bytes = b"", forward=()):
         self.control_fd = control_fd
+        self.pass_through = pass_through(forward)   # forwarded to every rank; the job goes on
         self._control = LineBuffer()
         self._control.pending = control_pending   # signal lines that came with the request
         import socket
@@ -60,7 +62,7 @@ class SignalWatch:
         self._send.setblocking(False)
         self.received: list[int] = []
         self._previous_fd = signal.set_wakeup_fd(self._send.fileno(), warn_on_full_buffer=False)
-        self._previous = {sig: signal.signal(sig, self._record) for sig in FORWARDED_SIGNALS}
+        self._previous = {sig: signal.signal(sig, self._record) for sig in (*FORWARDED_SIGNALS, *self.pass_through)}
 
     def _record(self, signum, frame) -> None:
         self.received.append(signum)
@@ -208,7 +210,8 @@ class LocalWorkers:
             if process.result.spawn_error:
                 self._begin_stop(attempt, root_cause=process.result)
                 return
-            pending = self.signals.drain() if self.signals.received else []
+            pending = [s for s in self.signals.drain() if s not in self._pass_on(attempt, s)] \
+                if self.signals.received else []
             if pending:
                 self._on_signal(attempt, pending[0])
                 return
@@ -290,6 +293,8 @@ class LocalWorkers:
             if value["cause"].get("kind") == "hung":   # a hang elsewhere: where were this host's ranks?
                 self._dump_stacks([p for p in attempt.ranks if p.alive], attempt.plan.attempt)
             self._begin_stop(attempt, stopped_by=value)
+        elif kind == "signal" and value in self.signals.pass_through:
+            self._pass_on(attempt, value)
         elif kind == "signal":
             if not attempt.stopping:
                 self._on_signal(attempt, value)
@@ -297,6 +302,14 @@ class LocalWorkers:
                 say(f"{signal.Signals(value).name} again: killing {attempt.describe_alive()} now")
                 self._kill_groups(attempt.processes)
                 attempt.killed = True
+
+    def _pass_on(self, attempt: _Attempt, sig: int) -> tuple[int, ...]:
+        """A pass-through signal (SIGUSR1, --forward-signals): every live process gets it; nothing stops.
+        Returns the pass-through set, so callers can filter with it."""
+        if sig in self.signals.pass_through:
+            told = sum(_killpg(p.proc.pid, sig) for p in attempt.processes if p.alive)
+            say(f"{signal.Signals(sig).name}: forwarded to {told} process(es); the job goes on")
+        return self.signals.pass_through
 
     def _on_signal(self, attempt: _Attempt, sig: int) -> None:
         """A signal to dlaunch: forwarded to every process, and said at once: who, how long, how to cut it short."""

@@ -1,0 +1,56 @@
+"""Signals dlaunch passes on to every rank without stopping the job (Slurm's warning signal, user hooks).
+
+SIGINT/SIGTERM/SIGHUP/SIGQUIT mean "stop": dlaunch forwards them and starts its
+grace period.  SIGUSR1 and SIGUSR2 mean nothing to dlaunch itself: Slurm sends
+one before a time limit (``#SBATCH --signal=B:USR1@120``) so the ranks can
+checkpoint, and what happens next is the ranks' decision.  They are forwarded
+to every rank's process group and the job keeps running; ``--forward-signals``
+names more.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+
+PASS_THROUGH_DEFAULT = (signal.SIGUSR1, signal.SIGUSR2)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)   # torchrun's set: they stop
+_UNCATCHABLE = (signal.SIGKILL, signal.SIGSTOP)
+_LAUNCHER_OWN = (signal.SIGCHLD, signal.SIGPIPE)   # dlaunch needs these itself
+
+
+def signal_list(text) -> tuple[int, ...]:
+    """``--forward-signals USR1,SIGWINCH,10``: names (with or without SIG) or numbers, comma-separated."""
+    found: list[int] = []
+    for word in str(text).split(","):
+        word = word.strip().upper()
+        if not word:
+            continue
+        sig = _one(word)
+        if sig in _UNCATCHABLE or sig in _LAUNCHER_OWN or sig in STOP_SIGNALS:
+            why = ("cannot be caught" if sig in _UNCATCHABLE else "is dlaunch's own" if sig in _LAUNCHER_OWN
+                   else "already stops the job and is forwarded")
+            raise argparse.ArgumentTypeError(f"{signal.Signals(sig).name} {why}; it cannot be a forwarded signal")
+        if sig not in found:
+            found.append(sig)
+    if not found:
+        raise argparse.ArgumentTypeError(f"expected signal names such as USR1,WINCH, not {str(text)[:40]!r}")
+    return tuple(found)
+
+
+def _one(word: str) -> int:
+    if word.isascii() and word.isdigit() and len(word) <= 3:
+        try:
+            return signal.Signals(int(word))
+        except ValueError:
+            pass
+    name = word if word.startswith("SIG") else "SIG" + word
+    try:
+        return signal.Signals[name]
+    except KeyError:
+        raise argparse.ArgumentTypeError(f"{word[:20]!r} is not a signal name (e.g. USR1, SIGUSR2, WINCH)") from None
+
+
+def pass_through(extra=()) -> tuple[int, ...]:
+    """The signals forwarded without stopping: SIGUSR1, SIGUSR2 and what --forward-signals added."""
+    return tuple(dict.fromkeys((*PASS_THROUGH_DEFAULT, *(extra or ()))))

@@ -1,0 +1,59 @@
+"""dlaunch as a container's PID 1 (a private PID namespace): no zombie, SIGTERM forwarded, true exit code,
+and the termination message in a temporary file (never /dev/termination-log)."""
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+
+import psutil
+import pytest
+
+from tests.launching import ROOT, dlaunch_argv, dlaunch_env, latest_run
+
+PROGRAM = str(ROOT / "tests" / "programs" / "orphans.py")
+pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"),
+                                reason="needs root and unshare for a private PID namespace")
+
+
+def _start(tmp_path, how, *extra):
+    argv = ["unshare", "--pid", "--fork", "--mount-proc",
+            *dlaunch_argv("run", PROGRAM, "--ranks", "1", "--output-dir", tmp_path / "runs",
+                          "--termination-log", tmp_path / "termination", *extra, "--", how)]
+    return subprocess.Popen(argv, cwd=tmp_path, env=dlaunch_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+
+def test_as_pid1_a_failure_reaps_orphans_and_writes_the_root_cause(tmp_path):
+    proc = _start(tmp_path, "7")
+    out, err = proc.communicate(timeout=90)
+    assert proc.returncode == 7, err
+    run = latest_run(tmp_path / "runs")
+    assert (run / "rank_000" / "zombies").read_text() == "0"
+    message = (tmp_path / "termination").read_text()
+    assert "rank 0" in message and "exited with code 7" in message and "last words of the rank" in message
+    assert len(message.splitlines()) == 1
+
+
+def test_sigterm_to_pid1_reaches_the_ranks_and_the_exit_code_says_so(tmp_path):
+    proc = _start(tmp_path, "wait", "--grace-period", "20")
+    try:
+        deadline = time.monotonic() + 60
+        while not list((tmp_path / "runs").glob("*/rank_000/ready")):
+            assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read() if proc.poll() else ""
+            time.sleep(0.05)
+        unshare = psutil.Process(proc.pid)
+        pid1 = unshare.children()[0]   # the forked child: PID 1 of the namespace, running dlaunch
+        assert "launcher" in pid1.cmdline()
+        pid1.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert "SIGTERM: told 1 rank(s) to stop" in err
+    run = latest_run(tmp_path / "runs")
+    assert (run / "rank_000" / "zombies").read_text() == "0"
+    assert "interrupted by SIGTERM" in (tmp_path / "termination").read_text()
