@@ -170,12 +170,9 @@ class Coordinator:
             self._drop(peer)
 
     def _read(self, peer: _Peer) -> None:
-        try:
-            data = peer.sock.recv(65536)
-        except (BlockingIOError, InterruptedError):
+        data = protocol.receive(peer.sock)
+        if data is None:
             return
-        except OSError:
-            data = b""
         if not data:
             self._gone(peer)
             return

@@ -140,12 +140,9 @@ class Member:
 
     def _read(self) -> None:
         assert self.sock is not None
-        try:
-            data = self.sock.recv(65536)
-        except (BlockingIOError, InterruptedError):
+        data = protocol.receive(self.sock)
+        if data is None:
             return
-        except OSError:
-            data = b""
         if not data:
             self._eof()
             return

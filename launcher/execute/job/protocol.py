@@ -102,6 +102,16 @@ class Channel:
         return messages
 
 
+def receive(sock) -> bytes | None:
+    """What a non-blocking socket has for us: None when nothing yet, b"" when the other side is gone."""
+    try:
+        return sock.recv(65536)
+    except (BlockingIOError, InterruptedError):
+        return None
+    except OSError:
+        return b""
+
+
 def bind_address(address: str, port: int):
     """The coordinator's listening socket on the job's master address (all interfaces when the address is
     not this host's: e.g. a name that resolves elsewhere inside a pod); UsageError when the port is taken."""
