@@ -57,8 +57,14 @@ def _after_script_hint(argv: list[str], cut_at: int | None) -> str:
     if not late:
         return ""
     verb = "were" if len(late) > 1 else "was"
-    return (f" ({' '.join(late[:3])} after {argv[script]} {verb} read as dlaunch's; arguments for the script "
-            f"go after --: dlaunch {argv[0]} {argv[script]} -- {' '.join(argv[script + 1:])})")
+    shown = " ".join(_short(a) for a in argv[script + 1:script + 9]) + (" ..." if len(argv) > script + 9 else "")
+    return (f" ({' '.join(_short(a) for a in late[:3])} after {_short(argv[script])} {verb} read as dlaunch's; "
+            f"arguments for the script go after --: dlaunch {argv[0]} {_short(argv[script])} -- {shown})")
+
+
+def _short(word: str) -> str:
+    """A word of the user's command line as a hint quotes it: a 5,000-digit value is not repeated whole."""
+    return word if len(word) <= 40 else word[:40] + "..."
 
 
 def main(argv: list[str] | None = None) -> int:
