@@ -293,4 +293,4 @@ def test_options_meant_for_the_script_are_told_to_go_after_the_separator(tmp_pat
     (tmp_path / "ckpt.pt").write_text("not a run directory\n")
     assert main(["run", "train.py", "--ranks", "1", *late]) == 2
     err = capsys.readouterr().err
-    assert f"{late[0]} after train.py were read as dlaunch's; arguments for the script go after --" in err, err
+    assert f"{late[0]} after train.py was read as dlaunch's; arguments for the script go after --" in err, err

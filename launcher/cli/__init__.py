@@ -47,13 +47,17 @@ def separator_as_value(argv: list[str]) -> str | None:
     return next((a for a in argv if a.startswith("-") and a.endswith("=--") and a.index("=") > 1), None)
 
 
+SCRIPT_LIKE_OPTIONS = ("--config", "--resume")   # dlaunch's and, often, the training script's
+
+
 def _after_script_hint(argv: list[str], cut_at: int | None) -> str:
     """For a refusal of ``dlaunch run train.py --config x.yaml`` (options after the script, no "--"): those
     options were read as dlaunch's own; the script's arguments go after --."""
     if cut_at is not None or not argv or argv[0] not in SCRIPT_ARG_COMMANDS:
         return ""
     script = next((i for i, a in enumerate(argv) if i and a.endswith(".py") and not a.startswith("-")), None)
-    late = [a for a in argv[script + 1:] if a.startswith("-")] if script is not None else []
+    # only options a training script commonly takes too: dlaunch's own options may follow the script
+    late = [a for a in argv[script + 1:] if a.split("=", 1)[0] in SCRIPT_LIKE_OPTIONS] if script is not None else []
     if not late:
         return ""
     verb = "were" if len(late) > 1 else "was"
