@@ -290,7 +290,7 @@ def launch_options(args: argparse.Namespace, table, server_index: int, view=None
                    ms_scheduler=args.ms_scheduler, ms_topo_timeout=args.ms_topo_timeout,
                    hang_timeout=args.hang_timeout, forward_signals=args.forward_signals or (),
                    termination_log=args.termination_log,
-                   prefix_host=cluster, shared_run_dir=cluster or bool(args.run_id),
+                   prefix_host=cluster, shared_run_dir=cluster or bool(args.run_id), run_id_shared=bool(run_id),
                    fixed_port=cluster or args.master_port is not None, resume_from=resume_from,
                    **({"job_port": args.job_port, "host_timeout": args.host_timeout,
                        "join_timeout": args.join_timeout} if cluster else {}),

@@ -74,6 +74,7 @@ class Options:
     forward_signals: tuple = ()   # --forward-signals: passed to every rank beside SIGUSR1/2, the job goes on
     prefix_host: bool = False     # console lines carry the host as well as the rank (cluster)
     shared_run_dir: bool = False  # other hosts (or an earlier launch) may create the run directory too
+    run_id_shared: bool = False   # the run id came from the user or the scheduler, the same on every host
     fixed_port: bool = False      # restarts keep master_port (hosts agree on it); otherwise a fresh free one
     resume_from: str | None = None   # an earlier run directory to resume from (--resume)
     job_port: int | None = None      # cluster: the job's coordinator port on the master address (MASTER_PORT + 1)

@@ -13,6 +13,7 @@ import pytest
 
 from launcher.cli import main
 from launcher.cli.torchrun import translate, with_env_defaults
+from launcher.contract import ExitCode
 from launcher.host import free_port
 from tests.launching import RANK_PROGRAM, ROOT, dlaunch_argv, dlaunch_env, latest_run
 from tests.test_torchrun_parity import DELIBERATE, DUMP, OWN_VALUES, dumped
@@ -88,7 +89,7 @@ def test_a_failing_rank_gives_its_exit_code(tmp_path):
         proc.communicate(timeout=120)
         codes.append(proc.returncode)
     assert codes[1] == 7
-    assert codes[0] in (0, 7)   # node 0's own rank succeeded; a job-wide stop may pass rank 1's code on
+    assert codes[0] == ExitCode.STOPPED_BY_PEER   # node 0's rank was stopped because rank 1 failed on node 1
 
 
 def _translated(argv, environ=None, nproc=2):
