@@ -228,3 +228,24 @@ def host_names(resolve: bool = False) -> set[str]:
         names.update(addr.address.split("%")[0] for addr in addrs
                      if addr.family in (socket.AF_INET, socket.AF_INET6))
     return {found for found in names if found}
+
+
+def ranks_per_node(text: str, environ=None) -> tuple[int, str]:
+    """torchrun's --nproc-per-node N|auto|cpu|gpu|npu as a number, and what it was chosen from (torchrun's
+    determine_local_world_size): ``dlaunch torchrun`` and a pod's PET_NPROC_PER_NODE use it."""
+    word = str(text).strip().lower()
+    if word not in ("auto", "cpu", "gpu", "npu"):
+        if not word.isdigit() or len(word) > 6 or not 1 <= int(word) <= 65536:
+            raise UsageError(f"--nproc-per-node: expected a whole number from 1 to 65536, or auto, cpu, gpu, npu; "
+                             f"got {word[:40]!r}")
+        return int(word), ""
+    cpus = os.cpu_count() or 1
+    if word == "cpu":
+        return cpus, f"--nproc-per-node cpu: {cpus} rank(s), one per CPU (os.cpu_count())"
+    view = discover(environ, probe_hardware=True)
+    if word == "auto" and not view.tokens:
+        return cpus, f"--nproc-per-node auto: no GPU or NPU visible, so {cpus} CPU rank(s) (os.cpu_count())"
+    if word == "npu" and not view.ascend or word == "gpu" and (view.ascend or not view.tokens):
+        raise UsageError(f"--nproc-per-node {word}: no {word.upper()} is visible on this host "
+                         f"({view.describe() if view.source else 'no device found'})")
+    return len(view.tokens), f"--nproc-per-node {word}: {len(view.tokens)} rank(s), one per device of {view.describe()}"

@@ -220,6 +220,55 @@ def launch_table(args: argparse.Namespace):
     return table, 0, what, view
 
 
+def adopt_pod(args: argparse.Namespace, environ) -> bool:
+    """``cluster`` with no --rank-table inside a scheduler's pod (``launcher.pods``): the job's rank table the
+    operator wrote (RANK_TABLE_FILE or ascend-operator's mount, waited for while it says "initializing"),
+    else a table of the job's size the operator gave (node K runs ranks K*nproc.., as dlaunch torchrun
+    does), and the operator's master address and port.  Flags given win.  False when nothing says where
+    this host belongs (the caller then asks for --rank-table)."""
+    from launcher.console import say
+    from launcher.host import discover, ranks_per_node
+    from launcher.pods import detect, rank_table_path
+    from launcher.table.build import job_table
+    from launcher.table.share import load_completed
+
+    pod = detect(environ)
+    path = pod.rank_table if pod is not None else rank_table_path(environ)
+    if pod is None and path is None:
+        return False
+    if pod is not None:
+        say(f"{pod.operator}: {pod.said}")
+        if pod.ms_role == "MS_SCHED":
+            raise UsageError("this pod is MindSpore's scheduler (MS_ROLE=MS_SCHED, no devices): run the script "
+                             "itself here (python SCRIPT); dlaunch cluster runs the worker pods")
+        if args.master_addr is None and pod.master_addr:
+            args.master_addr = pod.master_addr
+        if args.master_port is None and pod.master_port:
+            args.master_port = pod.master_port
+    if path is not None:
+        args.rank_table = path
+        load_completed(path, args.join_timeout,
+                       lambda status: say(f"waiting up to {args.join_timeout:g} s (--join-timeout) for rank table "
+                                          f"{path} to be completed by the job's operator (status: {status})"))
+        return True
+    assert pod is not None
+    if pod.nnodes is None or pod.node_rank is None:
+        raise UsageError(f"{pod.operator} did not say how many pods the job has and which this one is "
+                         f"({pod.said or 'no variable set'}): pass --rank-table FILE")
+    if pod.node_rank >= pod.nnodes:
+        raise UsageError(f"{pod.operator}: pod index {pod.node_rank} but the job has {pod.nnodes} pod(s) "
+                         f"({pod.said})")
+    nproc, chosen = ranks_per_node(pod.nproc or "auto", environ)
+    if chosen:
+        say(f"{pod.operator}: {chosen}")
+    args.rank_table_text = job_table(pod.nnodes, discover(environ).first(nproc, "ranks per pod"))
+    if args.server_id is None and args.rank_start is None:
+        args.rank_start = pod.node_rank * nproc
+    if args.sources.get("profile") == "default":
+        args.profile = "structure"   # a job of any size, as torchrun's: no Ascend topology rules
+    return True
+
+
 def multi_host_hint(table, path: str, script: str, extra: list[str] | None = None) -> str:
     """Why ``run`` refuses a table that spans hosts, and the exact commands that run it (with ``extra``: the
     options given that the commands need too, such as --profile)."""

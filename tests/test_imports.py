@@ -17,7 +17,7 @@ PACKAGE = ROOT / "launcher"
 # Lowest first. The training-side modules (checkpoint, heartbeat) import nothing of the launcher's upper
 # layers, so a training script that imports them stays light.
 LAYERS = [
-    ["launcher", "launcher.contract", "launcher.errors",
+    ["launcher", "launcher.contract", "launcher.errors", "launcher.pods",
      "launcher.console", "launcher.numlists", "launcher.argtypes", "launcher.lines",
      "launcher.atomic", "launcher.userfiles", "launcher.heartbeat", "launcher.envfiles", "launcher.rundir",
      "launcher.rundir_model",

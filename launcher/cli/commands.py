@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
-import time
 
 from launcher.cli.parsers import build_parser, unrecognized
 from launcher.config import apply_layers
 from launcher.console import printable, say
 from launcher.contract import ExitCode
 from launcher.errors import UsageError
-from launcher.options import LAUNCH_COMMANDS, head_launch, launch_options, launch_table, options_for
+from launcher.options import LAUNCH_COMMANDS, adopt_pod, head_launch, launch_options, launch_table, options_for
 
 
 def _describe(table) -> str:
@@ -39,30 +39,15 @@ def _server_lines(table, limit: int = 8) -> list[str]:
     return lines
 
 
-def _load_waiting(path: str, wait: float):
-    """Load a table; with --wait, poll until its status says "completed" or the time is up."""
-    from launcher.table.model import RankTableError, load
-
-    deadline = time.monotonic() + wait
-    while True:
-        try:
-            table = load(path)
-            if table.status == "completed" or time.monotonic() >= deadline:
-                return table
-        except RankTableError:
-            if time.monotonic() >= deadline:
-                raise
-        time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
-
-
 def cmd_validate(args: argparse.Namespace) -> int:
     from launcher.table.model import RankTableError
     from launcher.table.rules import errors, summary, validate
+    from launcher.table.share import load_completed
 
     results, worst = [], 0
     for path in args.files:
         try:
-            table = _load_waiting(path, args.wait)
+            table = load_completed(path, args.wait)
         except RankTableError as exc:
             results.append({"file": path, "valid": False, "readable": False, "error": str(exc)})
             worst = max(worst, UsageError.exit_code)
@@ -148,7 +133,7 @@ def cmd_cluster(args: argparse.Namespace, control=None, on_started=None) -> int:
         if checking:
             check_before_launch(args, text, head_table, None)
         return launch_over_ssh(args, text, head_table, opts)
-    if not args.rank_table and getattr(args, "rank_table_text", None) is None:
+    if not args.rank_table and getattr(args, "rank_table_text", None) is None and not adopt_pod(args, os.environ):
         raise UsageError("dlaunch cluster needs --rank-table FILE: on each host, dlaunch cluster SCRIPT "
                          "--rank-table FILE --rank-start K; or from one head node, dlaunch cluster SCRIPT "
                          "--rank-table FILE --ssh")

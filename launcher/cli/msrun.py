@@ -212,21 +212,13 @@ Pure but for making ``--rank_table_file`` absolute, as the ranks will see it fro
                          f"ignored (as msrun does)")
         return Translation(["run", *argv, f"--ranks={ns.worker_num}"], script_args, topo_timeout=topo,
                            notes=notes)
+    from launcher.table.build import job_table
+
     per_node = ns.local_worker_num
     nodes = ns.worker_num // per_node
     table = job_table(nodes, devices[:per_node])
     return Translation(["cluster", *argv, f"--rank-start={ns.node_rank * per_node}"], script_args,
                        rank_table_text=table, topo_timeout=topo, notes=notes)
-
-
-def job_table(nodes: int, devices: list[int]) -> str:
-    """The job's rank table: ``nodes`` servers named node0, node1, ... each with ``devices``, ranks in node order."""
-    from launcher.table.build import single_server_table
-    from launcher.table.model import RankTable, dumps
-
-    servers = [single_server_table(devices, f"node{k}", rank_start=k * len(devices)).servers[0]
-               for k in range(nodes)]
-    return dumps(RankTable(version="1.0", server_count=str(nodes), servers=servers, status="completed"))
 
 
 def master_ip(addr: str) -> str:

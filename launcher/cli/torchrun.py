@@ -10,7 +10,7 @@ Every option also comes from ``PET_<OPTION>`` as its default, the command line w
 a malformed ``PET_*`` value is a one-line error of this command, never a traceback of every command.
 
 ``translate`` is pure: torchrun's flags in, the dlaunch command line out (and, for several nodes, the job's
-rank table: node K runs ranks K*nproc.., as msrun's multi-node path builds it, ``msrun.job_table``).
+rank table: node K runs ranks K*nproc.., as msrun's multi-node path builds it, ``table.build.job_table``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import os
 from collections.abc import Mapping
 
 from launcher.argtypes import port, whole
-from launcher.cli.msrun import Translation, job_table
+from launcher.cli.msrun import Translation
 from launcher.errors import UsageError
 
 FLAG, VALUE = "flag", "value"
@@ -121,6 +121,25 @@ def with_env_defaults(ns: argparse.Namespace, environ: Mapping[str, str]) -> arg
     return ns
 
 
+def with_pod_defaults(ns: argparse.Namespace, environ: Mapping[str, str]) -> list[str]:
+    """In a scheduler's pod (``launcher.pods``), what torchrun would need typed: the job's size, this pod's
+    index and the master address from the operator's variables, for every option neither the command line
+    nor ``PET_*`` gave (Volcano sets no ``PET_*``; training-operator v1 sets ``PET_NNODES`` but only
+    ``MASTER_ADDR``).  The notes say what was taken."""
+    from launcher.pods import detect
+
+    pod = detect(environ)
+    if pod is None or ns.standalone or pod.nnodes is None:
+        return []
+    taken = []
+    for dest, value in (("nnodes", pod.nnodes), ("node_rank", pod.node_rank), ("master_addr", pod.master_addr),
+                        ("master_port", pod.master_port), ("nproc_per_node", pod.nproc)):
+        if value is not None and getattr(ns, dest) is None and f"PET_{dest.upper()}" not in environ:
+            setattr(ns, dest, str(value))
+            taken.append(f"--{dest.replace('_', '-')} {value}")
+    return [f"{pod.operator} ({pod.said}): {' '.join(taken)}"] if taken else []
+
+
 def _number(flag: str, text, low: int, high: int) -> int:
     try:
         return whole(low, high)(text)
@@ -210,9 +229,11 @@ def _console(ns: argparse.Namespace, node_rank: int, nproc: int, notes: list[str
 def translate(ns: argparse.Namespace, nproc: int, devices: list[int]) -> Translation:
     """The dlaunch run/cluster command line for torchrun flags ``ns`` (filled by ``with_env_defaults``).
 
-    ``nproc`` is --nproc-per-node as a number (``local_world_size``); ``devices`` this host's first
+    ``nproc`` is --nproc-per-node as a number (``host.ranks_per_node``); ``devices`` this host's first
     ``nproc`` device ids.  A UsageError for what dlaunch cannot do.
     """
+    from launcher.table.build import job_table
+
     refused = _refusals(ns)
     if refused:
         raise UsageError(refused[0])
@@ -267,34 +288,18 @@ def translate(ns: argparse.Namespace, nproc: int, devices: list[int]) -> Transla
                        rank_table_text=job_table(nodes, devices[:nproc]), notes=notes)
 
 
-def local_world_size(text: str, environ: Mapping[str, str]) -> tuple[int, str]:
-    """--nproc-per-node as a number, and what it was chosen from (torchrun's determine_local_world_size)."""
-    from launcher import host
-
-    word = str(text).strip().lower()
-    if word not in ("auto", "cpu", "gpu", "npu"):
-        return _number("--nproc-per-node", word, 1, 65536), ""
-    cpus = os.cpu_count() or 1
-    if word == "cpu":
-        return cpus, f"--nproc-per-node cpu: {cpus} rank(s), one per CPU (os.cpu_count())"
-    view = host.discover(environ, probe_hardware=True)
-    if word == "auto" and not view.tokens:
-        return cpus, f"--nproc-per-node auto: no GPU or NPU visible, so {cpus} CPU rank(s) (os.cpu_count())"
-    if word == "npu" and not view.ascend or word == "gpu" and (view.ascend or not view.tokens):
-        raise UsageError(f"--nproc-per-node {word}: no {word.upper()} is visible on this host "
-                         f"({view.describe() if view.source else 'no device found'})")
-    return len(view.tokens), f"--nproc-per-node {word}: {len(view.tokens)} rank(s), one per device of {view.describe()}"
-
-
 def settled_launch(args: argparse.Namespace) -> tuple[str, argparse.Namespace]:
     """("run" or "cluster", its settled arguments) for a torchrun command line, parsed by that command's own
     declared options (``cli.commands.cmd_torchrun`` then runs it)."""
     from launcher import host
     from launcher.console import say
+    from launcher.host import ranks_per_node
     from launcher.options import add_launch_arguments, options_for, settle
 
+    for note in with_pod_defaults(args, os.environ):
+        say(f"torchrun: {note}")
     args = with_env_defaults(args, os.environ)
-    nproc, chosen = local_world_size(args.nproc_per_node, os.environ)
+    nproc, chosen = ranks_per_node(args.nproc_per_node, os.environ)
     if chosen:
         say(f"torchrun: {chosen}")
     done = translate(args, nproc, host.discover().first(nproc, "--nproc-per-node")

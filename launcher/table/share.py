@@ -1,11 +1,13 @@
 """Which server of a rank table is this host: the share of the job dlaunch runs here.
 
 In order: ``--server-id``; ``--rank-start K`` (the server whose first rank is K,
-as the seeds' run_cluster.sh says it); a one-server table; the server whose
-``server_id`` is one of this host's names or addresses; the node index a
-scheduler sets (Slurm's ``SLURM_NODEID``; Open MPI's ``OMPI_COMM_WORLD_RANK``
-when mpirun started one dlaunch per node); else one error that lists the
-table's servers.
+as the seeds' run_cluster.sh says it); a one-server table; the one server whose
+``container_ip`` (a pod's address in ascend-operator's tables), else
+``server_id``, else ``host_ip`` is one of this host's names or addresses (a
+pod's ``POD_IP``/``XDL_IP`` included); the node index a scheduler sets (Slurm's
+``SLURM_NODEID``; Open MPI's ``OMPI_COMM_WORLD_RANK`` when mpirun started one
+dlaunch per node; an operator's pod index, ``launcher.pods``); else one error
+that lists the table's servers.
 """
 
 from __future__ import annotations
@@ -18,12 +20,23 @@ from launcher.table.model import RankTable
 
 
 def _node_index(environ) -> tuple[str, str] | None:
-    """(variable, value) of a scheduler's node index, if one is set."""
+    """(variable, value) of a scheduler's node index, if one is set: Slurm's, Open MPI's, or the pod's index an
+    operator gave (``launcher.pods``)."""
+    from launcher.pods import detect
+
     if environ.get("SLURM_NODEID", "").isdigit():
         return "SLURM_NODEID", environ["SLURM_NODEID"]
     if environ.get("OMPI_COMM_WORLD_LOCAL_SIZE") == "1" and environ.get("OMPI_COMM_WORLD_RANK", "").isdigit():
         return "OMPI_COMM_WORLD_RANK", environ["OMPI_COMM_WORLD_RANK"]
+    pod = detect(environ)
+    if pod is not None and pod.node_rank is not None:
+        return f"the pod's index from {pod.operator} ({pod.said})", str(pod.node_rank)
     return None
+
+
+def _matching(table: RankTable, names: set[str], field: str) -> list[int]:
+    return [i for i, server in enumerate(table.servers)
+            if str(server.server_id if field == "server_id" else server.extra.get(field)) in names]
 
 
 def _servers_listed(table: RankTable) -> str:
@@ -58,10 +71,14 @@ def select_server(table: RankTable, server_id: str | None = None, rank_start: in
                          f"the table's servers: {_servers_listed(table)}")
     if len(table.servers) == 1:
         return 0
-    names = host_names()
-    matches = [i for i, server in enumerate(table.servers) if server.server_id in names]
-    if len(matches) == 1:
-        return matches[0]
+    from launcher.pods import own_addresses
+
+    names = host_names() | own_addresses(environ)
+    # a pod's own address first (ascend-operator's container_ip): several pods may share a node's server_id
+    for field in ("container_ip", "server_id", "host_ip"):
+        matches = _matching(table, names, field)
+        if len(matches) == 1:
+            return matches[0]
     scheduled = _node_index(environ)
     if scheduled:
         var, value = scheduled
@@ -92,3 +109,29 @@ def read_table(path: str) -> tuple[str, RankTable]:
         return text, loads(text)
     except RankTableError as exc:
         raise UsageError(f"rank table {path}: {exc}") from None
+
+
+def load_completed(path: str, wait: float, notice=None):
+    """Load a table; poll while its status is not "completed" (an operator still writing it: ascend-operator
+    says "initializing" until every pod of the job is placed) for up to ``wait`` seconds, then return what
+    the file holds.  ``notice(status)`` is called once, when the first read is not complete yet."""
+    import time
+
+    from launcher.table.model import RankTableError, load
+
+    deadline = time.monotonic() + wait
+    told = False
+    while True:
+        try:
+            table = load(path)
+            if table.status == "completed" or time.monotonic() >= deadline:
+                return table
+            status = table.status
+        except RankTableError:
+            if time.monotonic() >= deadline:
+                raise
+            status = "unreadable"
+        if notice is not None and not told:
+            notice(status)
+            told = True
+        time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))

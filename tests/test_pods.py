@@ -1,0 +1,203 @@
+"""dlaunch inside the pods of a Kubernetes job: Kubeflow, Volcano and Ascend's operator (launcher/pods.py).
+
+No API server is needed: a "pod" is a dlaunch process with exactly the variables (and rank table) its
+operator gives a pod, taken from the operator's source (tests/data/operators.json cites each), on its own
+loopback address.  Real gloo ranks all-reduce across pods; the Kubeflow case runs beside real torchrun under
+the same variables.  The operator's rank-table mount is a temporary path (DLAUNCH_ASCEND_RANK_TABLE_DEFAULT).
+"""
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from launcher.errors import UsageError
+from launcher.host import free_port
+from launcher.pods import detect
+from launcher.table.model import loads
+from launcher.table.share import select_server
+from tests.launching import ROOT, dlaunch_argv, side_by_side
+
+OPERATORS = json.loads((Path(__file__).parent / "data" / "operators.json").read_text())
+DUMP = str(ROOT / "tests" / "programs" / "dump_env.py")
+PODS = ("127.0.0.2", "127.0.0.3")
+# what a pod of these tests must not inherit from the machine running them
+UNSET = ("OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "PYTHONUNBUFFERED", "RANK_TABLE_FILE", "MASTER_ADDR",
+         "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+
+
+def pod_env(operator: str, index: int, **values) -> dict:
+    """The variables ``operator`` gives pod ``index``, with the test's values filled in."""
+    fill = {"index": index, "job": "job-uid-1", "node_ip": "127.0.0.9", "ms_role": "MS_WORKER", **values}
+    return {name: value.format(**fill) for name, value in OPERATORS[operator]["env"].items()}
+
+
+def clean_env(extra: dict) -> dict:
+    base = {k: v for k, v in os.environ.items() if k not in UNSET and not k.startswith(("PET_", "DLAUNCH_"))}
+    return {**base, "PYTHONPATH": str(ROOT), **extra}
+
+
+def test_each_operators_variables_say_the_pods_place_in_the_job():
+    master = {"master": "job-master-0.job", "port": "23456", "nnodes": "4", "nproc": "2", "world": "8",
+              "local_list": "0,1"}
+    for operator, expected in (("kubeflow_trainer", ("job-master-0.job", 23456, 4, 3, "2")),
+                               ("kubeflow_pytorchjob", ("job-master-0.job", 23456, 4, 3, "2")),
+                               ("volcano_pytorch", ("job-master-0.job", 23456, 4, 3, None)),
+                               ("ascendjob_pytorch", ("job-master-0.job", 23456, 4, 3, "2")),
+                               ("ascendjob_mindspore", ("job-master-0.job", 23456, 4, 3, "2"))):
+        pod = detect(pod_env(operator, 3, **master))
+        assert pod is not None, operator
+        assert (pod.master_addr, pod.master_port, pod.nnodes, pod.node_rank, pod.nproc) == expected, operator
+    # a rank of dlaunch or torchrun has RANK and WORLD_SIZE of its own: never a pod's
+    inside = {**pod_env("volcano_pytorch", 1, **master), "DLAUNCH_RANK_DIR": "/tmp/x"}
+    assert detect(inside) is None
+    assert detect({**pod_env("volcano_pytorch", 1, **master), "TORCHELASTIC_RUN_ID": "x"}) is None
+    assert detect({"PATH": "/bin"}) is None
+
+
+def test_an_elastic_or_malformed_job_size_is_one_line():
+    with pytest.raises(UsageError, match="elastic"):
+        detect({"PET_NNODES": "1:4", "PET_NODE_RANK": "0"})
+    with pytest.raises(UsageError, match=r"WORLD_SIZE='two'"):
+        detect({"MASTER_ADDR": "m", "WORLD_SIZE": "two", "RANK": "0"})
+
+
+def test_a_pod_finds_its_server_by_container_ip_when_pods_share_a_node():
+    """ascend-operator's table: two pods on one node share server_id and host_ip; container_ip tells them apart."""
+    servers = [{"server_id": "10.0.0.9", "host_ip": "10.0.0.9", "container_ip": f"172.16.0.{10 + s}",
+                "device": [{"device_id": str(4 * s + d), "device_ip": f"192.0.2.{8 * s + d}",
+                            "rank_id": str(4 * s + d)} for d in range(4)]} for s in range(2)]
+    table = loads(json.dumps({"version": "1.0", "server_count": "2", "server_list": servers,
+                              "status": "completed"}))
+    assert select_server(table, environ={"POD_IP": "172.16.0.11"}, host_names=lambda: {"10.0.0.9"}) == 1
+    assert select_server(table, environ={}, host_names=lambda: {"172.16.0.10", "10.0.0.9"}) == 0
+    # no address matches: the pod's index the operator gave
+    assert select_server(table, environ={"MS_SCHED_HOST": "m", "MS_NODE_RANK": "1"}, host_names=set) == 1
+
+
+def _pods(command, operator, tmp_path, program_args=(), per_pod=None, **values):
+    """Start one dlaunch per pod of a two-pod job, side by side: {index: (returncode, stderr, directory)}."""
+    def one(index):
+        cwd = tmp_path / f"pod{index}"
+        cwd.mkdir(exist_ok=True)
+        env = clean_env({**pod_env(operator, index, **values), "POD_IP": PODS[index], **(per_pod or {})})
+        done = subprocess.run(command(index), cwd=cwd, env=env, capture_output=True, text=True, timeout=180)
+        return done.returncode, done.stderr, cwd
+    return side_by_side(one, 0, 1)
+
+
+ALLREDUCE = """
+import json, os
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+tensor = torch.tensor([float(dist.get_rank() + 1)])
+dist.all_reduce(tensor)
+with open(f"allreduce_{os.environ['RANK']}.json", "w") as fh:
+    json.dump({"sum": tensor.item(), "world": dist.get_world_size(), "group_rank": os.environ["GROUP_RANK"]}, fh)
+dist.destroy_process_group()
+"""
+
+
+def test_kubeflow_pods_run_as_under_torchrun(tmp_path):
+    """A TrainJob's two pods, each with the Trainer's PET_* variables: real torchrun, dlaunch torchrun and
+    dlaunch cluster (no flag at all) give the same all-reduce over the same two pods."""
+    script = tmp_path / "allreduce.py"
+    script.write_text(ALLREDUCE)
+    outcomes = {}
+    for name, command in (
+            ("torchrun", lambda i: [sys.executable, "-m", "torch.distributed.run", script]),
+            ("dlaunch torchrun", lambda i: dlaunch_argv("torchrun", script)),
+            ("dlaunch cluster", lambda i: dlaunch_argv("cluster", script))):
+        root = tmp_path / name.replace(" ", "_")
+        root.mkdir()
+        port = free_port("127.0.0.2")
+        results = _pods(command, "kubeflow_trainer", root, master="127.0.0.2", port=str(port), nnodes="2",
+                        nproc="1")
+        for index, (code, err, _) in results.items():
+            assert code == 0, f"{name}, pod {index}: {err}"
+        outcomes[name] = [json.loads((root / f"pod{rank}" / f"allreduce_{rank}.json").read_text())
+                          for rank in range(2)]
+    assert outcomes["torchrun"] == [{"sum": 3.0, "world": 2, "group_rank": str(r)} for r in range(2)]
+    assert outcomes["dlaunch torchrun"] == outcomes["dlaunch cluster"] == outcomes["torchrun"]
+
+
+def test_volcano_pods_need_no_flag(tmp_path):
+    """Volcano's pytorch plugin gives only MASTER_ADDR/PORT, WORLD_SIZE (pods) and RANK (the pod's index)."""
+    port = free_port("127.0.0.2")
+    results = _pods(lambda i: dlaunch_argv("cluster", DUMP), "volcano_pytorch", tmp_path, master="127.0.0.2",
+                    port=str(port), nnodes="2", per_pod={"CUDA_VISIBLE_DEVICES": "0,1"})
+    for index, (code, err, _) in results.items():
+        assert code == 0, f"pod {index}: {err}"
+    envs = {rank: json.loads((tmp_path / f"pod{rank // 2}" / f"env_{rank}.json").read_text()) for rank in range(4)}
+    assert {rank: (e["RANK"], e["WORLD_SIZE"], e["LOCAL_RANK"], e["MASTER_ADDR"], e["MASTER_PORT"], e["GROUP_RANK"])
+            for rank, e in envs.items()} == {
+        rank: (str(rank), "4", str(rank % 2), "127.0.0.2", str(port), str(rank // 2)) for rank in range(4)}
+
+
+def _ascend_table(path: Path, status: str) -> None:
+    """ascend-operator's hccl.json for two 8-NPU pods, each on its own node: server_id and host_ip are the node's
+    address (which a pod does not have), container_ip the pod's."""
+    servers = [{"server_id": f"127.0.0.{8 + s}", "host_ip": f"127.0.0.{8 + s}", "container_ip": PODS[s],
+                "device": [{"device_id": str(d), "device_ip": f"192.0.{s + 2}.{d + 10}", "rank_id": str(8 * s + d)}
+                           for d in range(8)]} for s in range(2)]
+    text = json.dumps({"status": status, "server_list": servers if status == "completed" else [],
+                       "server_count": str(len(servers)) if status == "completed" else "0", "version": "1.0"})
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def test_ascendjob_pods_wait_for_the_table_and_find_their_server_by_pod_ip(tmp_path):
+    """AscendJob (PyTorch): the table says "initializing" until the operator placed every pod; each pod then
+    finds its server by container_ip (its POD_IP; server_id is the node's), takes the operator's MASTER_ADDR (the
+    master pod's address, not a server_id) and never hands its LOCAL_RANK list to a rank."""
+    table = tmp_path / "hccl.json"
+    _ascend_table(table, "initializing")
+    flip = threading.Timer(1.5, _ascend_table, (table, "completed"))
+    flip.start()
+    port = free_port("127.0.0.2")
+    started = time.monotonic()
+    try:
+        results = _pods(lambda i: dlaunch_argv("cluster", DUMP), "ascendjob_pytorch", tmp_path, master="127.0.0.2",
+                        port=str(port), nproc="8", world="16", local_list="0,1,2,3,4,5,6,7",
+                        per_pod={"DLAUNCH_ASCEND_RANK_TABLE_DEFAULT": str(table)})
+    finally:
+        flip.cancel()
+    assert time.monotonic() - started > 1.5
+    for index, (code, err, _) in results.items():
+        assert code == 0, f"pod {index}: {err}"
+        assert "initializing" in err and "AscendJob" in err
+    for rank in range(16):
+        env = json.loads((tmp_path / f"pod{rank // 8}" / f"env_{rank}.json").read_text())
+        assert (env["RANK"], env["LOCAL_RANK"], env["WORLD_SIZE"], env["MASTER_ADDR"], env["DEVICE_ID"]) == (
+            str(rank), str(rank % 8), "16", "127.0.0.2", str(rank % 8))
+        # the ranks read the completed table (dlaunch's copy in the run directory), never the initializing one
+        assert json.loads(Path(env["RANK_TABLE_FILE"]).read_text())["status"] == "completed"
+
+
+def test_mindsporess_scheduler_pod_is_told_what_to_run(tmp_path):
+    env = clean_env(pod_env("ascendjob_mindspore", 0, master="127.0.0.2", port="8118", nproc="8", world="16",
+                            ms_role="MS_SCHED"))
+    done = subprocess.run(dlaunch_argv("cluster", DUMP), cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 2
+    assert "MindSpore's scheduler" in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "dlaunch_runs").exists()
+
+
+def test_dlaunch_torchrun_in_a_volcano_pod_takes_the_job_from_the_pod(tmp_path):
+    """Volcano sets no PET_*: torchrun would start a one-node job; dlaunch torchrun takes the pods' size."""
+    env = clean_env(pod_env("volcano_pytorch", 1, master="127.0.0.2", port="23456", nnodes="2"))
+    done = subprocess.run(dlaunch_argv("torchrun", "--nproc-per-node", "2", "--dry-run", DUMP), cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "--nnodes 2 --node-rank 1 --master-addr 127.0.0.2 --master-port 23456" in done.stderr
+    assert "RANK=2" in done.stdout + done.stderr and "WORLD_SIZE=4" in done.stdout + done.stderr
+
