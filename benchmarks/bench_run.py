@@ -44,7 +44,10 @@ and TMPDIR pointing into the benchmark's temporary directory (torchrun leaves a
 deleted at the end; any rank process still alive after its launcher exited is
 reported (and killed).
 
-Run:  .venv/bin/python benchmarks/bench_run.py [--repeat N] [--only NAME[,NAME]] [--quick]
+With ``--front torchrun`` dlaunch is started with torchrun's own command line (``dlaunch torchrun
+--standalone --nproc-per-node 8 SCRIPT``): the figures of the torchrun front beside torchrun itself.
+
+Run:  .venv/bin/python benchmarks/bench_run.py [--repeat N] [--only NAME[,NAME]] [--quick] [--front torchrun]
       NAME is one of launch, failfast, memory, console; --quick: 1 repetition,
       10,000 lines per rank, no warm-up runs (a smoke test, not a measurement).
 """
@@ -81,6 +84,20 @@ QUICK_LINES = 10_000
 RUN_TIMEOUT = 120.0
 MIB = 1024 * 1024
 MEASUREMENTS = ("launch", "failfast", "memory", "console")
+FRONT = "run"   # --front torchrun: dlaunch is started as `dlaunch torchrun --standalone ...`, torchrun's own line
+
+
+def dlaunch_argv(script: str, out: Path, script_args=(), run_id: str | None = None,
+                 console_all: bool = False) -> list[str]:
+    """dlaunch's command for NPROC ranks of ``script``: ``dlaunch run`` or, with --front torchrun, torchrun's
+    command line with dlaunch in front (its default console shows every rank, as ``--console all``)."""
+    own = ["--run-id", run_id] if run_id else []
+    if FRONT == "torchrun":
+        return [DLAUNCH, "torchrun", "--standalone", "--nproc-per-node", str(NPROC), "--log-dir", str(out), *own,
+                script, *script_args]
+    console = ["--console", "all"] if console_all else []
+    return [DLAUNCH, "run", script, "--ranks", str(NPROC), "--output-dir", str(out), *console, *own,
+            *(["--", *script_args] if script_args else [])]
 
 
 def rank_script(name: str) -> str:
@@ -309,7 +326,7 @@ class Bench:
 
         def make(launcher):
             if launcher == "dlaunch":
-                return [DLAUNCH, "run", noop, "--ranks", str(NPROC), "--output-dir", str(self.fresh("runs"))], None
+                return dlaunch_argv(noop, self.fresh("runs")), None
             return [TORCHRUN, "--standalone", "--nproc-per-node", str(NPROC), noop], None
 
         walls = {"dlaunch": [], "torchrun": []}
@@ -331,8 +348,7 @@ class Bench:
             stamp = self.fresh("stamp") / "failed_at"
             args = [str(stamp), str(FAIL_DELAY), str(FAIL_RANK)]
             if launcher == "dlaunch":
-                return [DLAUNCH, "run", fail, "--ranks", str(NPROC), "--output-dir", str(self.fresh("runs")),
-                        "--", *args], stamp
+                return dlaunch_argv(fail, self.fresh("runs"), args), stamp
             return [TORCHRUN, "--standalone", "--nproc-per-node", str(NPROC), fail, *args], stamp
 
         lat = {"dlaunch": [], "torchrun": []}
@@ -365,8 +381,7 @@ class Bench:
 
         def make(launcher):
             if launcher == "dlaunch":
-                return [DLAUNCH, "run", sleep, "--ranks", str(NPROC), "--output-dir", str(self.fresh("runs")),
-                        "--", str(SLEEP_SECONDS)], None
+                return dlaunch_argv(sleep, self.fresh("runs"), [str(SLEEP_SECONDS)]), None
             return [TORCHRUN, "--standalone", "--nproc-per-node", str(NPROC), sleep, str(SLEEP_SECONDS)], None
 
         peaks = {"dlaunch": [], "torchrun": []}
@@ -392,8 +407,7 @@ class Bench:
         spam = rank_script("spam.py")
         out = self.fresh("console")
         if launcher == "dlaunch":
-            return [DLAUNCH, "run", spam, "--ranks", str(NPROC), "--console", "all", "--output-dir", str(out),
-                    "--run-id", "bench", "--", str(self.lines)], out
+            return dlaunch_argv(spam, out, [str(self.lines)], run_id="bench", console_all=True), out
         return [TORCHRUN, "--standalone", "--nproc-per-node", str(NPROC), "--tee", "3", "--log-dir", str(out),
                 spam, str(self.lines)], out
 
@@ -509,7 +523,11 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=None, help="repetitions per launcher (default 3; 1 with --quick)")
     parser.add_argument("--only", default=None, help="comma list of: " + ", ".join(MEASUREMENTS))
     parser.add_argument("--quick", action="store_true", help="smoke run: 1 repetition, 10,000 lines, no warm-up")
+    parser.add_argument("--front", choices=("run", "torchrun"), default="run",
+                        help="start dlaunch as `dlaunch run` (default) or as `dlaunch torchrun` with torchrun's line")
     args = parser.parse_args()
+    global FRONT
+    FRONT = args.front
     only = MEASUREMENTS if not args.only else tuple(n.strip() for n in args.only.split(","))
     unknown = [n for n in only if n not in MEASUREMENTS]
     if unknown:
