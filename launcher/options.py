@@ -230,7 +230,7 @@ def adopt_pod(args: argparse.Namespace, environ) -> bool:
     from launcher.host import discover, ranks_per_node
     from launcher.pods import detect, rank_table_path
     from launcher.table.build import job_table
-    from launcher.table.share import load_completed
+    from launcher.table.share import load_completed, rank_zero_address
 
     pod = detect(environ)
     path = pod.rank_table if pod is not None else rank_table_path(environ)
@@ -247,9 +247,15 @@ def adopt_pod(args: argparse.Namespace, environ) -> bool:
             args.master_port = pod.master_port
     if path is not None:
         args.rank_table = path
-        load_completed(path, args.join_timeout,
-                       lambda status: say(f"waiting up to {args.join_timeout:g} s (--join-timeout) for rank table "
-                                          f"{path} to be completed by the job's operator (status: {status})"))
+        table = load_completed(path, args.join_timeout,
+                               lambda status: say(f"waiting up to {args.join_timeout:g} s (--join-timeout) for rank "
+                                                  f"table {path} to be completed by the job's operator (status: "
+                                                  f"{status})"))
+        if pod is not None and pod.ms_role == "MS_WORKER":
+            # MindSpore's scheduler runs in its own pod at MS_SCHED_HOST: the ranks register with it, and the
+            # pods of the job meet at the pod of rank 0 instead
+            args.ms_scheduler_elsewhere = True
+            args.job_addr = rank_zero_address(table)
         return True
     assert pod is not None
     if pod.nnodes is None or pod.node_rank is None:
@@ -337,11 +343,13 @@ def launch_options(args: argparse.Namespace, table, server_index: int, view=None
                    else "",
                    extra_env=extra_env(args), waiting_notice=args.waiting_notice,
                    ms_scheduler=args.ms_scheduler, ms_topo_timeout=args.ms_topo_timeout,
+                   ms_scheduler_elsewhere=getattr(args, "ms_scheduler_elsewhere", False),
                    hang_timeout=args.hang_timeout, forward_signals=args.forward_signals or (),
                    termination_log=args.termination_log,
                    prefix_host=cluster, shared_run_dir=cluster or bool(args.run_id), run_id_shared=bool(run_id),
                    fixed_port=cluster or args.master_port is not None, resume_from=resume_from,
-                   **({"job_port": args.job_port, "host_timeout": args.host_timeout,
+                   **({"job_port": args.job_port, "job_addr": getattr(args, "job_addr", None),
+                       "host_timeout": args.host_timeout,
                        "join_timeout": args.join_timeout} if cluster else {}),
                    **({"devices": view} if view is not None else {}))
 

@@ -68,6 +68,7 @@ class Options:
     extra_env: dict = field(default_factory=dict)   # --env-file, --env (and the head's, over SSH): every rank
     waiting_notice: float = 30.0  # silent ranks and missing peers this long: say so (0: never)
     ms_scheduler: bool = False    # MindSpore's dynamic cluster (msrun's contract): a scheduler beside rank 0
+    ms_scheduler_elsewhere: bool = False   # the same contract for the ranks, the scheduler in its own pod
     ms_topo_timeout: float = 600.0
     hang_timeout: float | None = None   # stop the job (exit 124) after this long without a sign of life
     termination_log: str | None = None   # --termination-log: a failed run's root cause (containers)
@@ -78,6 +79,7 @@ class Options:
     fixed_port: bool = False      # restarts keep master_port (hosts agree on it); otherwise a fresh free one
     resume_from: str | None = None   # an earlier run directory to resume from (--resume)
     job_port: int | None = None      # cluster: the job's coordinator port on the master address (MASTER_PORT + 1)
+    job_addr: str | None = None      # cluster: the coordinator's address when the master address is not rank 0's
     host_timeout: float = 15.0       # cluster: a host silent this long is lost (heartbeats every fifth of it)
     join_timeout: float = 180.0      # cluster: every host must have joined the job within this long
 
@@ -195,7 +197,7 @@ def make_plan(table: RankTable, server_index: int, opts: Options, rank_table_fil
             master_port=opts.master_port, run_id=opts.run_id, run_dir=run_dir, rank_dir=rank_dir,
             ckpt_dir=ckpt_dir, error_file=error_file, restart_count=attempt, max_restarts=opts.max_restarts,
             inherited=inherited)
-        if opts.ms_scheduler:
+        if opts.ms_scheduler or opts.ms_scheduler_elsewhere:
             env.pop("RANK_TABLE_FILE")   # with it, MindSpore's init() takes the rank-table path, not the scheduler
             env.update(mindspore_worker_environment(rank=rank, world_size=world_size, master_addr=opts.master_addr,
                                                     master_port=opts.master_port, topo_timeout=opts.ms_topo_timeout))
@@ -211,7 +213,7 @@ def make_plan(table: RankTable, server_index: int, opts: Options, rank_table_fil
             console=rank in shown))
     is_master = any(d.rank == 0 for d in server.devices)
     scheduler = None
-    if opts.ms_scheduler and is_master:
+    if opts.ms_scheduler and not opts.ms_scheduler_elsewhere and is_master:
         sched_dir = os.path.join(run_dir, SCHEDULER_DIR)
         env = mindspore_scheduler_environment(world_size=world_size, master_addr=opts.master_addr,
                                               master_port=opts.master_port, topo_timeout=opts.ms_topo_timeout,

@@ -20,7 +20,7 @@ from launcher.errors import UsageError
 from launcher.host import free_port
 from launcher.pods import detect
 from launcher.table.model import loads
-from launcher.table.share import select_server
+from launcher.table.share import master_address, select_server
 from tests.launching import ROOT, dlaunch_argv, side_by_side
 
 OPERATORS = json.loads((Path(__file__).parent / "data" / "operators.json").read_text())
@@ -78,6 +78,8 @@ def test_a_pod_finds_its_server_by_container_ip_when_pods_share_a_node():
     assert select_server(table, environ={}, host_names=lambda: {"172.16.0.10", "10.0.0.9"}) == 0
     # no address matches: the pod's index the operator gave
     assert select_server(table, environ={"MS_SCHED_HOST": "m", "MS_NODE_RANK": "1"}, host_names=set) == 1
+    # MASTER_ADDR by default: rank 0's pod, not its node (unreachable on a pod network)
+    assert master_address(table) == "172.16.0.10"
 
 
 def _pods(command, operator, tmp_path, program_args=(), per_pod=None, **values):
@@ -201,3 +203,22 @@ def test_dlaunch_torchrun_in_a_volcano_pod_takes_the_job_from_the_pod(tmp_path):
     assert "--nnodes 2 --node-rank 1 --master-addr 127.0.0.2 --master-port 23456" in done.stderr
     assert "RANK=2" in done.stdout + done.stderr and "WORLD_SIZE=4" in done.stdout + done.stderr
 
+
+
+def test_mindspore_worker_pods_register_with_the_operators_scheduler(tmp_path):
+    """AscendJob (MindSpore): the ranks get msrun's worker contract with the operator's MS_SCHED_HOST/PORT and no
+    scheduler of dlaunch's (the scheduler has its own pod); the pod without POD_IP finds its server by XDL_IP."""
+    table = tmp_path / "hccl.json"
+    _ascend_table(table, "completed")
+    env = clean_env({**pod_env("ascendjob_mindspore", 1, master="127.0.0.5", port="8118", nproc="8", world="16",
+                               node_ip="127.0.0.9"), "DLAUNCH_ASCEND_RANK_TABLE_DEFAULT": str(table)})
+    done = subprocess.run(dlaunch_argv("cluster", DUMP, "--dry-run"), cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    plan = done.stdout
+    assert "server 127.0.0.9 (server 2 of 2)" in plan and "MindSpore scheduler" not in plan
+    rank8 = plan[plan.index("rank 8 "):plan.index("rank 9 ") if "rank 9 " in plan else None]
+    for line in ("MS_ROLE=MS_WORKER", "MS_NODE_ID=8", "MS_SCHED_HOST=127.0.0.5", "MS_SCHED_PORT=8118",
+                 "MS_WORKER_NUM=16", "RANK_ID=8", "DEVICE_ID=0"):
+        assert f"    {line}\n" in rank8, line
+    assert "RANK_TABLE_FILE=" not in rank8   # it would take MindSpore's init() off the scheduler

@@ -90,10 +90,20 @@ def select_server(table: RankTable, server_id: str | None = None, rank_start: in
 
 
 def master_address(table: RankTable) -> str:
-    """MASTER_ADDR by default: rank 0's server (its server_id is the host's address); 127.0.0.1 on one host."""
+    """MASTER_ADDR by default: rank 0's server (its container_ip in an operator's table, a pod's address;
+    else its server_id, the host's address); 127.0.0.1 on one host."""
     if len(table.servers) == 1:
         return "127.0.0.1"
-    return str(next(s.server_id for s in table.servers if any(dev.rank == 0 for dev in s.devices)))
+    return rank_zero_address(table) or "127.0.0.1"
+
+
+def rank_zero_address(table: RankTable) -> str | None:
+    """The address of rank 0's server: a pod's container_ip in an operator's table, else its server_id."""
+    for server in table.servers:
+        if any(dev.rank == 0 for dev in server.devices):
+            found = server.extra.get("container_ip") or server.server_id
+            return str(found) if found else None
+    return None
 
 
 def read_table(path: str) -> tuple[str, RankTable]:

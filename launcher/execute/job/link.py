@@ -83,7 +83,7 @@ class JobLink:
         # (hosts started without --run-id, e.g. one dlaunch torchrun per node, each make their own run id)
         job_id = plan.run_id if opts.run_id_shared else f"{plan.master_addr}:{plan.master_port}"
         master = next((i for i, s in enumerate(table.servers) if any(d.rank == 0 for d in s.devices)), 0)
-        return cls(hosts=hosts, index=plan.server_index, master_index=master, address=plan.master_addr,
+        return cls(hosts=hosts, index=plan.server_index, master_index=master, address=opts.job_addr or plan.master_addr,
                    port=job_port(opts),
                    secret=protocol.job_secret(os.environ if environ is None else environ, dumps(table), job_id),
                    run_id=job_id, host_timeout=opts.host_timeout, join_timeout=opts.join_timeout,
