@@ -222,3 +222,44 @@ def test_mindspore_worker_pods_register_with_the_operators_scheduler(tmp_path):
                  "MS_WORKER_NUM=16", "RANK_ID=8", "DEVICE_ID=0"):
         assert f"    {line}\n" in rank8, line
     assert "RANK_TABLE_FILE=" not in rank8   # it would take MindSpore's init() off the scheduler
+
+
+def _v2_table(pods=2, per=8, status="completed") -> dict:
+    """ascend-operator's version 2.0 layout (pkg/ranktable/v2dot0/ranktable.go): ranks, no servers."""
+    ranks = [{"rank_id": p * per + d, "local_id": d, "device_id": d,
+              "level_list": [{"net_layer": 0, "net_instance_id": "sp0", "net_type": "TOPO_FILE_DESC",
+                              "net_attr": "", "rank_addr_list": []}]} for p in range(pods) for d in range(per)]
+    return {"status": status, "server_list": [], "server_count": "", "version": "2.0", "rank_list": ranks,
+            "rank_count": len(ranks)}
+
+
+def test_version_2_0_tables_validate_in_their_own_terms():
+    from launcher.table.model import dumps
+    from launcher.table.rules import errors, validate
+
+    good = _v2_table()
+    table = loads(json.dumps(good))
+    assert [len(s.devices) for s in table.servers] == [8, 8] and not errors(validate(table))
+    assert json.loads(dumps(table)) == good   # written back as the operator wrote it (the ranks' copy)
+    bad = _v2_table()
+    bad["rank_list"][10]["rank_id"] = 3
+    bad["rank_list"][12]["device_id"] = "x"
+    bad["rank_count"] = 15
+    found = {(p.rule, p.path) for p in errors(validate(loads(json.dumps(bad))))}
+    assert {("S structure", "rank_list[12].device_id"), ("S structure", "rank_count"),
+            ("R5 rank-unique", "rank_list[10].rank_id")} <= found
+    assert not any("server_list[" in p.path for p in errors(validate(loads(json.dumps(bad)))))
+    four = {(p.rule, p.path) for p in errors(validate(loads(json.dumps(_v2_table(per=4)))))}
+    assert four == {("R1 device-count", "rank_list[0..3] (pod 0)"), ("R1 device-count", "rank_list[4..7] (pod 1)")}
+
+
+def test_a_pod_takes_its_share_of_a_2_0_table_by_its_index(tmp_path):
+    table = tmp_path / "hccl.json"
+    table.write_text(json.dumps(_v2_table()))
+    env = clean_env({**pod_env("ascendjob_pytorch", 1, master="127.0.0.2", port="29500", nproc="8", world="16",
+                               local_list="0,1,2,3,4,5,6,7"), "RANK_TABLE_FILE": str(table)})
+    done = subprocess.run(dlaunch_argv("cluster", DUMP, "--dry-run"), cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "8 rank(s) on server pod1 (server 2 of 2), world size 16" in done.stdout
+    assert "    RANK=8\n" in done.stdout and "    MASTER_ADDR=127.0.0.2\n" in done.stdout

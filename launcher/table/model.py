@@ -19,7 +19,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-KNOWN_VERSIONS = ("1.0", "1.2")
+KNOWN_VERSIONS = ("1.0", "1.2", "2.0")
+RANK_LIST = "rank_list"   # the layout of version 2.0 tables (ascend-operator): ranks, no servers
 MAX_NUMBER = 10**9 - 1   # larger device or rank ids are not numbers HCCL could mean
 SHOWN_VALUE_CHARS = 80   # a value quoted in a message is cut here
 
@@ -115,6 +116,8 @@ class RankTable:
     super_pods: Any = MISSING
     extra: dict = field(default_factory=dict)
     shape_problems: list[Problem] = field(default_factory=list)
+    layout: str = "server_list"   # or RANK_LIST: servers were made from a 2.0 table's ranks, one per pod
+    paths: dict = field(default_factory=dict)   # RANK_LIST: "server_list[s].device[d]" -> "rank_list[i]"
 
     @property
     def devices(self) -> list[tuple[int, int, Device]]:
@@ -141,6 +144,8 @@ def from_obj(obj: Any) -> RankTable:
     obj = dict(obj)
     table = RankTable(version=_pop(obj, "version"), server_count=_pop(obj, "server_count"),
                       status=_pop(obj, "status"), super_pods=_pop(obj, "super_pod_list"))
+    if RANK_LIST in obj:
+        return _from_rank_list(table, obj)
     server_list = _pop(obj, "server_list")
     table.extra = obj
     if server_list is MISSING:
@@ -178,6 +183,58 @@ def from_obj(obj: Any) -> RankTable:
                                              rank_id=_pop(raw_dev, "rank_id"), extra=raw_dev))
         table.servers.append(server)
     return table
+
+
+def _from_rank_list(table: RankTable, obj: dict) -> RankTable:
+    """A version 2.0 table (ascend-operator's ``rank_list``: rank_id, device_id, local_id, level_list per rank,
+    no server per rank) as servers: one per pod, a pod's ranks being a run whose local_id ascends (each pod
+    numbers its devices from its first).  Problems name the ``rank_list`` entries (``paths``)."""
+    table.layout = RANK_LIST
+    if table.server_count is not MISSING:   # "" in the operator's 2.0 files: kept as written, not a count
+        obj["server_count"] = table.server_count
+        table.server_count = MISSING
+    ranks = obj.pop(RANK_LIST)
+    table.extra = obj
+    table.paths["server_list"] = RANK_LIST
+    if not isinstance(ranks, list):
+        table.shape_problems.append(_shape(RANK_LIST, ranks, "an array of rank objects"))
+        return table
+    previous = None
+    for i, raw in enumerate(ranks):
+        if not isinstance(raw, dict):
+            table.shape_problems.append(_shape(f"{RANK_LIST}[{i}]", raw, "an object"))
+            raw = {}
+        raw = dict(raw)
+        local = as_int(raw.get("local_id"))
+        if not table.servers or local is not None and previous is not None and local <= previous:
+            table.servers.append(Server(server_id=f"pod{len(table.servers)}"))
+        previous = local if local is not None else previous
+        server = table.servers[-1]
+        s, d = len(table.servers) - 1, len(server.devices)
+        table.paths[f"server_list[{s}].device[{d}]"] = f"{RANK_LIST}[{i}]"
+        server.devices.append(Device(device_id=_pop(raw, "device_id"), rank_id=_pop(raw, "rank_id"), extra=raw))
+    start = 0
+    for s, server in enumerate(table.servers):
+        end = start + len(server.devices) - 1
+        table.paths[f"server_list[{s}]"] = f"{RANK_LIST}[{start}..{end}] (pod {s})"
+        start = end + 1
+    return table
+
+
+def _rank_list_obj(table: RankTable) -> dict:
+    out: dict = {}
+    _put(out, "status", table.status)
+    out.update(table.extra)
+    _put(out, "version", table.version)
+    rank_list = []
+    for dev in (dev for server in table.servers for dev in server.devices):
+        entry: dict = {}
+        _put(entry, "rank_id", dev.rank_id)
+        _put(entry, "device_id", dev.device_id)
+        entry.update(dev.extra)
+        rank_list.append(entry)
+    out[RANK_LIST] = rank_list
+    return out
 
 
 MAX_TABLE_BYTES = 64 << 20   # a 4,096-server table is about 4 MiB
@@ -238,6 +295,8 @@ def _put(out: dict, key: str, value: Any) -> None:
 
 def to_obj(table: RankTable) -> dict:
     """The table as JSON-ready data, in HCCL's customary key order, unknown keys kept."""
+    if table.layout == RANK_LIST:
+        return _rank_list_obj(table)
     out: dict = {}
     _put(out, "version", table.version)
     _put(out, "server_count", table.server_count)

@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 
 from launcher.errors import UsageError
-from launcher.table.model import KNOWN_VERSIONS, MISSING, Problem, RankTable, as_int
+from launcher.table.model import KNOWN_VERSIONS, MISSING, RANK_LIST, Problem, RankTable, as_int
 
 Rule = Callable[[RankTable], Iterable[Problem]]
 
@@ -39,7 +39,7 @@ def rule_structure(table: RankTable) -> Iterable[Problem]:
     elif str(table.version) not in KNOWN_VERSIONS:
         yield Problem("version", table.version,
                       f"is not a rank-table version dlaunch knows ({', '.join(KNOWN_VERSIONS)}).",
-                      'use "1.0" (or "1.2" with super_pod_list).', "S structure")
+                      'use "1.0" (or "1.2" with super_pod_list, "2.0" with rank_list).', "S structure")
     if table.server_count is not MISSING and as_int(table.server_count) is None:
         yield Problem("server_count", table.server_count,
                       "must be a non-negative integer below 10^9 (a string or a number).",
@@ -54,6 +54,10 @@ def rule_structure(table: RankTable) -> Iterable[Problem]:
                 yield Problem(_dev_path(s, d, key), value,
                               "must be a non-negative integer below 10^9 (a string or a number).",
                               f'write it as digits, e.g. "{key}": "{d}".', "S structure")
+    count = table.extra.get("rank_count", MISSING) if table.layout == RANK_LIST else MISSING
+    if count is not MISSING and as_int(count) != table.device_count:
+        yield Problem("rank_count", count, f"says {count} but rank_list holds {table.device_count} ranks.",
+                      f'write "rank_count": {table.device_count}.', "S structure")
     if not table.servers and not table.shape_problems:
         yield Problem("server_list", [], "is empty: a job needs at least one server.",
                       "add the servers that take part.", "S structure")
@@ -129,6 +133,8 @@ def rule_device_ids(table: RankTable) -> Iterable[Problem]:
                                   "list each physical device once per server.", "R3 device-id")
                 else:
                     seen[i] = d
+            if table.layout == RANK_LIST:
+                continue   # a 2.0 table's addresses are in each rank's level_list, not a device_ip
             ip = dev.device_ip
             path = _dev_path(s, d, "device_ip")
             if ip is MISSING or ip is None or (isinstance(ip, str) and not ip.strip()):
@@ -186,6 +192,8 @@ def rule_servers(table: RankTable) -> Iterable[Problem]:
                           "list each host once; merge its devices into one entry.", "R4 server-id")
         else:
             seen[sid] = s
+    if table.layout == RANK_LIST:
+        return   # servers are the pods dlaunch made of the ranks: ids and count are its own
     if table.server_count is MISSING:
         yield Problem("server_count", MISSING, "is missing.", f'add "server_count": "{len(table.servers)}".',
                       "R4 server-count")
@@ -251,6 +259,8 @@ def _address_order_disagrees(first: str, second: str) -> bool:
 
 def rule_server_order(table: RankTable) -> Iterable[Problem]:
     """R6: rank order follows the lexicographic (string) order of server_id, as HCCL requires."""
+    if table.layout == RANK_LIST:
+        return   # a 2.0 table names no servers
     blocks = []
     for s, server in enumerate(table.servers):
         ranks = [dev.rank for dev in server.devices]
@@ -339,8 +349,27 @@ PROFILE_HELP = {
 
 
 def validate(table: RankTable, profile: str = DEFAULT_PROFILE) -> list[Problem]:
-    """Every problem the profile's rules find, errors and warnings, in rule order."""
-    return [problem for rule in PROFILES[profile] for problem in rule(table)]
+    """Every problem the profile's rules find, errors and warnings, in rule order; in a 2.0 table's terms
+    (``rank_list[i]``) when its servers were made from its ranks."""
+    found = [problem for rule in PROFILES[profile] for problem in rule(table)]
+    return [_in_table_terms(table, problem) for problem in found] if table.paths else found
+
+
+def _in_table_terms(table: RankTable, problem: Problem) -> Problem:
+    """``problem`` with every ``server_list[s].device[d]`` said as the ``rank_list[i]`` it came from."""
+    import dataclasses
+    import re
+
+    def place(match: re.Match) -> str:
+        server, device = match.group(1), match.group(2)
+        if device is not None:
+            return table.paths.get(f"server_list[{server}].device[{device}]", match.group(0))
+        return table.paths.get(f"server_list[{server}]", match.group(0))
+
+    pattern = re.compile(r"server_list\[(\d+)\](?:\.device(?:\[(\d+)\])?)?")
+    path = table.paths.get(problem.path, pattern.sub(place, problem.path))
+    return dataclasses.replace(problem, path=path, message=pattern.sub(place, problem.message),
+                               fix=pattern.sub(place, problem.fix))
 
 
 def errors(problems: list[Problem]) -> list[Problem]:
