@@ -130,16 +130,25 @@ def test_a_host_whose_dlaunch_is_killed_or_stopped_is_lost_and_the_others_stop(t
     assert job.summary(0)["job"]["lost_hosts"].keys() == {"127.0.0.3"}
 
 
-def test_the_master_host_dying_stops_the_other_hosts(tmp_path, jobs):
-    job = jobs(tmp_path, 2, 29723, "master")
+@pytest.mark.parametrize("stop", [signal.SIGKILL, signal.SIGSTOP])
+def test_the_master_host_dying_or_stopping_stops_the_other_hosts(tmp_path, jobs, stop):
+    """SIGKILL closes the master's connections at once; SIGSTOP (a machine that stops answering) is noticed by
+    its silence after --host-timeout (1 s here)."""
+    job = jobs(tmp_path, 2, 29723 if stop == signal.SIGKILL else 29729, f"master{stop}")
     for index in (0, 1):
         job.start(index, "--sleep", "60")
     assert wait_until(lambda: job.started(0) and job.started(1), timeout=20)
     time.sleep(0.5)
-    os.kill(job.procs[0].pid, signal.SIGKILL)
+    lost_at = time.monotonic()
+    os.kill(job.procs[0].pid, stop)
     code, stderr = job.wait(1)
+    took = time.monotonic() - lost_at
     assert code == LOST_EXIT, stderr
-    assert "host 127.0.0.2 was lost: the master host 127.0.0.2 closed the job's connection" in stderr
+    if stop == signal.SIGKILL:
+        assert "host 127.0.0.2 was lost: the master host 127.0.0.2 closed the job's connection" in stderr
+    else:
+        assert "host 127.0.0.2 was lost" in stderr and "sent nothing for" in stderr
+    assert took < 1.0 + 2 + 5   # --host-timeout, the grace period, and slack for a loaded machine
 
 
 def test_a_host_that_never_arrives_stops_the_job_at_the_join_timeout(tmp_path, jobs):
