@@ -134,7 +134,7 @@ def test_a_host_whose_dlaunch_is_killed_or_stopped_is_lost_and_the_others_stop(t
 def test_the_master_host_dying_or_stopping_stops_the_other_hosts(tmp_path, jobs, stop):
     """SIGKILL closes the master's connections at once; SIGSTOP (a machine that stops answering) is noticed by
     its silence after --host-timeout (1 s here)."""
-    job = jobs(tmp_path, 2, 29723 if stop == signal.SIGKILL else 29729, f"master{stop}")
+    job = jobs(tmp_path, 2, 29723 if stop == signal.SIGKILL else 29753, f"master{stop}")
     for index in (0, 1):
         job.start(index, "--sleep", "60")
     assert wait_until(lambda: job.started(0) and job.started(1), timeout=20)
