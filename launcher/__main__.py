@@ -1,7 +1,5 @@
 """``python -m launcher`` is the same as the ``dlaunch`` command."""
 
-import sys
+from launcher.cli import entry
 
-from launcher.cli import main
-
-sys.exit(main())
+entry()

@@ -41,7 +41,7 @@ PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 SWEEP_SECONDS = 5.0          # a sweep keeps looking for new marked processes this long at most
 SWEEP_QUIET_ROUNDS = 3       # ... and stops after this many rounds that found nothing
-SWEEP_PAUSE = 0.02
+SWEEP_PAUSE = 0.005
 GOODBYE_SECONDS = 2.0        # a watchdog that has not left this long after "bye" is stuck: killed
 _WATCHDOG_IGNORES = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 
@@ -97,26 +97,41 @@ def marked_processes(launcher_id: str) -> set[int]:
 
 
 def _descendants(pid: int) -> set[int]:
-    """Every live descendant of ``pid``, from /proc's parent links (one pass over /proc)."""
-    children: dict[int, list[int]] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
+    """Every live (not zombie) descendant of ``pid``, following each task's ``children`` list: only this
+    launcher's own tree is read, however many other processes the machine runs (other hosts' launchers and
+    ranks on one machine, a node's own services)."""
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        parent = todo.pop()
         try:
-            with open(f"/proc/{name}/stat", "rb") as fh:
-                stat = fh.read()
+            tasks = os.listdir(f"/proc/{parent}/task")
         except OSError:
             continue
-        fields = stat[stat.rfind(b")") + 2:].split()
-        if fields and fields[0] != b"Z":
-            children.setdefault(int(fields[1]), []).append(int(name))
-    found, todo = set(), [pid]
-    while todo:
-        for child in children.get(todo.pop(), ()):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
+        for task in tasks:
+            for child in _task_children(parent, task):
+                if child not in found and _alive(child):
+                    found.add(child)
+                    todo.append(child)
     return found
+
+
+def _task_children(pid: int, task: str) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{task}/children", "rb") as fh:
+            return [int(p) for p in fh.read().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+    except OSError:
+        return False
+    fields = stat[stat.rfind(b")") + 2:].split()
+    return bool(fields) and fields[0] != b"Z"
 
 
 def _kill(pid: int) -> None:
@@ -148,22 +163,27 @@ def sweep(launcher_id: str, keep: set[int], quiet_rounds: int = SWEEP_QUIET_ROUN
     """Kill every descendant of this process but ``keep``, and every process with the marker; reap; repeat
     until ``quiet_rounds`` rounds in a row find nothing new.  Returns how many processes were killed.
 
-    After an attempt, whose ranks are all dead, two quiet rounds: one scan can miss a daemon that forks and
-    exits in a loop (its pid changes between the listing of /proc and the read of its environment).
-    The watchdog waits for more, since the launcher may have died in the middle of a fork.
+    A round reads this launcher's own tree only (cheap: one host's ends stay fast when many launchers share a
+    machine); once the tree is quiet, one scan of all of /proc for the marker, and the rounds start over if it
+    found anything.  After an attempt, whose ranks are all dead, two quiet rounds: one can miss a daemon that
+    forks and exits in a loop (caught between its parent's exit and its move to this subreaper).  The
+    watchdog waits for more, since the launcher may have died in the middle of a fork.
     """
     keep = keep | {os.getpid()}
     killed: set[int] = set()
     quiet, deadline = 0, time.monotonic() + SWEEP_SECONDS
-    while quiet < quiet_rounds and time.monotonic() < deadline:
-        found = (_descendants(os.getpid()) | marked_processes(launcher_id)) - keep
+    while time.monotonic() < deadline:
+        found = _descendants(os.getpid()) - keep
+        if quiet + 1 >= quiet_rounds and not found:
+            found = marked_processes(launcher_id) - keep   # the last quiet round looks everywhere
+            if not found:
+                break
         for pid in found:
             _kill(pid)
         killed |= found
         _reap_children(keep)
         quiet = quiet + 1 if not found else 0
-        if quiet < quiet_rounds:
-            time.sleep(SWEEP_PAUSE)
+        time.sleep(SWEEP_PAUSE)
     _reap_children(keep)
     return len(killed)
 
@@ -263,10 +283,13 @@ class Reaper:
         except OSError:
             pass   # gone or stuck: the bounded wait below settles it either way
         os.close(self._fd)
-        if self.pidfd is not None:
+        deadline = time.monotonic() + GOODBYE_SECONDS
+        if self.pidfd is not None:   # woken the moment it leaves, not at the next poll
+            import select
+
+            select.select([self.pidfd], [], [], GOODBYE_SECONDS)
             os.close(self.pidfd)
             self.pidfd = None
-        deadline = time.monotonic() + GOODBYE_SECONDS
         while time.monotonic() < deadline:
             try:
                 if os.waitpid(self.pid, os.WNOHANG)[0]:
