@@ -2,10 +2,12 @@
 SIGKILLed mid-spawn, ranks that start daemons.  Every process here is real; nothing may be left behind."""
 
 import contextlib
+import json
 import os
 import random
 import signal
 import subprocess
+import sys
 import time
 
 import psutil
@@ -19,6 +21,7 @@ from tests.launching import (
     latest_run,
     processes_of_run,
     records,
+    run_dlaunch,
     start_dlaunch,
     summary,
     wait_until,
@@ -127,3 +130,35 @@ def test_a_daemon_a_rank_started_does_not_outlive_the_job(tmp_path, ending):
         for pid in daemons:   # cleanup only: the assertion above already judged them
             with contextlib.suppress(psutil.Error):
                 psutil.Process(pid).kill()
+
+
+PDEATHSIG = """
+import ctypes, os
+value = ctypes.c_int(-1)
+ctypes.CDLL(None, use_errno=True).prctl(2, ctypes.byref(value), 0, 0, 0)   # PR_GET_PDEATHSIG
+print("pdeathsig", value.value, "pid", os.getpid(), "parent", os.getppid(), flush=True)
+"""
+
+
+@pytest.mark.parametrize("no_python", [False, True])
+def test_every_rank_dies_with_its_launcher_and_its_parent_is_the_launcher(tmp_path, no_python):
+    """The death signal is armed in every rank (by setpriv before the exec where it exists, else in Python),
+    and the wrapper execs in place: the rank's parent is dlaunch itself, its pid the one dlaunch watches."""
+    script = tmp_path / "pdeathsig.py"
+    script.write_text(PDEATHSIG)
+    if no_python:
+        target = tmp_path / "pdeathsig.sh"
+        target.write_text(f"#!/bin/sh\nexec {sys.executable} {script}\n")
+        target.chmod(0o755)
+        args = ("--no-python", target)
+    else:
+        args = (script,)
+    done = run_dlaunch("run", *args, "--ranks", "2", "--console", "all", "--output-dir", tmp_path / "out",
+                       cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    pids = json.loads(next((tmp_path / "out").glob("*/pids.json")).read_text())
+    lines = [line.split("pdeathsig", 1)[1].split() for line in done.stdout.splitlines() if "pdeathsig" in line]
+    assert len(lines) == 2, done.stdout
+    assert all(words[0] == str(int(signal.SIGKILL)) for words in lines)
+    assert {words[2] for words in lines} == {str(r["pid"]) for r in pids["ranks"].values()}
+    assert {words[4] for words in lines} == {str(pids["launcher_pid"])}

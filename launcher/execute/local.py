@@ -30,7 +30,7 @@ from launcher.environment import format_env
 from launcher.execute.forwarding import pass_through
 from launcher.execute.hangs import HangWatch, describe_hang, dump_stacks
 from launcher.execute.peers import PeerWait
-from launcher.execute.reaper import LAUNCHER_ID_VAR, Reaper, become_subreaper, child_setup, sweep
+from launcher.execute.reaper import LAUNCHER_ID_VAR, Reaper, become_subreaper, child_setup, death_signal_wrapper, sweep
 from launcher.execute.ssh.protocol import decode_signals
 from launcher.execute.tee import ConsoleTee
 from launcher.lines import LineBuffer
@@ -169,6 +169,7 @@ class LocalWorkers:
         self.subreaper = become_subreaper()
         self.reaper = Reaper(self.launcher_id)
         self._child_setup = child_setup(os.getpid())
+        self._checked_programs: set = set()   # (program, PATH) found executable this launch
         self.on_started: Callable | None = None  # callback(ranks, scheduler) once every process is running
         self.job: Any = None   # a multi-host job's link (execute/job): its stops stop us, ours stop the other hosts
 
@@ -407,10 +408,11 @@ class LocalWorkers:
                 read_fd, write_fd = os.pipe()
             result.start = time.time()
             try:
-                process.proc = subprocess.Popen(spec.argv, cwd=spec.cwd, env=env, stdin=subprocess.DEVNULL,
+                argv, setup = self._spawn_argv(spec.argv, env, spec.cwd)
+                process.proc = subprocess.Popen(argv, cwd=spec.cwd, env=env, stdin=subprocess.DEVNULL,
                                                 stdout=write_fd if spec.console else log_fd,
                                                 stderr=subprocess.STDOUT, start_new_session=True,
-                                                preexec_fn=self._child_setup)
+                                                preexec_fn=setup)
             except OSError as exc:
                 result.spawn_error = f"cannot start {spec.argv[0]}: {exc.strerror or exc}"
                 result.returncode = ExitCode.NOT_EXECUTABLE if exc.errno == errno.EACCES else ExitCode.NOT_FOUND
@@ -434,6 +436,29 @@ class LocalWorkers:
             for fd in (log_fd, read_fd, write_fd):
                 if fd is not None:
                     os.close(fd)
+
+    def _spawn_argv(self, argv, env: dict, cwd: str) -> tuple[list, object]:
+        """(the command to spawn, its preexec_fn): behind ``setpriv --pdeathsig KILL`` when it is here, after
+        checking here what the exec would refuse, so a missing or non-executable program is the same
+        spawn error (127/126, said by dlaunch) as without the wrapper."""
+        wrapper = death_signal_wrapper()
+        if not wrapper:
+            return list(argv), self._child_setup
+        program = str(argv[0])
+        key = (program, env.get("PATH"), cwd)
+        if key not in self._checked_programs:
+            import shutil
+
+            if "/" in program:   # as exec takes it: relative to the rank's working directory
+                path: str | None = os.path.join(cwd, program)
+            else:
+                path = shutil.which(program, mode=os.F_OK, path=env.get("PATH", os.defpath))
+            if path is None or not os.path.exists(path):
+                raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
+            if os.path.isdir(path) or not os.access(path, os.X_OK):
+                raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), program)
+            self._checked_programs.add(key)
+        return [*wrapper, *argv], None
 
     def _pipe_keys(self, selector):
         return [key for key in selector.get_map().values() if key.data[0] == "pipe"]
