@@ -8,7 +8,8 @@ user's, ``--template-dir``) into an executable shell script that runs
 * ``run.sh``          one host: ``dlaunch run``
 * ``run_cluster.sh``  one host of many: ``dlaunch cluster``
 * ``slurm``           a batch script: ``srun --ntasks-per-node=1 dlaunch cluster``, each node's
-                      share of the rank table chosen by its ``SLURM_NODEID``
+                      share of the rank table chosen by its ``SLURM_NODEID``; ``--signal``/``--requeue``
+                      for preemption (a requeued job resumes by itself: ``resume.slurm_requeue``)
 
 The launch options are the very options of ``run`` and ``cluster`` (built from
 their declarations in ``launcher.options``, so a new flag appears here too) and are layered like theirs:
@@ -180,7 +181,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
                         "variable names another command, and passes its own arguments on to dlaunch (options, "
                         "then -- and more script arguments).",
             epilog="examples: dlaunch script run.sh train.py --ranks 8 -o run.sh -- --epochs 3;  "
-                   "dlaunch script slurm train.py --rank-table rt16.json --partition npu --time 2:00:00 -o job.sbatch")
+                   "dlaunch script slurm train.py --rank-table rt16.json --partition npu --time 2:00:00 "
+                   "--signal USR1@120 --requeue -o job.sbatch (a requeued job resumes from its newest complete "
+                   "checkpoint step)")
     # TEMPLATE and SCRIPT may come before, between or after options (``script slurm -o job.sh train.py``):
     # the command parsers (cli.parsers.CommandParser) read such a command's options first, positionals after
     p.intermixed = True
