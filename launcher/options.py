@@ -307,7 +307,8 @@ def launch_options(args: argparse.Namespace, table, server_index: int, view=None
 
     ``run`` picks a free master port unless one was given and shares a run directory only when --run-id
     names one; ``cluster`` hosts agree on port 29500 and one run directory, and prefix their console lines
-    with the host. ``head`` is ``cluster --ssh``'s head node, which starts no rank itself.
+    with the host. ``head`` is ``cluster --ssh``'s head node, which starts no rank itself. A job Slurm
+    requeued resumes without --resume (``resume.slurm_requeue``).
     """
     from launcher.host import free_port
     from launcher.plan import Command, Options, console_ranks
@@ -329,11 +330,16 @@ def launch_options(args: argparse.Namespace, table, server_index: int, view=None
     master_addr = args.master_addr or master_address(table)
     run_id = args.run_id or (scheduler_run_id() if cluster else None)
     output_dir = os.path.abspath(args.output_dir)
-    resume_from = None
+    resume_from, resume_note = None, ""
     if getattr(args, "resume", None) is not None:
         resume_from = resolve(args.resume or output_dir)
         if not os.path.isdir(resume_from):
             raise UsageError(f"--resume: no run directory at {args.resume or args.output_dir}")
+    elif not head:   # a job Slurm requeued resumes by itself, in a run directory of its own
+        from launcher.resume import slurm_requeue
+
+        run_id, resume_from, resume_note = slurm_requeue(run_id, output_dir, world, os.environ) or (
+            run_id, None, "")
     return Options(command=command, run_id=check_run_id(run_id) if run_id else new_run_id(),
                    output_dir=output_dir, launch_dir=os.getcwd(), python=sys.executable,
                    cwd_mode=args.cwd, console=console, grace_period=args.grace_period,
@@ -348,6 +354,7 @@ def launch_options(args: argparse.Namespace, table, server_index: int, view=None
                    termination_log=args.termination_log,
                    prefix_host=cluster, shared_run_dir=cluster or bool(args.run_id), run_id_shared=bool(run_id),
                    fixed_port=cluster or args.master_port is not None, resume_from=resume_from,
+                   resume_note=resume_note,
                    **({"job_port": args.job_port, "job_addr": getattr(args, "job_addr", None),
                        "host_timeout": args.host_timeout,
                        "join_timeout": args.join_timeout} if cluster else {}),

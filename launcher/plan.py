@@ -78,6 +78,7 @@ class Options:
     run_id_shared: bool = False   # the run id came from the user or the scheduler, the same on every host
     fixed_port: bool = False      # restarts keep master_port (hosts agree on it); otherwise a fresh free one
     resume_from: str | None = None   # an earlier run directory to resume from (--resume)
+    resume_note: str = ""            # why, when no --resume asked for it (a Slurm requeue): said with the step
     job_port: int | None = None      # cluster: the job's coordinator port on the master address (MASTER_PORT + 1)
     job_addr: str | None = None      # cluster: the coordinator's address when the master address is not rank 0's
     host_timeout: float = 15.0       # cluster: a host silent this long is lost (heartbeats every fifth of it)

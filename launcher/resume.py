@@ -4,7 +4,8 @@ Each rank saves into its own ``rank_NNN/ckpt/`` (``DLAUNCH_CKPT_DIR``): dlaunch'
 ``{prefix}-{epoch}_{step}.pt`` or MindSpore's ``{prefix}-{epoch}_{step}.ckpt``/``.safetensors``
 (every name rule lives in ``ckptnames``).  Saves are atomic (a temporary file renamed into place), so a
 file with a checkpoint's name is a whole checkpoint; a *step* is complete only when every rank of the
-run has it.  ``--resume`` picks the newest complete step and gives each rank its own file.
+run has it.  ``--resume`` picks the newest complete step and gives each rank its own file; so does a job
+Slurm requeued (``slurm_requeue``).
 """
 
 from __future__ import annotations
@@ -103,3 +104,32 @@ def find_resume_point(run_dir: str, world_size: int, log=None):
     if step is None:
         return None
     return ResumePoint(run_dir=run_dir, label=step.label, epoch=step.epoch, step=step.step, files=dict(step.files))
+
+
+REQUEUE_SUFFIX = ".requeue"   # run id of a job Slurm requeued K times: <run id>.requeueK
+
+
+def slurm_requeue(run_id: str | None, output_dir: str, world_size: int, environ) -> tuple[str | None, str | None, str]:
+    """For a job Slurm requeued (``SLURM_RESTART_COUNT`` K > 0): (its run id, the run directory to resume from
+    or None, the line that says so); None for any other launch.
+
+    A requeued job keeps its job id, so it would start into the run directory of its first attempt, whose
+    logs and summaries must stay (every run gets its own directory).  Attempt K runs as ``<run id>.requeueK``
+    and resumes, as ``--resume`` would, from the newest of the earlier attempts' directories that has a step
+    every rank completed; with none, it starts afresh.
+    """
+    count = environ.get("SLURM_RESTART_COUNT", "")
+    if not environ.get("SLURM_JOB_ID") or not (count.isascii() and count.isdigit() and 0 < int(count[:9])):
+        return None
+    restarts = int(count[:9])
+    why = f"Slurm requeued this job (SLURM_RESTART_COUNT={restarts})"
+    if run_id is None:
+        return None, None, f"{why}, but without --run-id its first attempt's run directory is unknown: starting afresh"
+    name = f"{run_id}{REQUEUE_SUFFIX}{restarts}"
+    earlier = [os.path.join(output_dir, run_id + (f"{REQUEUE_SUFFIX}{k}" if k else ""))
+               for k in range(restarts - 1, max(restarts - 100, 0) - 1, -1)]   # the newest first
+    for run_dir in earlier:   # each attempt resumed from the one before: the first with a complete step
+        if resume_point(run_dir, world_size)[0] is not None:
+            return name, run_dir, why
+    before = " or the attempts before it" if restarts > 1 else ""
+    return name, None, f"{why}: starting afresh, no checkpoint step that every rank completed in {earlier[0]}{before}"

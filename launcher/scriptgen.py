@@ -8,7 +8,8 @@ user's, ``--template-dir``) into an executable shell script that runs
 * ``run.sh``          one host: ``dlaunch run``
 * ``run_cluster.sh``  one host of many: ``dlaunch cluster``
 * ``slurm``           a batch script: ``srun --ntasks-per-node=1 dlaunch cluster``, each node's
-                      share of the rank table chosen by its ``SLURM_NODEID``
+                      share of the rank table chosen by its ``SLURM_NODEID``; ``--signal``/``--requeue``
+                      for preemption (a requeued job resumes by itself: ``resume.slurm_requeue``)
 
 The launch options are the very options of ``run`` and ``cluster`` (built from
 their declarations in ``launcher.options``, so a new flag appears here too) and are layered like theirs:
@@ -34,7 +35,7 @@ list of words per group), ``launch_options`` (the same, flat),
 ``remake`` (argv to render again), ``rank_table``, ``servers``,
 ``world_size`` (``None`` when the table cannot be read now), ``run_id``,
 ``output_name`` and the Slurm settings ``nodes``, ``time``, ``partition``,
-``account``, ``job_name``, ``exclusive``, ``sbatch``.
+``account``, ``job_name``, ``exclusive``, ``signal`` (``SIG@SECONDS``), ``requeue``, ``sbatch``.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ import functools
 import os
 import re
 import shlex
+import signal
 import sys
 from dataclasses import replace
 
@@ -62,7 +64,7 @@ SHIPPED = {
     "slurm": ("cluster", "a Slurm batch script: srun starts one dlaunch cluster per node, whose share of the "
                          "rank table is chosen by SLURM_NODEID"),
 }
-SLURM_OPTIONS = ("nodes", "time", "partition", "account", "job_name", "shared", "sbatch")
+SLURM_OPTIONS = ("nodes", "time", "partition", "account", "job_name", "shared", "signal", "requeue", "sbatch")
 TEMPLATE_OPTIONS = {"run.sh": (), "run_cluster.sh": (), "slurm": SLURM_OPTIONS}
 # Launch options a template cannot use, and why.
 REFUSED = {
@@ -72,6 +74,24 @@ REFUSED = {
               "server_id": "under Slurm each node's share comes from SLURM_NODEID"},
 }
 NOT_RENDERED = {"config"}  # config files are inlined as flags: the script needs none of them
+MAX_SIGNAL_SECONDS = 65535   # sbatch's own limit for --signal's time
+
+
+def slurm_signal(text) -> str:
+    """``--signal USR1@120`` (or ``B:USR1@120``, ``SIGUSR1@120``): a signal name and whole seconds, checked now
+    so that a typo is a usage error here rather than a job sbatch rejects, or one that is never warned."""
+    value = str(text).strip()
+    name, at, when = value.removeprefix("B:").partition("@")
+    name = name.strip().upper().removeprefix("SIG")
+    known = name.isascii() and name.isalnum() and ("SIG" + name) in signal.Signals.__members__
+    whole_seconds = when.isascii() and when.isdigit() and len(when) <= 5 and int(when) <= MAX_SIGNAL_SECONDS
+    if not (at and known and whole_seconds):
+        raise argparse.ArgumentTypeError(f"expected SIG@SECONDS, a signal name and whole seconds before the time "
+                                         f"limit (at most {MAX_SIGNAL_SECONDS}) such as USR1@120, not "
+                                         f"{value[:40]!r}")
+    return f"{name}@{int(when)}"
+
+
 OUTPUT_GROUP, SLURM_GROUP = "the script file", "slurm template (#SBATCH lines)"
 # dlaunch script's own options, declared as the launch options are (and layered the same way).
 SCRIPT_OPTIONS = [
@@ -90,6 +110,13 @@ SCRIPT_OPTIONS = [
     Option(("--job-name",), "job name (default: the training script's name)", metavar="NAME", group=SLURM_GROUP),
     Option(("--shared",), "let other jobs share the nodes (default: #SBATCH --exclusive)", kind=FLAG,
            default=False, group=SLURM_GROUP),
+    Option(("--signal",), "ask Slurm to send SIG to the batch script SECONDS before the time limit: #SBATCH "
+                          "--signal=B:SIG@SECONDS (e.g. USR1@120; srun passes it to dlaunch, which forwards USR1 "
+                          "and USR2 to every rank, other signals with --forward-signals)", type=slurm_signal,
+           metavar="SIG@SECONDS", group=SLURM_GROUP),
+    Option(("--requeue",), "let Slurm requeue the job (preemption, a failed node, scontrol requeue): #SBATCH "
+                           "--requeue; the requeued job resumes from the newest checkpoint step every rank "
+                           "completed", kind=FLAG, default=False, group=SLURM_GROUP),
     Option(("--sbatch",), "one more #SBATCH option, e.g. --sbatch=--gres=npu:8 (repeatable)", kind=LIST,
            default=[], metavar="OPTION", group=SLURM_GROUP),
 ]
@@ -154,7 +181,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
                         "variable names another command, and passes its own arguments on to dlaunch (options, "
                         "then -- and more script arguments).",
             epilog="examples: dlaunch script run.sh train.py --ranks 8 -o run.sh -- --epochs 3;  "
-                   "dlaunch script slurm train.py --rank-table rt16.json --partition npu --time 2:00:00 -o job.sbatch")
+                   "dlaunch script slurm train.py --rank-table rt16.json --partition npu --time 2:00:00 "
+                   "--signal USR1@120 --requeue -o job.sbatch (a requeued job resumes from its newest complete "
+                   "checkpoint step)")
     # TEMPLATE and SCRIPT may come before, between or after options (``script slurm -o job.sh train.py``):
     # the command parsers (cli.parsers.CommandParser) read such a command's options first, positionals after
     p.intermixed = True
@@ -265,7 +294,8 @@ def _slurm_settings(args: argparse.Namespace, servers: int | None, required: boo
         stem = args.script if args.module else os.path.splitext(os.path.basename(args.script.rstrip("/")))[0]
         job_name = re.sub(r"[^A-Za-z0-9._-]", "_", stem) or "dlaunch"
     return {"nodes": nodes, "time": args.time, "partition": args.partition, "account": args.account,
-            "job_name": job_name, "exclusive": not args.shared, "sbatch": list(args.sbatch or [])}
+            "job_name": job_name, "exclusive": not args.shared, "signal": args.signal, "requeue": args.requeue,
+            "sbatch": list(args.sbatch or [])}
 
 
 PATH_OPTIONS = ("rank_table", "env_file", "hccn_conf", "output_dir", "resume")   # option values naming paths

@@ -155,8 +155,8 @@ def test_rendered_script_runs_exactly_the_intended_dlaunch_argv(tmp_path, probe,
 @pytest.mark.parametrize("template", TEMPLATES)
 def test_rendered_script_passes_bash_n_and_shellcheck_and_is_executable(tmp_path, probe, table, template):
     args, _, _ = hostile_case(template, tmp_path, probe, table)
-    script = render(tmp_path, template, *args, "--sbatch=--gres=npu:8" if template == "slurm" else "--cwd=rank",
-                    "--", *HOSTILE)
+    more = ["--sbatch=--gres=npu:8", "--signal", "USR1@120", "--requeue"] if template == "slurm" else ["--cwd=rank"]
+    script = render(tmp_path, template, *args, *more, "--", *HOSTILE)
     assert stat.S_IMODE(script.stat().st_mode) == 0o755
     check = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
     assert check.returncode == 0, check.stderr
@@ -266,6 +266,16 @@ def test_template_dir_overrides_and_extends_the_shipped_templates(tmp_path):
     assert partial.returncode == 2 and "no template '_header'" in partial.stderr
 
 
+def test_slurm_signal_and_requeue_become_sbatch_lines(tmp_path, table):
+    lines = [line for line in render(tmp_path, "slurm", "t.py", "--rank-table", table, "--profile", "a2",
+                                     "--signal", "B:sigusr2@0", "--requeue").read_text().splitlines()
+             if line.startswith("#SBATCH")]
+    assert lines[-2:] == ["#SBATCH --signal=B:USR2@0", "#SBATCH --requeue"]
+    plain = render(tmp_path, "slurm", "t.py", "--rank-table", table, "--profile", "a2", "--signal", "USR1@120",
+                   output="plain.sh").read_text()
+    assert "\n#SBATCH --signal=B:USR1@120\n" in plain and "--requeue" not in plain
+
+
 def test_template_and_script_may_come_after_options(tmp_path, table):
     result = run_dlaunch("script", "--profile", "a2", "-o", "-", "slurm", "--rank-table", table, "t.py", "--",
                          "x", cwd=tmp_path)
@@ -297,6 +307,13 @@ def test_output_is_never_overwritten_without_force(tmp_path):
     (["slurm", "t.py", "--rank-table", "rt4.json"], {}, "breaks rule R1"),
     (["slurm", "t.py", "--rank-table", "rt.json", "--nodes", "1", "--job-name", "a\nb"], {}, "#SBATCH line"),
     (["slurm", "t.py", "--nodes", "1"], {}, "needs --rank-table"),
+    *((["slurm", "t.py", "--rank-table", "rt.json", "--nodes", "1", "--signal", bad], {},
+       f"argument --signal: expected SIG@SECONDS, a signal name and whole seconds before the time limit (at most "
+       f"65535) such as USR1@120, not {bad!r}")
+      for bad in ("USR1", "FOO@120", "USR1@2m", "USR1@-5", "USR1@70000", "@120", "USR1@1.5", "B:USR1@ 9", "")),
+    (["run_cluster.sh", "t.py", "--rank-table", "rt.json", "--signal", "USR1@120"], {},
+     "--signal does not fit the run_cluster.sh template: --signal is for the slurm template"),
+    (["run.sh", "t.py", "--requeue"], {}, "--requeue does not fit the run.sh template: --requeue is for the slurm"),
     (["run.sh"], {}, "no SCRIPT given"),
     (["run.sh", "t.py", "--template-dir", "nowhere"], {}, "is not a directory"),
     (["run.sh", "t.py", "--launch", "cluster"], {}, "runs dlaunch run, not cluster"),

@@ -140,6 +140,18 @@ PartitionName=debug Nodes={",".join(NODES)} Default=YES MaxTime=INFINITE State=U
         assert job, result.stdout + result.stderr + self.logs()
         return result, job.group(1)
 
+    def submit(self, script, cwd):
+        """sbatch without waiting: the job id."""
+        result = subprocess.run(["sbatch", "--parsable", f"--chdir={cwd}", f"--output={cwd}/slurm-%j.out",
+                                 str(script)], env=self.env, capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, result.stdout + result.stderr + self.logs()
+        return result.stdout.strip().split(";")[0]
+
+    def state(self, job):
+        result = subprocess.run(["scontrol", "show", "job", job], env=self.env, capture_output=True, text=True)
+        found = re.search(r"JobState=(\S+)", result.stdout)
+        return found.group(1) if found else None
+
     def stop(self):
         subprocess.run(["scancel", "--full", "--user", "root"], env=self.env, capture_output=True)
         for proc in reversed(self.daemons):
@@ -173,11 +185,11 @@ def slurm(tmp_path_factory):
         cluster.stop()
 
 
-def render_job(tmp_path, *script_args):
+def render_job(tmp_path, *script_args, options=()):
     table = two_server_table(tmp_path / "rt4.json")
     result = run_dlaunch("script", "slurm", RANK_PROGRAM, "--rank-table", table, "--profile", "a2",
                          "--output-dir", tmp_path / "runs", "--job-name", JOB_NAME, "--time", "5", "--grace-period",
-                         "2", "-o", tmp_path / "job.sbatch", "--", *script_args, cwd=tmp_path)
+                         "2", *options, "-o", tmp_path / "job.sbatch", "--", *script_args, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     return tmp_path / "job.sbatch"
 
@@ -244,3 +256,79 @@ def test_a_failing_rank_on_one_node_stops_the_other_with_the_jobs_verdict(slurm,
         assert wait_until(lambda: not processes_of_run(f"slurm-{job_id}"), timeout=15)
     finally:
         kill_run(f"slurm-{job_id}")
+
+
+# A job Slurm requeues (preemption, a failed node; here scontrol requeue) starts its batch script again with
+# the same job id and SLURM_RESTART_COUNT=1: its ranks resume from the newest step all four ranks saved in the
+# first attempt's run directory, which stays as it was; the second attempt has a directory of its own.
+def test_a_requeued_job_resumes_from_the_first_attempts_newest_complete_step(slurm, tmp_path):
+    job = render_job(tmp_path, "--dump-env", "--save-steps", "3", "--fresh-sleep", "120",
+                     options=("--requeue", "--signal", "USR1@60"))
+    assert "\n#SBATCH --signal=B:USR1@60\n#SBATCH --requeue\n" in job.read_text()
+    job_id = slurm.submit(job, tmp_path)
+    first, second = tmp_path / "runs" / f"slurm-{job_id}", tmp_path / "runs" / f"slurm-{job_id}.requeue1"
+    try:
+        saved = [first / f"rank_{rank:03d}" / "ckpt" / "ckpt-0_3.pt" for rank in range(4)]
+        assert wait_until(lambda: all(path.exists() for path in saved), timeout=60), slurm.logs()
+        first_env = json.loads((first / "rank_000" / "env.json").read_text())
+        assert "DLAUNCH_RESUME_STEP" not in first_env and "SLURM_RESTART_COUNT" not in first_env
+        requeue = subprocess.run(["scontrol", "requeue", job_id], env=slurm.env, capture_output=True, text=True)
+        assert requeue.returncode == 0, requeue.stderr
+        # a requeued job waits two minutes (BeginTime) before it may start again: not in a test
+        assert wait_until(lambda: slurm.state(job_id) == "PENDING", timeout=30, interval=0.2), slurm.state(job_id)
+        subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], env=slurm.env, check=True)
+        ended = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL")
+        assert wait_until(lambda: slurm.state(job_id) in ended, timeout=60, interval=0.3), slurm.logs()
+        output = (tmp_path / f"slurm-{job_id}.out").read_text()
+        assert slurm.state(job_id) == "COMPLETED", output
+        for rank in range(4):
+            env = json.loads((second / f"rank_{rank:03d}" / "env.json").read_text())
+            assert (env["SLURM_JOB_ID"], env["SLURM_RESTART_COUNT"], env["DLAUNCH_RESUME_STEP"]) == (
+                job_id, "1", "0_3")
+            assert env["DLAUNCH_RESUME_FROM"] == str(first / f"rank_{rank:03d}" / "ckpt" / "ckpt-0_3.pt")
+            assert records(second / f"rank_{rank:03d}", "saved.jsonl") == []   # steps 1-3 were not redone
+            assert records(first / f"rank_{rank:03d}", "saved.jsonl") == [{"step": s} for s in (1, 2, 3)]
+            assert (first / f"rank_{rank:03d}" / "output.log").exists()   # the first attempt's files stay
+        assert json.loads((first / "rank_000" / "env.json").read_text()) == first_env
+        assert json.loads((first / "plan.127.0.0.2.json").read_text())["run_id"] == f"slurm-{job_id}"
+        assert f"Slurm requeued this job (SLURM_RESTART_COUNT=1): resuming from ckpt-0_3 of {first}" in output
+        for server in ("127.0.0.2", "127.0.0.3"):
+            assert json.loads((second / f"summary.{server}.json").read_text())["status"] == "succeeded"
+    finally:
+        subprocess.run(["scancel", job_id], env=slurm.env, capture_output=True)
+        kill_run(f"slurm-{job_id}")
+        kill_run(f"slurm-{job_id}.requeue1")
+
+
+# The same rule without a Slurm cluster, for dlaunch run with --run-id (its --dry-run shows the ranks' env):
+# the newest earlier attempt with a complete step wins; with none anywhere, a fresh start that says so.
+def test_under_slurm_restart_count_run_resumes_the_newest_earlier_attempt_or_starts_afresh(tmp_path):
+    runs = tmp_path / "runs"
+    for run_id, steps in (("job", {0: [1, 2], 1: [1, 2]}), ("job.requeue1", {0: [3, 4], 1: [3]})):
+        for rank, saved in steps.items():
+            ckpt = runs / run_id / f"rank_{rank:03d}" / "ckpt"
+            ckpt.mkdir(parents=True)
+            for step in saved:
+                (ckpt / f"ckpt-0_{step}.pt").write_text("x")
+    slurm_env = {"SLURM_JOB_ID": "77", "SLURM_RESTART_COUNT": "2"}
+
+    def dry(run_id, env):
+        return run_dlaunch("run", RANK_PROGRAM, "--ranks", "2", "--output-dir", runs, "--run-id", run_id,
+                           "--dry-run", cwd=tmp_path, env=env)
+
+    resumed = dry("job", slurm_env)
+    assert resumed.returncode == 0, resumed.stderr
+    assert (f"Slurm requeued this job (SLURM_RESTART_COUNT=2): resuming from ckpt-0_3 of {runs / 'job.requeue1'}"
+            in resumed.stderr)
+    assert "DLAUNCH_RESUME_STEP=0_3" in resumed.stdout and str(runs / "job.requeue2" / "rank_001") in resumed.stdout
+    fresh = dry("other", slurm_env)
+    assert fresh.returncode == 0, fresh.stderr
+    assert (f"Slurm requeued this job (SLURM_RESTART_COUNT=2): starting afresh, no checkpoint step that every "
+            f"rank completed in {runs / 'other.requeue1'} or the attempts before it") in fresh.stderr
+    assert "DLAUNCH_RESUME" not in fresh.stdout and str(runs / "other.requeue2") in fresh.stdout
+    unknown = run_dlaunch("run", RANK_PROGRAM, "--ranks", "2", "--output-dir", runs, "--dry-run", cwd=tmp_path,
+                          env=slurm_env)
+    assert "without --run-id its first attempt's run directory is unknown: starting afresh" in unknown.stderr
+    for first_attempt in ({"SLURM_JOB_ID": "77"}, {"SLURM_JOB_ID": "77", "SLURM_RESTART_COUNT": "0"}):
+        plain = dry("job", first_attempt)
+        assert "DLAUNCH_RESUME" not in plain.stdout and "requeue" not in plain.stdout + plain.stderr

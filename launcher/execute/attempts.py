@@ -59,7 +59,9 @@ def launch(table: RankTable, server_index: int, opts: Options, *, dry_run: bool,
         resume = find_resume_point(opts.resume_from, table.device_count, log=say)
         if resume is None:
             raise UsageError(f"nothing to resume: {opts.resume_from} has no checkpoint that every rank completed")
-        say(f"resuming from {resume.label} of {resume.run_dir}")
+        say(f"{opts.resume_note + ': ' if opts.resume_note else ''}resuming from {resume.label} of {resume.run_dir}")
+    elif opts.resume_note:
+        say(opts.resume_note)
     plan = make_plan(table, server_index, opts, rank_table_file, inherited, resume=resume)
     if dry_run:
         from launcher.plan import describe

@@ -437,7 +437,7 @@ class LocalWorkers:
                 if fd is not None:
                     os.close(fd)
 
-    def _spawn_argv(self, argv, env: dict, cwd: str) -> tuple[list, object]:
+    def _spawn_argv(self, argv, env: dict, cwd: str) -> tuple[list, Callable[[], None] | None]:
         """(the command to spawn, its preexec_fn): behind ``setpriv --pdeathsig KILL`` when it is here, after
         checking here what the exec would refuse, so a missing or non-executable program is the same
         spawn error (127/126, said by dlaunch) as without the wrapper."""

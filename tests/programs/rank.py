@@ -35,6 +35,11 @@ parser.add_argument("--daemon", action="store_true",
 parser.add_argument("--fill-disk", metavar="PATH", help="at the end, write zeros to PATH until the disk is full")
 parser.add_argument("--progress-until", metavar="FILE",
                     help="draw a progress bar with \\r, and finish its line only once FILE exists")
+parser.add_argument("--save-steps", type=int, default=0, metavar="N",
+                    help="save checkpoint steps 0_1..0_N (after DLAUNCH_RESUME_STEP's) into DLAUNCH_CKPT_DIR, as "
+                         "launcher.checkpoint names them, each written to a temporary and renamed")
+parser.add_argument("--fresh-sleep", type=float, default=0.0,
+                    help="sleep this long unless resumed (DLAUNCH_RESUME_STEP): a job waiting to be preempted")
 parser.add_argument("--label", action="append", default=[], help="any text; recorded in labels.jsonl as received")
 args = parser.parse_args()
 
@@ -137,6 +142,15 @@ for i in range(args.lines):
 sys.stdout.flush()
 if args.exit_early_rank == rank:
     sys.exit(0)
+first_step = int(os.environ.get("DLAUNCH_RESUME_STEP", "0_0").split("_")[1]) + 1
+for step in range(first_step, args.save_steps + 1):
+    path = os.path.join(os.environ["DLAUNCH_CKPT_DIR"], f"ckpt-0_{step}.pt")
+    with open(path + ".part", "w") as fh:
+        fh.write(f"rank {rank} step {step}\n")
+    os.rename(path + ".part", path)
+    note("saved.jsonl", {"step": step})
+if "DLAUNCH_RESUME_STEP" not in os.environ:
+    time.sleep(args.fresh_sleep)
 attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
 if args.fail_rank == rank and (args.fail_on_attempt is None or args.fail_on_attempt == attempt):
     time.sleep(args.after)
