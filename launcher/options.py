@@ -238,9 +238,17 @@ def adopt_pod(args: argparse.Namespace, environ) -> bool:
         return False
     if pod is not None:
         say(f"{pod.operator}: {pod.said}")
-        if pod.ms_role == "MS_SCHED":
-            raise UsageError("this pod is MindSpore's scheduler (MS_ROLE=MS_SCHED, no devices): run the script "
-                             "itself here (python SCRIPT); dlaunch cluster runs the worker pods")
+        if pod.ms_role == "MS_SCHED":   # the job's MindSpore scheduler: the script once, with the pod's MS_*
+            from launcher.table.build import single_server_table
+            from launcher.table.model import dumps
+
+            say("this pod is the job's MindSpore scheduler (MS_ROLE=MS_SCHED): running the script once as the "
+                "scheduler, which the worker pods' ranks register with")
+            args.rank_table_text = dumps(single_server_table([0], "scheduler"))
+            args.ms_scheduler_pod = True
+            args.master_addr = args.master_addr or pod.master_addr
+            args.master_port = args.master_port or pod.master_port
+            return True
         if args.master_addr is None and pod.master_addr:
             args.master_addr = pod.master_addr
         if args.master_port is None and pod.master_port:
@@ -350,6 +358,7 @@ def launch_options(args: argparse.Namespace, table, server_index: int, view=None
                    extra_env=extra_env(args), waiting_notice=args.waiting_notice,
                    ms_scheduler=args.ms_scheduler, ms_topo_timeout=args.ms_topo_timeout,
                    ms_scheduler_elsewhere=getattr(args, "ms_scheduler_elsewhere", False),
+                   ms_scheduler_pod=getattr(args, "ms_scheduler_pod", False),
                    hang_timeout=args.hang_timeout, forward_signals=args.forward_signals or (),
                    termination_log=args.termination_log,
                    prefix_host=cluster, shared_run_dir=cluster or bool(args.run_id), run_id_shared=bool(run_id),

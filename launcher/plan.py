@@ -69,6 +69,7 @@ class Options:
     waiting_notice: float = 30.0  # silent ranks and missing peers this long: say so (0: never)
     ms_scheduler: bool = False    # MindSpore's dynamic cluster (msrun's contract): a scheduler beside rank 0
     ms_scheduler_elsewhere: bool = False   # the same contract for the ranks, the scheduler in its own pod
+    ms_scheduler_pod: bool = False   # this is that pod: its one process is the scheduler (no table, no device)
     ms_topo_timeout: float = 600.0
     hang_timeout: float | None = None   # stop the job (exit 124) after this long without a sign of life
     termination_log: str | None = None   # --termination-log: a failed run's root cause (containers)
@@ -198,6 +199,9 @@ def make_plan(table: RankTable, server_index: int, opts: Options, rank_table_fil
             master_port=opts.master_port, run_id=opts.run_id, run_dir=run_dir, rank_dir=rank_dir,
             ckpt_dir=ckpt_dir, error_file=error_file, restart_count=attempt, max_restarts=opts.max_restarts,
             inherited=inherited)
+        if opts.ms_scheduler_pod:
+            env.pop("RANK_TABLE_FILE")   # the operator's MS_ROLE=MS_SCHED and MS_* make it the scheduler
+            env.pop("DEVICE_ID")
         if opts.ms_scheduler or opts.ms_scheduler_elsewhere:
             env.pop("RANK_TABLE_FILE")   # with it, MindSpore's init() takes the rank-table path, not the scheduler
             env.update(mindspore_worker_environment(rank=rank, world_size=world_size, master_addr=opts.master_addr,

@@ -184,14 +184,20 @@ def test_ascendjob_pods_wait_for_the_table_and_find_their_server_by_pod_ip(tmp_p
         assert json.loads(Path(env["RANK_TABLE_FILE"]).read_text())["status"] == "completed"
 
 
-def test_mindsporess_scheduler_pod_is_told_what_to_run(tmp_path):
+def test_mindspores_scheduler_pod_runs_the_script_once_as_the_scheduler(tmp_path):
+    """AscendJob (MindSpore) gives its scheduler a pod of its own (MS_ROLE=MS_SCHED, no devices): dlaunch cluster
+    runs the script there once, with the operator's MS_* and neither a rank table nor a device of its own."""
     env = clean_env(pod_env("ascendjob_mindspore", 0, master="127.0.0.2", port="8118", nproc="8", world="16",
                             ms_role="MS_SCHED"))
     done = subprocess.run(dlaunch_argv("cluster", DUMP), cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=60)
-    assert done.returncode == 2
-    assert "MindSpore's scheduler" in done.stderr and "Traceback" not in done.stderr
-    assert not (tmp_path / "dlaunch_runs").exists()
+    assert done.returncode == 0, done.stderr
+    assert "MindSpore scheduler" in done.stderr and "Traceback" not in done.stderr
+    dumped = json.loads((tmp_path / "env_0.json").read_text())
+    assert (dumped["MS_ROLE"], dumped["MS_SCHED_HOST"], dumped["MS_SCHED_PORT"], dumped["MS_WORKER_NUM"]) == (
+        "MS_SCHED", "127.0.0.2", "8118", "16")
+    assert "RANK_TABLE_FILE" not in dumped and "DEVICE_ID" not in dumped
+    assert list(tmp_path.glob("dlaunch_runs/*/summary*.json"))   # a run directory like any other
 
 
 def test_dlaunch_torchrun_in_a_volcano_pod_takes_the_job_from_the_pod(tmp_path):
