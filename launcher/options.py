@@ -118,6 +118,14 @@ _DECLARED: list[tuple[Option, tuple[str, ...]]] = [
     (Option(("--server-id",), "this host's server_id in the rank table"), ("cluster",)),
     (Option(("--rank-start",), "this host is the server whose first rank is K", type=whole(0, 10**9 - 1),
             metavar="K"), ("cluster",)),
+    (Option(("--nnodes",), "without a rank table: the job's number of hosts, node K running ranks K*N.. "
+                           "(with --node-rank K on each, as torchrun's --nnodes)", type=whole(1, 10**6),
+            metavar="N"), ("cluster",)),
+    (Option(("--node_rank", "--node-rank"), "with --nnodes: this host's index, 0 to N-1",
+            type=whole(0, 10**6 - 1), metavar="K"), ("cluster",)),
+    (Option(("--nproc_per_node", "--nproc-per-node"),
+            "with --nnodes: ranks per host, a number or auto (one per visible GPU or NPU, else one per CPU, as "
+            "torchrun; default auto)", metavar="N|auto"), ("cluster",)),
     (Option(("--master-addr",), "MASTER_ADDR (default: the server_id of rank 0's server)"), ("cluster",)),
     (Option(("--master-port",), f"MASTER_PORT (default {CLUSTER_DEFAULT_PORT}, the same on every host)",
             type=port), ("cluster",)),
@@ -227,9 +235,7 @@ def adopt_pod(args: argparse.Namespace, environ) -> bool:
     does), and the operator's master address and port.  Flags given win.  False when nothing says where
     this host belongs (the caller then asks for --rank-table)."""
     from launcher.console import say
-    from launcher.host import discover, ranks_per_node
     from launcher.pods import detect, rank_table_path
-    from launcher.table.build import job_table
     from launcher.table.share import load_completed, rank_zero_address
 
     pod = detect(environ)
@@ -272,14 +278,49 @@ def adopt_pod(args: argparse.Namespace, environ) -> bool:
     if pod.node_rank >= pod.nnodes:
         raise UsageError(f"{pod.operator}: pod index {pod.node_rank} but the job has {pod.nnodes} pod(s) "
                          f"({pod.said})")
-    nproc, chosen = ranks_per_node(pod.nproc or "auto", environ)
+    take_job_share(args, pod.nnodes, pod.node_rank, pod.nproc, environ, pod.operator)
+    return True
+
+
+def take_job_share(args: argparse.Namespace, nnodes: int, node_rank: int, nproc_text: str | None, environ,
+                   who: str) -> None:
+    """A job without a rank table, as torchrun runs one: ``nnodes`` hosts of ``nproc`` ranks, host K running
+    ranks K*nproc..; the table dlaunch makes of it (``table.build.job_table``) and this host's share of it.
+    The pods of an operator and ``cluster --nnodes`` both come here."""
+    from launcher.console import say
+    from launcher.host import discover, ranks_per_node
+    from launcher.table.build import job_table
+
+    nproc, chosen = ranks_per_node(nproc_text or "auto", environ)
     if chosen:
-        say(f"{pod.operator}: {chosen}")
-    args.rank_table_text = job_table(pod.nnodes, discover(environ).first(nproc, "ranks per pod"))
+        say(f"{who}: {chosen}")
+    args.rank_table_text = job_table(nnodes, discover(environ).first(nproc, "ranks per node"))
     if args.server_id is None and args.rank_start is None:
-        args.rank_start = pod.node_rank * nproc
+        args.rank_start = node_rank * nproc
     if args.sources.get("profile") == "default":
         args.profile = "structure"   # a job of any size, as torchrun's: no Ascend topology rules
+
+
+def nodes_share(args: argparse.Namespace, environ) -> bool:
+    """``cluster --nnodes N --node-rank K [--nproc-per-node P]``: torchrun's way of naming a job without a
+    rank table; False when --nnodes is not given."""
+    given = [flag for flag, value in (("--node-rank", args.node_rank), ("--nproc-per-node", args.nproc_per_node))
+             if value is not None]
+    if args.nnodes is None:
+        if given:
+            raise UsageError(f"{given[0]} goes with --nnodes N (the job's number of hosts)")
+        return False
+    if args.rank_table or args.ssh:
+        raise UsageError("--nnodes names a job without a rank table: give either --rank-table FILE or --nnodes N "
+                         "--node-rank K, not both" if args.rank_table else
+                         "--nnodes has no hosts to reach over --ssh: --ssh starts the servers of a --rank-table")
+    if args.node_rank is None:
+        raise UsageError(f"--nnodes {args.nnodes} needs --node-rank K on each host (0 to {args.nnodes - 1})")
+    if args.node_rank >= args.nnodes:
+        raise UsageError(f"--node-rank {args.node_rank} but --nnodes is {args.nnodes}: use 0 to {args.nnodes - 1}")
+    if args.master_addr is None and args.nnodes > 1:
+        raise UsageError(f"--nnodes {args.nnodes} needs --master-addr A on every host: the address of node 0")
+    take_job_share(args, args.nnodes, args.node_rank, args.nproc_per_node, environ, "--nnodes")
     return True
 
 

@@ -118,3 +118,37 @@ def test_this_hosts_own_address_is_found_automatically(tmp_path):
     result = run_dlaunch("cluster", RANK_PROGRAM, "--rank-table", table_file, "--dry-run", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "on server 127.0.0.1 (server 1 of 2)" in result.stdout
+
+
+def test_a_job_without_a_rank_table_named_as_torchrun_names_it(tmp_path):
+    """cluster --nnodes 2 --node-rank K --nproc-per-node 2 --master-addr A: node K runs ranks 2K..2K+1."""
+    from launcher.host import free_port
+
+    port = free_port("127.0.0.1")
+
+    def host(index):
+        out = tmp_path / f"node{index}"
+        out.mkdir()
+        return out, run_dlaunch("cluster", RANK_PROGRAM, "--nnodes", "2", "--node-rank", index, "--nproc-per-node",
+                                "2", "--master-addr", "127.0.0.1", "--master-port", port, "--run-id", "nodes",
+                                "--", "--allreduce", cwd=out, timeout=180)
+    results = side_by_side(host, 0, 1)
+    for index, (out, done) in results.items():
+        assert done.returncode == 0, done.stderr
+        for local in range(2):
+            rank = 2 * index + local
+            got = records(out / "dlaunch_runs" / "nodes" / f"rank_{rank:03d}", "allreduce.jsonl")
+            assert got == [{"sum": 10.0, "world": 4}]
+
+
+@pytest.mark.parametrize("flags, message", [
+    (("--node-rank", "1"), "--node-rank goes with --nnodes N"),
+    (("--nnodes", "2", "--master-addr", "10.0.0.1"), "--nnodes 2 needs --node-rank K on each host (0 to 1)"),
+    (("--nnodes", "2", "--node-rank", "2", "--master-addr", "10.0.0.1"), "--node-rank 2 but --nnodes is 2"),
+    (("--nnodes", "2", "--node-rank", "1"), "--nnodes 2 needs --master-addr A on every host"),
+    (("--nnodes", "2", "--node-rank", "1", "--rank-table", "rt.json"), "either --rank-table FILE or --nnodes N"),
+])
+def test_nnodes_mistakes_are_one_line(tmp_path, flags, message):
+    result = run_dlaunch("cluster", RANK_PROGRAM, *flags, cwd=tmp_path)
+    assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "dlaunch_runs").exists()

@@ -158,10 +158,10 @@ def test_a_malformed_pet_flag_is_one_line(monkeypatch, capsys):
 @pytest.mark.parametrize("argv, instead", [
     (["run", "--nproc-per-node", "4", "x.py"], "--ranks N"),
     (["run", "x.py", "--nproc_per_node=4"], "--ranks N"),
-    (["run", "--nnodes", "2", "x.py"], "dlaunch torchrun --nnodes"),
+    (["run", "--nnodes", "2", "x.py"], "dlaunch cluster --nnodes N --node-rank K"),
     (["run", "x.py", "--log-dir", "logs"], "--output-dir DIR"),
     (["run", "x.py", "--rdzv-endpoint", "h:1"], "dlaunch torchrun"),
-    (["cluster", "x.py", "--node-rank", "1"], "--rank-start"),
+    (["cluster", "x.py", "--local-ranks-filter", "0"], "--console RANKS"),
 ])
 def test_torchrun_flags_under_run_get_a_hint(argv, instead, capsys):
     with pytest.raises(SystemExit) as exc:

@@ -16,7 +16,15 @@ from launcher.config import apply_layers
 from launcher.console import printable, say
 from launcher.contract import ExitCode
 from launcher.errors import UsageError
-from launcher.options import LAUNCH_COMMANDS, adopt_pod, head_launch, launch_options, launch_table, options_for
+from launcher.options import (
+    LAUNCH_COMMANDS,
+    adopt_pod,
+    head_launch,
+    launch_options,
+    launch_table,
+    nodes_share,
+    options_for,
+)
 
 
 def _describe(table) -> str:
@@ -133,7 +141,8 @@ def cmd_cluster(args: argparse.Namespace, control=None, on_started=None) -> int:
         if checking:
             check_before_launch(args, text, head_table, None)
         return launch_over_ssh(args, text, head_table, opts)
-    if not args.rank_table and getattr(args, "rank_table_text", None) is None and not adopt_pod(args, os.environ):
+    if (not nodes_share(args, os.environ) and not args.rank_table and getattr(args, "rank_table_text", None) is None
+            and not adopt_pod(args, os.environ)):
         raise UsageError("dlaunch cluster needs --rank-table FILE: on each host, dlaunch cluster SCRIPT "
                          "--rank-table FILE --rank-start K; or from one head node, dlaunch cluster SCRIPT "
                          "--rank-table FILE --ssh")

@@ -318,9 +318,10 @@ def settled_launch(args: argparse.Namespace) -> tuple[str, argparse.Namespace]:
 
 # torchrun's flags that dlaunch run does not take, and what to type instead (``parsers.unrecognized``)
 RUN_HINTS = {
-    "--nproc-per-node": "--ranks N", "--nproc_per_node": "--ranks N", "--nnodes": "dlaunch torchrun --nnodes",
-    "--node-rank": "dlaunch torchrun --node-rank (or dlaunch cluster --rank-start)",
-    "--node_rank": "dlaunch torchrun --node_rank (or dlaunch cluster --rank-start)",
+    "--nproc-per-node": "--ranks N", "--nproc_per_node": "--ranks N",
+    "--nnodes": "dlaunch cluster --nnodes N --node-rank K (or dlaunch torchrun --nnodes)",
+    "--node-rank": "dlaunch cluster --nnodes N --node-rank K (or dlaunch torchrun --node-rank)",
+    "--node_rank": "dlaunch cluster --nnodes N --node_rank K (or dlaunch torchrun --node_rank)",
     "--log-dir": "--output-dir DIR", "--log_dir": "--output-dir DIR", "--redirects": "--console",
     "--tee": "--console", "--local-ranks-filter": "--console RANKS", "--local_ranks_filter": "--console RANKS",
     "--standalone": "nothing (dlaunch run is standalone)", "--max_restarts": "--max-restarts",
