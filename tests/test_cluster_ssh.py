@@ -295,6 +295,28 @@ def test_ctrl_c_on_the_head_reaches_ranks_on_both_hosts(ssh_cluster, tmp_path, o
         kill_run("ctrlc")
 
 
+def test_sigusr1_on_the_head_reaches_ranks_on_both_hosts_and_the_job_goes_on(ssh_cluster, tmp_path, out):
+    """Slurm's warning signal (or a user's) to the head: every host's launcher passes it to its ranks, and
+    nothing is stopped (each rank here saves its trap and then leaves by itself, exit 0)."""
+    table = write_table(tmp_path / "rt.json", 2)
+    proc = start_dlaunch(*cluster_args(ssh_cluster, table, out, "--forward-signals", "WINCH", run_id="usr1"), "--",
+                         "--sleep", "60", "--trap", "SIGUSR1", cwd=tmp_path)
+    try:
+        wait_for_pids(out / "usr1", range(4))
+        proc.send_signal(signal.SIGUSR1)
+        _, stderr = proc.communicate(timeout=30)
+        assert proc.returncode == 0, stderr
+        for rank in range(4):
+            assert records(out / "usr1" / f"rank_{rank:03d}", "signals.jsonl") == [{"signal": "SIGUSR1",
+                                                                                    "rank": rank}]
+        head = summary(out / "usr1", "summary.head.json")
+        assert head["status"] == "succeeded" and not head.get("interrupted_by")
+    finally:
+        proc.kill()
+        proc.wait()
+        kill_run("usr1")
+
+
 def test_second_ctrl_c_kills_every_rank_at_once(ssh_cluster, tmp_path, out):
     table = write_table(tmp_path / "rt.json", 2)
     proc = start_dlaunch(*cluster_args(ssh_cluster, table, out, "--grace-period", "60", run_id="ctrlc2"), "--",

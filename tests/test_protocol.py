@@ -50,6 +50,12 @@ def test_a_bad_request_is_a_clear_error(data, message):
 def test_the_head_sends_only_signals_a_host_acts_on():
     with pytest.raises(ValueError):
         encode_signal("SIGUSR1")
+    with pytest.raises(ValueError):
+        encode_signal("SIGWINCH", (signal.SIGUSR1, signal.SIGUSR2))
+    assert encode_signal("SIGUSR1", (signal.SIGUSR1, signal.SIGUSR2)) == b"SIGUSR1\n"
+    # a host takes a passed-on signal only when it passes it on itself: never read as a stop
+    assert decode_signals([b"SIGUSR1", b"SIGWINCH", b"SIGTERM"], (signal.SIGUSR1,)) == [signal.SIGUSR1,
+                                                                                        signal.SIGTERM]
 
 
 def test_events_reach_the_head_and_other_lines_are_not_events(capsys):

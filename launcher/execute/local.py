@@ -89,11 +89,11 @@ class SignalWatch:
         if not chunk:
             self.control_fd = None
             return [signal.SIGHUP]
-        return decode_signals(self._control.lines(chunk))
+        return decode_signals(self._control.lines(chunk), self.pass_through)
 
     def pending_control(self) -> list[int]:
         """Whole signal lines that arrived with the launch request, before the selector watched the channel."""
-        return decode_signals(self._control.lines(b""))
+        return decode_signals(self._control.lines(b""), self.pass_through)
 
     def close(self) -> None:
         for sig, handler in self._previous.items():

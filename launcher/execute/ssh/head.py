@@ -55,7 +55,7 @@ def _execute(plan: SshPlan, probes: list[Probe], summary_path: str) -> int:
 
     started = time.time()
     runs = [HostRun(p.host, p.client, p.channel) for p in probes]
-    signals = SignalWatch()  # before the first host starts: a Ctrl-C from now on reaches every host
+    signals = SignalWatch(forward=plan.forward_signals)  # from now on a Ctrl-C (or SIGUSR1) reaches every host
     session = Session(plan, runs, signals)
     try:
         start_hosts(runs)

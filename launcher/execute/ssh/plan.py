@@ -13,6 +13,7 @@ import fnmatch
 import getpass
 import os
 import shlex
+import signal
 import sys
 from dataclasses import dataclass
 
@@ -80,6 +81,7 @@ class SshPlan:
     connect_timeout: float
     trust_new_hosts: bool
     hosts: tuple[HostLaunch, ...]
+    forward_signals: tuple = ()   # --forward-signals: passed on to every host's ranks, beside SIGUSR1/2
 
     @property
     def run_dir(self) -> str:
@@ -113,7 +115,8 @@ def make_ssh_plan(args, text: str, table, opts, environ=None) -> SshPlan:
     return SshPlan(run_id=opts.run_id, output_dir=opts.output_dir, cwd=cwd, python=python, target_kind=kind,
                    target=command.target, remote_command=remote_command(python, cwd, kind, command.target),
                    grace_period=opts.grace_period,
-                   connect_timeout=args.connect_timeout, trust_new_hosts=args.trust_new_hosts, hosts=tuple(hosts))
+                   connect_timeout=args.connect_timeout, trust_new_hosts=args.trust_new_hosts, hosts=tuple(hosts),
+                   forward_signals=tuple(opts.forward_signals))
 
 
 def _server_ids(table) -> list[str]:
@@ -154,6 +157,8 @@ def host_argv(opts, server_id: str, profile: str) -> list[str]:
             "--console", opts.console, "--grace-period", repr(float(opts.grace_period)), *hang,
             "--waiting-notice", repr(float(opts.waiting_notice)),
             *(["--ms-scheduler", "--ms-topo-timeout", repr(float(opts.ms_topo_timeout))] if opts.ms_scheduler else []),
+            *(["--forward-signals", ",".join(signal.Signals(s).name for s in opts.forward_signals)]
+              if opts.forward_signals else []),
             *(job_argv(opts) if opts.max_restarts else [])]
 
 

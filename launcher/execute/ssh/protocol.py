@@ -26,7 +26,7 @@ from launcher.errors import UsageError
 
 EVENT_MARK = "\x1edlaunch-event "
 MAX_REQUEST_BYTES = 64 << 20
-CONTROL_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGKILL")   # what the head may send
+CONTROL_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGKILL")   # what the head may send to stop
 
 
 def encode_request(request: dict) -> bytes:
@@ -34,17 +34,20 @@ def encode_request(request: dict) -> bytes:
     return json.dumps(request).encode() + b"\n"
 
 
-def encode_signal(name: str) -> bytes:
-    """A signal the head forwards to a host's launcher."""
-    if name not in CONTROL_SIGNALS:
+def encode_signal(name: str, passed_on: tuple[int, ...] = ()) -> bytes:
+    """A signal the head forwards to a host's launcher: one that stops the job, or one of ``passed_on`` (the
+    signals the head and its hosts forward to every rank while the job goes on, ``--forward-signals``)."""
+    if name not in CONTROL_SIGNALS and name not in {signal.Signals(s).name for s in passed_on}:
         raise ValueError(f"{name} is not a signal the head sends")
     return name.encode() + b"\n"
 
 
-def decode_signals(lines: list[bytes]) -> list[int]:
-    """The signal numbers in control lines from the head; anything else on the channel is ignored."""
+def decode_signals(lines: list[bytes], passed_on: tuple[int, ...] = ()) -> list[int]:
+    """The signal numbers in control lines from the head; anything else on the channel is ignored (a name
+    this host does not pass on included: it must never be taken for a stop)."""
+    allowed = {*CONTROL_SIGNALS, *(signal.Signals(s).name for s in passed_on)}
     names = [line.strip().decode("ascii", "replace") for line in lines]
-    return [int(getattr(signal, name)) for name in names if name in CONTROL_SIGNALS]
+    return [int(getattr(signal, name)) for name in names if name in allowed]
 
 
 def read_request(fd: int = 0) -> tuple[dict, bytes]:

@@ -55,12 +55,13 @@ class HostRun:
     def end(self, code: int, lost: str | None = None) -> None:
         self.exit_code, self.lost, self.ended_at, self.reading = code, lost, time.time(), False
 
-    def send(self, line: str) -> None:
-        """A control line for the remote launcher; a channel already gone needs none."""
+    def send(self, line: str, passed_on: tuple = ()) -> None:
+        """A control line for the remote launcher (``passed_on``: the signals it forwards to its ranks); a
+        channel already gone needs none."""
         if self.channel is None or self.done:
             return
         try:
-            self.channel.sendall(encode_signal(line))
+            self.channel.sendall(encode_signal(line, passed_on))
         except Exception as exc:  # OSError, EOFError, SSHException: the transport just died; the loop notices
             self.stderr_tail.append(f"could not send {line}: {exc or type(exc).__name__}")
 
@@ -150,8 +151,15 @@ class Session:
         self.stop_deadline = time.monotonic() + self.plan.grace_period + STOP_MARGIN
 
     def _on_signals(self, signals: list[int]) -> None:
-        """First SIGINT/SIGTERM/SIGHUP: forwarded to every host; a later SIGINT: SIGKILL everywhere at once."""
+        """First SIGINT/SIGTERM/SIGHUP: forwarded to every host; a later SIGINT: SIGKILL everywhere at once.
+        SIGUSR1/SIGUSR2 (and --forward-signals): to every host still running, whose launcher passes them to
+        its ranks; the job goes on."""
         for sig in signals:
+            if sig in self.signals.pass_through:
+                for run in self.runs:
+                    if not run.done:
+                        run.send(signal.Signals(sig).name, self.signals.pass_through)
+                continue
             if self.stop_deadline is None:
                 self.interrupted_by = sig
                 self._stop_all(sig)
