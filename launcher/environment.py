@@ -10,6 +10,7 @@ environment is inherited at spawn time, not copied into the plan.
 
 from __future__ import annotations
 
+import functools
 import re
 
 from launcher.contract import CKPT_DIR_ENV, RANK_DIR_ENV, RUN_DIR_ENV, RUN_ID_ENV
@@ -110,7 +111,10 @@ def _mindspore_cluster(world_size: int, master_addr: str, master_port: int, topo
             "MS_TOPO_TIMEOUT": f"{topo_timeout:g}"}
 
 
+@functools.lru_cache(maxsize=4096)
 def is_secret(name: str) -> bool:
+    """Whether a variable (or flag) name looks secret; cached: a 1,024-rank launch asks of the same ~100 names
+    for every rank."""
     return bool(SECRET_NAME.search(name) or SECRET_PART.search(name))
 
 
@@ -146,6 +150,8 @@ def masked_argv(argv) -> list[str]:
     return shown
 
 
-def format_env(env: dict[str, str]) -> str:
-    """KEY=VALUE lines, sorted, secrets masked: the env.log format."""
-    return "".join(f"{k}={v}\n" for k, v in sorted(masked(env).items()))
+def format_env(env: dict[str, str], masked_base: dict[str, str] | None = None) -> str:
+    """KEY=VALUE lines, sorted, secrets masked: the env.log format.  ``masked_base``: the inherited part,
+    masked once for every rank of a launch, ``env`` then only what the rank adds."""
+    shown = {**masked_base, **masked(env)} if masked_base is not None else masked(env)
+    return "".join(f"{k}={v}\n" for k, v in sorted(shown.items()))

@@ -11,7 +11,7 @@ executor in ``execute/local.py`` only carries it out (tests/test_pure_layers.py 
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 
 from launcher import numlists
 from launcher.console import printable
@@ -148,8 +148,12 @@ class LaunchPlan:
         return os.path.join(self.run_dir, f"{name}{self.host_files_suffix}.{ext}")
 
     def to_dict(self) -> dict:
-        """JSON-ready, with secret-looking env values and arguments masked."""
-        data = asdict(self)
+        """JSON-ready, with secret-looking env values and arguments masked.  Shallow, unlike ``asdict``: the
+        plan is only read from here on, and a deep copy of 1,024 ranks' environments took seconds."""
+        data = _fields(self)
+        data["ranks"] = [_fields(spec) for spec in self.ranks]
+        data["scheduler"] = _fields(self.scheduler) if self.scheduler else None
+        data["resume"] = _fields(self.resume) if self.resume else None
         for spec in data["ranks"] + ([data["scheduler"]] if data["scheduler"] else []):
             spec["env"], spec["argv"] = masked(spec["env"]), masked_argv(spec["argv"])
         return data
@@ -157,6 +161,10 @@ class LaunchPlan:
     def processes(self) -> list[RankSpec]:
         """Everything this host starts: the scheduler first (the ranks register with it), then the ranks."""
         return ([self.scheduler] if self.scheduler else []) + list(self.ranks)
+
+
+def _fields(obj) -> dict:
+    return {f.name: getattr(obj, f.name) for f in fields(obj)}
 
 
 def console_ranks(spec: str, world_size: int) -> set[int]:
@@ -185,6 +193,7 @@ def make_plan(table: RankTable, server_index: int, opts: Options, rank_table_fil
     local_devices = [dev.device for dev in devices]
     argv = opts.command.argv(opts.python)
     specs = []
+    cuda_visible = opts.devices.cuda_visible(local_devices, inherited)   # once: the same for every rank here
     for local_rank, dev in enumerate(devices):
         rank = dev.rank
         rank_dir = os.path.join(run_dir, rank_dir_name(rank, world_size))
@@ -194,7 +203,7 @@ def make_plan(table: RankTable, server_index: int, opts: Options, rank_table_fil
             rank=rank, local_rank=local_rank, world_size=world_size, local_world_size=len(devices),
             group_rank=server_index, group_world_size=len(table.servers),
             device_id=opts.devices.device_id(dev.device),
-            cuda_visible=opts.devices.cuda_visible(local_devices, inherited), rank_table_file=rank_table_file,
+            cuda_visible=cuda_visible, rank_table_file=rank_table_file,
             master_addr=opts.master_addr,
             master_port=opts.master_port, run_id=opts.run_id, run_dir=run_dir, rank_dir=rank_dir,
             ckpt_dir=ckpt_dir, error_file=error_file, restart_count=attempt, max_restarts=opts.max_restarts,

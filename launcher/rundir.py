@@ -102,12 +102,17 @@ def check_run_id(run_id: str) -> str:
     return run_id
 
 
+INDENTED_JSON_LIMIT = 256 << 10   # bigger files (a 1,024-rank plan) are written compact: seconds saved
+
+
 def write_json(path: str, data) -> None:
     """Write JSON atomically: readers (status, other hosts) never see half a file, a failure leaves none."""
     from launcher.atomic import write_atomically
 
-    write_atomically(path, lambda fh: fh.write(json.dumps(data, indent=2, default=str) + "\n"),
-                     permissions=0o666)
+    text = json.dumps(data, default=str)   # the C encoder: indent=2 would take the pure-Python one
+    if len(text) < INDENTED_JSON_LIMIT:         # small (every one-host run's summary): indented for people
+        text = json.dumps(data, indent=2, default=str)
+    write_atomically(path, lambda fh: fh.write(text + "\n"), permissions=0o666)
 
 
 def _make_dirs(path: str, made: list[str]) -> None:

@@ -26,7 +26,7 @@ from typing import Any
 
 from launcher.console import say
 from launcher.contract import ExitCode, Role
-from launcher.environment import format_env
+from launcher.environment import format_env, masked
 from launcher.execute.forwarding import pass_through
 from launcher.execute.hangs import HangWatch, describe_hang, dump_stacks
 from launcher.execute.peers import PeerWait
@@ -170,6 +170,9 @@ class LocalWorkers:
         self.reaper = Reaper(self.launcher_id)
         self._child_setup = child_setup(os.getpid())
         self._checked_programs: set = set()   # (program, PATH) found executable this launch
+        # what every rank inherits, read (and masked for env.log) once, not once per rank
+        self._environ = dict(os.environ)
+        self._masked_environ = masked(self._environ)
         self.on_started: Callable | None = None  # callback(ranks, scheduler) once every process is running
         self.job: Any = None   # a multi-host job's link (execute/job): its stops stop us, ours stop the other hosts
 
@@ -199,23 +202,26 @@ class LocalWorkers:
     def _start(self, attempt: _Attempt, selector, tee: ConsoleTee) -> None:
         """Spawn the scheduler (if any) and every rank; a spawn failure or a signal stops what started."""
         result = attempt.result
-        for spec in attempt.plan.processes():
-            process = _Process(spec, RankResult(spec.rank, spec.local_rank, spec.device_id, spec.server_id,
-                                                spec.log_file, spec.error_file, role=spec.role))
-            if spec.role == Role.SCHEDULER:
-                attempt.scheduler, result.scheduler = process, process.result
-            else:
-                attempt.ranks.append(process)
-                result.ranks.append(process.result)
-            self._spawn(process, selector, tee, attempt.plan.prefix_host)
-            if process.result.spawn_error:
-                self._begin_stop(attempt, root_cause=process.result)
-                return
-            pending = [s for s in self.signals.drain() if s not in self._pass_on(attempt, s)] \
-                if self.signals.received else []
-            if pending:
-                self._on_signal(attempt, pending[0])
-                return
+        try:
+            for spec in attempt.plan.processes():
+                process = _Process(spec, RankResult(spec.rank, spec.local_rank, spec.device_id, spec.server_id,
+                                                    spec.log_file, spec.error_file, role=spec.role))
+                if spec.role == Role.SCHEDULER:
+                    attempt.scheduler, result.scheduler = process, process.result
+                else:
+                    attempt.ranks.append(process)
+                    result.ranks.append(process.result)
+                self._spawn(process, selector, tee, attempt.plan.prefix_host)
+                if process.result.spawn_error:
+                    self._begin_stop(attempt, root_cause=process.result)
+                    return
+                pending = [s for s in self.signals.drain() if s not in self._pass_on(attempt, s)] \
+                    if self.signals.received else []
+                if pending:
+                    self._on_signal(attempt, pending[0])
+                    return
+        finally:
+            self.reaper.flush()   # every group the watchdog was not told of yet
         if self.on_started:
             try:
                 self.on_started([p.result for p in attempt.ranks], result.scheduler)
@@ -394,14 +400,14 @@ class LocalWorkers:
         try:
             os.makedirs(spec.ckpt_dir or spec.rank_dir, exist_ok=True)
             with open(spec.env_log, "w", encoding="utf-8", errors="surrogateescape") as fh:   # bytes as given
-                fh.write(format_env({**os.environ, **spec.env}))
+                fh.write(format_env(spec.env, self._masked_environ))
             log_fd = os.open(spec.log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         except OSError as exc:   # a full disk: this process cannot start with its files, so the job does not
             result.spawn_error = f"dlaunch could not prepare it: cannot write {describe_os_error(exc)}"
             result.returncode = 1
             result.start = result.end = time.time()
             return
-        env = {**os.environ, **spec.env, LAUNCHER_ID_VAR: self.launcher_id}
+        env = {**self._environ, **spec.env, LAUNCHER_ID_VAR: self.launcher_id}
         read_fd = write_fd = None
         try:
             if spec.console:

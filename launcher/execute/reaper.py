@@ -42,6 +42,7 @@ PR_SET_CHILD_SUBREAPER = 36
 SWEEP_SECONDS = 5.0          # a sweep keeps looking for new marked processes this long at most
 SWEEP_QUIET_ROUNDS = 3       # ... and stops after this many rounds that found nothing
 SWEEP_PAUSE = 0.005
+REGISTER_BATCH, REGISTER_SECONDS = 64, 0.005   # rank groups sent to the watchdog together
 GOODBYE_SECONDS = 2.0        # a watchdog that has not left this long after "bye" is stuck: killed
 _WATCHDOG_IGNORES = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 
@@ -212,6 +213,8 @@ class Reaper:
     def __init__(self, launcher_id: str):
         self.launcher_id = launcher_id
         self.groups: list[int] = []
+        self._unsent: list[bytes] = []
+        self._sent_at = 0.0
         self.pid = 0
         self.pidfd: int | None = None
         self._fd = -1
@@ -242,9 +245,20 @@ class Reaper:
             self.pidfd = None
 
     def watch(self, pgid: int) -> None:
-        """Register a rank's process group: the watchdog kills it if the launcher dies."""
+        """Register a rank's process group: the watchdog kills it if the launcher dies.  Sent in batches
+        (``flush``, at most REGISTER_BATCH groups or REGISTER_SECONDS apart): one write per rank woke the
+        watchdog 1,024 times.  A rank not yet registered still dies with the launcher (its death signal)
+        and is found by its marker."""
         self.groups.append(pgid)
-        self._send(b"+%d\n" % pgid)
+        self._unsent.append(b"+%d\n" % pgid)
+        if len(self._unsent) >= REGISTER_BATCH or time.monotonic() - self._sent_at >= REGISTER_SECONDS:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._unsent:
+            data, self._unsent = b"".join(self._unsent), []
+            self._sent_at = time.monotonic()
+            self._send(data)
 
     def _send(self, data: bytes) -> None:
         try:
