@@ -41,7 +41,7 @@ def _server_lines(table, limit: int = 8) -> list[str]:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     from launcher.table.model import RankTableError
-    from launcher.table.rules import errors, summary, validate
+    from launcher.table.rules import errors, grouped, summary, validate
     from launcher.table.share import load_completed
 
     results, worst = [], 0
@@ -70,8 +70,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
                             + (f", {warnings} warning(s)" if warnings else "")))
             if not args.quiet:
                 print("\n".join(_server_lines(table)))
-        for problem in problems:
-            print(f"  {problem}")
+        for problem, count in grouped(problems):   # --json keeps every problem; people read one line a mistake
+            print(f"  {problem}" + (f" ({count} places)" if count > 1 else ""))
     if args.json:
         json.dump(results[0] if len(results) == 1 else results, sys.stdout, indent=2, default=str)
         print()
