@@ -6,6 +6,7 @@ import os
 import random
 import signal
 import subprocess
+import sys
 import time
 
 import psutil
@@ -17,6 +18,7 @@ from tests.launching import (
     dlaunch_argv,
     kill_run,
     latest_run,
+    pid_alive,
     processes_of_run,
     records,
     start_dlaunch,
@@ -127,3 +129,36 @@ def test_a_daemon_a_rank_started_does_not_outlive_the_job(tmp_path, ending):
         for pid in daemons:   # cleanup only: the assertion above already judged them
             with contextlib.suppress(psutil.Error):
                 psutil.Process(pid).kill()
+
+
+def test_a_nested_launch_leaves_nothing_when_the_outer_launcher_is_sigkilled(tmp_path):
+    """An outer dlaunch whose rank runs dlaunch itself, whose ranks start children and a setsid daemon with an
+    empty environment: SIGKILL the outer launcher, and the inner launcher, its watchdog, its ranks, their
+    children and the daemons all go, although the outer watchdog kills the inner launcher before it can clean
+    up (the daemons carry no marker: only the outer watchdog's view of its launcher's tree reaches them)."""
+    inner_out = tmp_path / "inner_runs"
+    inner = ["-u", "CUDA_VISIBLE_DEVICES",   # env(1) drops the outer rank's device: the inner job has 2 ranks
+             sys.executable, "-m", "launcher", "run", RANK_PROGRAM, "--ranks", "2", "--output-dir", inner_out,
+             "--run-id", "inner", "--console", "none", "--", "--daemon", "--child", "--sleep", "60"]
+    proc = start_dlaunch("run", "--no-python", "env", "--ranks", "1", "--output-dir", tmp_path / "runs",
+                         "--run-id", "outer", "--console", "none", "--", *inner, cwd=tmp_path,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    daemons: list[int] = []
+
+    def left() -> list:
+        return processes_of_run("outer") + processes_of_run("inner") + [pid for pid in daemons if pid_alive(pid)]
+
+    try:
+        assert wait_until(lambda: all(records(inner_out / "inner" / f"rank_00{r}", "daemon.jsonl") for r in range(2))
+                          and len(processes_of_run("inner")) >= 4, timeout=30)   # 2 ranks, 2 children
+        daemons = [records(inner_out / "inner" / f"rank_00{r}", "daemon.jsonl")[0]["pid"] for r in range(2)]
+        assert all(pid_alive(pid) for pid in daemons) and processes_of_run("outer")   # the inner launcher
+        time.sleep(1.5)   # the job runs a while, as jobs do, before its launcher is killed
+        proc.kill()
+        proc.wait()
+        assert wait_until(lambda: not left(), timeout=10), left()
+    finally:
+        proc.kill()
+        for pid in [*daemons, *(p.pid for p in processes_of_run("inner") + processes_of_run("outer"))]:
+            with contextlib.suppress(psutil.Error, OSError):
+                os.kill(pid, signal.SIGKILL)

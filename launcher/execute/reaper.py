@@ -10,7 +10,12 @@ Three layers, each covering what the one before cannot:
    SIGKILLs every rank's process group, then sweeps /proc for processes that
    carry the launcher's marker variable, again and again until a sweep finds
    none: a child caught between fork and exec carries the marker only after
-   its exec.  The launcher notices a dead watchdog (its pidfd) or a stuck one
+   its exec.  Every second it also notes the launcher's whole tree (pid and
+   start time), and kills what it noted: a daemon that left its group and
+   carries no marker is reparented to the launcher (3.) while it lives, and
+   so is noted; so is everything a nested dlaunch started (its watchdog,
+   which the outer sweep kills for the marker it inherited, can no longer
+   clean up after it).  The launcher notices a dead watchdog (its pidfd) or a stuck one
    (a write that would block, a goodbye not acknowledged) and replaces it.
 3. The launcher is a child subreaper (``PR_SET_CHILD_SUBREAPER``): a process
    that leaves its rank's group and whose parent exits (a double-forked
@@ -21,7 +26,8 @@ Three layers, each covering what the one before cannot:
 What none of them reaches: a process a rank asks another service to start
 (``systemd-run``, ``at``, a container engine), which is neither a descendant
 nor marked; and, only when the launcher itself is SIGKILLed, a process that
-both left its rank's group and removed the marker from its environment.
+both left its rank's group and removed the marker from its environment less
+than a second (``NOTE_SECONDS``) before.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ PR_SET_CHILD_SUBREAPER = 36
 SWEEP_SECONDS = 5.0          # a sweep keeps looking for new marked processes this long at most
 SWEEP_QUIET_ROUNDS = 3       # ... and stops after this many rounds that found nothing
 SWEEP_PAUSE = 0.005
+NOTE_SECONDS = 1.0           # how often the watchdog notes the launcher's tree (a few /proc reads per process)
 GOODBYE_SECONDS = 2.0        # a watchdog that has not left this long after "bye" is stuck: killed
 _WATCHDOG_IGNORES = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 
@@ -125,13 +132,29 @@ def _task_children(pid: int, task: str) -> list[int]:
 
 
 def _alive(pid: int) -> bool:
+    return _started(pid) is not None
+
+
+def _started(pid: int) -> bytes | None:
+    """When a live (not zombie) process started (clock ticks since boot, /proc's field 22), else None:
+    with its pid, what tells a process from a later one given the same pid."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
             stat = fh.read()
     except OSError:
-        return False
+        return None
     fields = stat[stat.rfind(b")") + 2:].split()
-    return bool(fields) and fields[0] != b"Z"
+    return fields[19] if len(fields) > 19 and fields[0] != b"Z" else None
+
+
+def _note_tree(pid: int) -> dict[int, bytes]:
+    """Every live descendant of ``pid`` with its start time."""
+    noted = {}
+    for child in _descendants(pid):
+        started = _started(child)
+        if started is not None:
+            noted[child] = started
+    return noted
 
 
 def _kill(pid: int) -> None:
@@ -206,6 +229,7 @@ class Reaper:
 
     def _start(self) -> None:
         read_fd, write_fd = os.pipe()
+        launcher_pid = os.getpid()
         pid = os.fork()
         if pid == 0:  # the watchdog: never returns
             status = 0
@@ -215,7 +239,7 @@ class Reaper:
                 os.setsid()  # out of the launcher's group: a killpg of the launcher must not take us too
                 for sig in _WATCHDOG_IGNORES:
                     signal.signal(sig, signal.SIG_IGN)
-                _reap_when_orphaned(read_fd, self.launcher_id)
+                _reap_when_orphaned(read_fd, self.launcher_id, launcher_pid)
             except BaseException:
                 status = 1
             finally:
@@ -311,11 +335,19 @@ def _keep_only_fd(keep: int) -> None:
     os.closerange(keep + 1, 65536)
 
 
-def _reap_when_orphaned(read_fd: int, launcher_id: str) -> None:
-    """The watchdog's life: collect groups until "bye" (leave) or EOF (the launcher died: kill everything)."""
+def _reap_when_orphaned(read_fd: int, launcher_id: str, launcher_pid: int) -> None:
+    """The watchdog's life: collect groups until "bye" (leave) or EOF (the launcher died: kill everything),
+    noting the launcher's tree every NOTE_SECONDS while it waits."""
+    import select
+
     groups: set[int] = set()
+    noted: dict[int, bytes] = {}
     buffer = LineBuffer()
     while True:
+        if not select.select([read_fd], [], [], NOTE_SECONDS)[0]:
+            noted = _note_tree(launcher_pid)
+            noted.pop(os.getpid(), None)
+            continue
         chunk = os.read(read_fd, 4096)
         if not chunk:
             break
@@ -329,4 +361,7 @@ def _reap_when_orphaned(read_fd: int, launcher_id: str) -> None:
             os.killpg(pgid, signal.SIGKILL)
         except OSError:
             continue   # that group is already gone
+    for pid, started in noted.items():
+        if _started(pid) == started:   # the same process, not a later one given its pid
+            _kill(pid)
     sweep(launcher_id, set())
