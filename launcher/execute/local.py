@@ -25,12 +25,12 @@ from collections.abc import Callable
 from typing import Any
 
 from launcher.console import say
-from launcher.contract import ExitCode, Role
+from launcher.contract import LAUNCHER_IDS_ENV, ExitCode, Role
 from launcher.environment import format_env
 from launcher.execute.forwarding import pass_through
 from launcher.execute.hangs import HangWatch, describe_hang, dump_stacks
 from launcher.execute.peers import PeerWait
-from launcher.execute.reaper import LAUNCHER_ID_VAR, Reaper, become_subreaper, child_setup, sweep
+from launcher.execute.reaper import LAUNCHER_ID_VAR, Reaper, become_subreaper, child_setup, marker_chain, sweep
 from launcher.execute.ssh.protocol import decode_signals
 from launcher.execute.tee import ConsoleTee
 from launcher.lines import LineBuffer
@@ -168,6 +168,7 @@ class LocalWorkers:
         self.launcher_id = uuid.uuid4().hex
         self.subreaper = become_subreaper()
         self.reaper = Reaper(self.launcher_id)
+        self.marker_chain = marker_chain(os.environ, self.launcher_id)
         self._child_setup = child_setup(os.getpid())
         self.on_started: Callable | None = None  # callback(ranks, scheduler) once every process is running
         self.job: Any = None   # a multi-host job's link (execute/job): its stops stop us, ours stop the other hosts
@@ -400,7 +401,7 @@ class LocalWorkers:
             result.returncode = 1
             result.start = result.end = time.time()
             return
-        env = {**os.environ, **spec.env, LAUNCHER_ID_VAR: self.launcher_id}
+        env = {**os.environ, **spec.env, LAUNCHER_ID_VAR: self.launcher_id, LAUNCHER_IDS_ENV: self.marker_chain}
         read_fd = write_fd = None
         try:
             if spec.console:

@@ -15,7 +15,9 @@ Three layers, each covering what the one before cannot:
    carries no marker is reparented to the launcher (3.) while it lives, and
    so is noted; so is everything a nested dlaunch started (its watchdog,
    which the outer sweep kills for the marker it inherited, can no longer
-   clean up after it).  The launcher notices a dead watchdog (its pidfd) or a stuck one
+   clean up after it).  What a nested dlaunch starts also carries every
+   enclosing launch's marker (``DLAUNCH_LAUNCHER_IDS``), so the marker sweep
+   finds what started after the last note.  The launcher notices a dead watchdog (its pidfd) or a stuck one
    (a write that would block, a goodbye not acknowledged) and replaces it.
 3. The launcher is a child subreaper (``PR_SET_CHILD_SUBREAPER``): a process
    that leaves its rank's group and whose parent exits (a double-forked
@@ -39,7 +41,7 @@ import signal
 import time
 
 from launcher.console import say
-from launcher.contract import LAUNCHER_ID_ENV
+from launcher.contract import LAUNCHER_ID_ENV, LAUNCHER_IDS_ENV
 from launcher.lines import LineBuffer
 
 LAUNCHER_ID_VAR = LAUNCHER_ID_ENV
@@ -48,6 +50,8 @@ PR_SET_CHILD_SUBREAPER = 36
 SWEEP_SECONDS = 5.0          # a sweep keeps looking for new marked processes this long at most
 SWEEP_QUIET_ROUNDS = 3       # ... and stops after this many rounds that found nothing
 SWEEP_PAUSE = 0.005
+MAX_NESTING = 16             # markers a process carries at most: the innermost launches' (an absurd inherited
+                             # list must not grow every rank's environment)
 NOTE_SECONDS = 1.0           # how often the watchdog notes the launcher's tree (a few /proc reads per process)
 GOODBYE_SECONDS = 2.0        # a watchdog that has not left this long after "bye" is stuck: killed
 _WATCHDOG_IGNORES = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
@@ -89,17 +93,30 @@ def marker(launcher_id: str) -> bytes:
     return f"{LAUNCHER_ID_VAR}={launcher_id}".encode()
 
 
+def marker_chain(environ, launcher_id: str) -> str:
+    """The value of ``DLAUNCH_LAUNCHER_IDS`` for what this launcher starts: the enclosing launches' markers
+    (from its own environment) and its own, so that an outer watchdog still finds a nested job's processes
+    once the inner launcher and its watchdog are gone."""
+    outer = environ.get(LAUNCHER_IDS_ENV, "").split() or [environ.get(LAUNCHER_ID_VAR, "")]
+    kept = [mark for mark in outer if mark and mark != launcher_id][-MAX_NESTING + 1:]
+    return " ".join([*kept, launcher_id])
+
+
 def marked_processes(launcher_id: str) -> set[int]:
-    """Pids of processes whose environment carries this launcher's marker (what their exec gave them)."""
-    mark, found = marker(launcher_id), set()
+    """Pids of processes whose environment carries this launcher's marker, as its own or as an enclosing
+    launch's (what their exec gave them)."""
+    mark, chained, found = marker(launcher_id), f"{LAUNCHER_IDS_ENV}=".encode(), set()
+    own = launcher_id.encode()
     for name in os.listdir("/proc"):
         if name.isdigit():
             try:
                 with open(f"/proc/{name}/environ", "rb") as fh:
-                    if mark in fh.read().split(b"\0"):
-                        found.add(int(name))
+                    entries = fh.read().split(b"\0")
             except OSError:
                 continue  # gone, or not ours to read
+            if mark in entries or any(entry.startswith(chained) and own in entry[len(chained):].split()
+                                      for entry in entries):
+                found.add(int(name))
     return found
 
 
