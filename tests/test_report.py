@@ -461,3 +461,48 @@ def test_report_pages_of_1_8_and_64_ranks_in_headless_chromium(tmp_path):
         assert len(boxes) == (1 if name == "eight" else 3), (name, boxes)   # 64: two labels and "root cause"
         for box in boxes:
             assert not colours_in_box(shots[name], box, BAR_COLOURS), (name, box)
+
+
+MEASURED_REPORT = """\
+import resource, sys
+from launcher.cli import main
+code = main(["report", *sys.argv[1:]])
+with open("/proc/self/io") as fh:
+    read = dict(line.split(": ") for line in fh.read().splitlines())["rchar"]
+print(f"read={read} peak_kib={resource.getrusage(resource.RUSAGE_SELF).ru_maxrss} code={code}")
+"""
+
+
+def test_report_of_a_sparse_2_gib_log_reads_its_data_not_its_hole(tmp_path):
+    """A log truncated to 2 GiB (a hole) with a loss line after it: report steps over the hole, so it neither
+    reads 2 GiB of zeros nor holds them, and still finds the line."""
+    out = tmp_path / "runs"
+    assert run_dlaunch("run", ROOT / "tests" / "programs" / "rank.py", "--ranks", "1", "--output-dir", out,
+                       "--console", "none", cwd=tmp_path).returncode == 0
+    log = latest_run(out) / "rank_000" / "output.log"
+    os.truncate(log, 2 << 30)
+    with open(log, "ab") as fh:
+        fh.write(b"\nepoch: 1 step: 7, loss is 0.123456\n")
+    if os.stat(log).st_blocks * 512 > 64 << 20:
+        pytest.skip("this filesystem keeps no sparse files")
+    measured = subprocess.run([sys.executable, "-c", MEASURED_REPORT, str(latest_run(out)), "-o", "page.html"],
+                              cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)})
+    numbers = dict(item.split("=") for item in measured.stdout.strip().splitlines()[-1].split())
+    assert numbers["code"] == "0", measured.stderr
+    page = (tmp_path / "page.html").read_text()
+    assert re.search(r"0\.123(5|456)", page), "the loss line after the hole is not on the page"
+    assert int(numbers["read"]) < 64 << 20, numbers          # not the 2 GiB of the hole
+    assert int(numbers["peak_kib"]) < 200 << 10, numbers     # 200 MiB
+
+
+def test_bounded_lines_treat_a_hole_as_the_zeros_it_holds(tmp_path):
+    from launcher.lines import bounded_lines
+
+    path = tmp_path / "sparse.log"
+    path.write_bytes(b"a\n")
+    os.truncate(path, 1 << 20)
+    with open(path, "ab") as fh:
+        fh.write(b"b\nc\n")
+    assert list(bounded_lines(str(path), 64 << 10, chunk=4096)) == ["a", "c"]   # the 1 MiB line is skipped
+    assert list(bounded_lines(str(path), 2 << 20, chunk=4096)) == ["a", "\0" * ((1 << 20) - 2) + "b", "c"]
