@@ -506,3 +506,37 @@ def test_bounded_lines_treat_a_hole_as_the_zeros_it_holds(tmp_path):
         fh.write(b"b\nc\n")
     assert list(bounded_lines(str(path), 64 << 10, chunk=4096)) == ["a", "c"]   # the 1 MiB line is skipped
     assert list(bounded_lines(str(path), 2 << 20, chunk=4096)) == ["a", "\0" * ((1 << 20) - 2) + "b", "c"]
+
+
+def test_parse_metrics_keeps_an_even_bounded_sample_of_a_long_log(monkeypatch):
+    from launcher.observe import metrics
+
+    monkeypatch.setattr(metrics, "MAX_KEPT", 100)
+    lines = [f"epoch: {e} step: {s}, loss is {1 / (e * 1000 + s)}" for e in (1, 2) for s in range(1, 1001)]
+    lines.insert(1500, "epoch: 2 accuracy: 0.5")
+    lines += [json.dumps({"dlaunch": "metric", "step": i, "lr": 0.1, f"m{i}": 1}) for i in range(3000)]
+    found = metrics.parse_metrics(lines)
+    loss = found["loss"]
+    assert loss.seen == 2000 and len(loss) <= 101
+    assert loss[0] == (1, 1 / 1001) and loss[-1] == (2000, 1 / 3000)   # the first and the last line
+    gaps = {b[0] - a[0] for a, b in zip(loss[:-2], loss[1:-1])}
+    assert len(gaps) == 1, gaps   # evenly spread
+    assert found["accuracy"] == [(2000, 0.5)] and found["accuracy"].seen == 1
+    assert found["lr"].seen == 3000 and len(found["lr"]) <= 101 and found["lr"][-1] == (2999.0, 0.1)
+    assert len(found) <= metrics.MAX_NAMES + 2   # a new name on every line: none after the cap (+ loss, accuracy)
+
+
+def test_report_memory_stays_bounded_by_a_log_of_many_metric_lines(tmp_path):
+    out = tmp_path / "runs"
+    assert run_dlaunch("run", ROOT / "tests" / "programs" / "rank.py", "--ranks", "1", "--output-dir", out,
+                       "--console", "none", cwd=tmp_path).returncode == 0
+    with open(latest_run(out) / "rank_000" / "output.log", "a") as fh:
+        for epoch in range(1, 7):
+            fh.writelines(f"epoch: {epoch} step: {step}, loss is {1 / step:.6f}\n" for step in range(1, 100001))
+    measured = subprocess.run([sys.executable, "-c", MEASURED_REPORT, str(latest_run(out)), "-o", "page.html"],
+                              cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)})
+    numbers = dict(item.split("=") for item in measured.stdout.strip().splitlines()[-1].split())
+    assert numbers["code"] == "0", measured.stderr
+    assert int(numbers["peak_kib"]) < 120 << 10, numbers   # 600,000 points held whole took over 200 MiB
+    assert ">600000<" in (tmp_path / "page.html").read_text()   # every line counted in the ranks' table
