@@ -207,14 +207,19 @@ def load_shard(
 
 
 def resolve_data_dir(path: str) -> Path:
-    """Accept either ``cifar-10-batches-bin`` itself or the directory holding it."""
+    """Accept either ``cifar-10-batches-bin`` itself or the directory holding it.
+
+    ``data_batch_1.bin`` and ``test_batch.bin`` are enough (the later training files are read when
+    there): the synthetic set a run without data prints ("data: .../cifar-10-batches-bin (synthetic)")
+    holds only the files its samples need, and giving that directory back must work.
+    """
     given = Path(path).expanduser()
     for candidate in (given, given / BATCHES_DIR):
-        if all((candidate / name).is_file() for name in TRAIN_FILES + (TEST_FILE,)):
+        if all((candidate / name).is_file() for name in (TRAIN_FILES[0], TEST_FILE)):
             return candidate
     raise SystemExit(
-        f"no CIFAR-10 binary data at {given}: expected {', '.join(TRAIN_FILES)} and "
-        f"{TEST_FILE} there or in {given / BATCHES_DIR}"
+        f"no CIFAR-10 binary data at {given}: expected {TRAIN_FILES[0]} (and {TRAIN_FILES[1]}... "
+        f"{TRAIN_FILES[-1]} when present) and {TEST_FILE} there or in {given / BATCHES_DIR}"
     )
 
 
@@ -386,7 +391,11 @@ def prepare_data(args: argparse.Namespace, env: DistEnv):
         data_dir = ensure_synthetic_cifar(default_cache_root(), args.samples, args.seed)
         limit, test_limit = args.samples, max(args.samples // 4, NUM_CLASSES)
     log(f"data: {data_dir}{'' if args.data_path else ' (synthetic)'}")
-    train_files = [data_dir / name for name in TRAIN_FILES if (data_dir / name).is_file()]
+    train_files = []
+    for name in TRAIN_FILES:   # data_batch_1.bin on, up to the first one missing
+        if not (data_dir / name).is_file():
+            break
+        train_files.append(data_dir / name)
     train = load_shard(train_files, env.rank, env.world_size, limit)
     test = load_shard([data_dir / TEST_FILE], env.rank, env.world_size, test_limit)
     # Equal step counts on every rank, or DDP's all-reduce would hang: trim every

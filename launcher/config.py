@@ -255,8 +255,14 @@ def apply_layers(args: argparse.Namespace, declared, environ=os.environ,
     if script_args_given:
         flags["args"] = (args.script_args, "command line")
     files: dict[str, tuple[object, str]] = {}
+    broken: list[UsageError] = []
     for path in getattr(args, "config", None) or []:
-        files.update(read_file(path, options))
+        try:
+            files.update(read_file(path, options))
+        except UsageError as exc:   # read the other files too: every broken one is reported at once
+            broken.append(exc)
+    if broken:
+        raise UsageError(str(broken[0]), also=tuple(str(exc) for exc in broken[1:]))
     layers = [flags, read_environ(environ, options), files]
     exclusive: dict[str, set[str]] = {}
     for option in options.values():

@@ -18,6 +18,8 @@ CKPT_DIR_ENV = "DLAUNCH_CKPT_DIR"         # this rank's checkpoint directory (cr
 RESUME_FROM_ENV = "DLAUNCH_RESUME_FROM"   # --resume: this rank's checkpoint file to load
 RESUME_STEP_ENV = "DLAUNCH_RESUME_STEP"   # --resume: its step, EPOCH_STEP
 LAUNCHER_ID_ENV = "DLAUNCH_LAUNCHER_ID"   # the launch's marker: the watchdog kills what carries it
+LAUNCHER_IDS_ENV = "DLAUNCH_LAUNCHER_IDS"  # every enclosing launch's marker, outermost first, this one last:
+                                           # a nested dlaunch's ranks stay marked for the outer watchdog too
 JOB_SECRET_ENV = "DLAUNCH_JOB_SECRET"     # given to every host's dlaunch: the secret of a multi-host job
 ENV_PREFIX = "DLAUNCH_"                   # options from the environment: DLAUNCH_<OPTION>
 

@@ -13,13 +13,16 @@ class DlaunchError(Exception):
     """Printed as ``dlaunch: error: <message>``; the process exits with ``exit_code``.
 
     ``usage``, when given, is the command's usage line, printed first (as argparse does for its own errors).
+    ``also``: more errors found in the same pass (a second broken config file), each printed as a line of its
+    own after this one, so one attempt shows every file to fix.
     """
 
     exit_code: int = ExitCode.FAILED
 
-    def __init__(self, message: str, usage: str | None = None):
+    def __init__(self, message: str, usage: str | None = None, also: tuple[str, ...] = ()):
         super().__init__(message)
         self.usage = usage
+        self.also = also
 
 
 class UsageError(DlaunchError):

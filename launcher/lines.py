@@ -8,6 +8,7 @@ grows past a limit, so memory stays bounded.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 
@@ -32,16 +33,28 @@ def open_regular(path: str):
 
 def bounded_lines(path: str, limit: int, chunk: int = 1 << 20):
     """The lines of a regular file as text, skipping every line longer than ``limit`` bytes: memory stays
-    within ``chunk + limit`` however long a line a rank printed."""
+    within ``chunk + limit`` however long a line a rank printed.
+
+    Holes of a sparse file (a log truncated to 2 GiB, or a rank that seeked far past its end) are stepped
+    over, not read: they hold zero bytes only, which make no line, just a longer one."""
     fh = open_regular(path)
     if fh is None:
         return
     with fh:
+        fd, at = fh.fileno(), 0
         pending, skipping = b"", False
         while True:
-            data = fh.read(chunk)
+            data_at = _next_data(fd, at)
+            if data_at > at:   # a hole: its zeros continue the current line
+                if skipping or len(pending) + data_at - at > limit:
+                    pending, skipping = b"", True
+                else:
+                    pending += bytes(data_at - at)
+                at = os.lseek(fd, data_at, os.SEEK_SET)
+            data = os.read(fd, chunk)
             if not data:
                 break
+            at += len(data)
             parts = (pending + data).split(b"\n")
             pending = parts.pop()
             for part in parts:
@@ -52,6 +65,22 @@ def bounded_lines(path: str, limit: int, chunk: int = 1 << 20):
                 pending, skipping = b"", True
         if pending and not skipping:
             yield pending.decode("utf-8", "replace")
+
+
+def _next_data(fd: int, at: int) -> int:
+    """Where the next data at or after ``at`` begins (``at`` itself outside a hole, or where SEEK_DATA is not
+    supported); the file's size when only a hole follows."""
+    seek_data = getattr(os, "SEEK_DATA", None)
+    if seek_data is None:
+        return at
+    try:
+        return os.lseek(fd, at, seek_data)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:   # nothing but a hole from here to the end
+            return max(at, os.fstat(fd).st_size)
+        return at
+    finally:
+        os.lseek(fd, at, os.SEEK_SET)
 
 
 def with_prefix(line: bytes, prefix: bytes) -> bytes:

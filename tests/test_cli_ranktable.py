@@ -196,3 +196,37 @@ def test_cli_does_not_import_heavy_modules():
              "print(sorted(m for m in ('torch', 'paramiko', 'jinja2', 'yaml', 'psutil') if m in sys.modules))")
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT)
     assert result.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_one_mistake_on_every_device_is_one_line_naming_all_places(tmp_path):
+    obj = json.loads((RANK_TABLES / "rank_table_16pcs.json").read_text())
+    for server in obj["server_list"]:
+        for device in server["device"]:
+            device["device_ip"] = ""
+    bad = tmp_path / "no_ips.json"
+    bad.write_text(json.dumps(obj))
+    result = dlaunch("validate-ranktable", bad)
+    assert result.returncode == 1
+    assert "INVALID: 16 error(s), 0 warning(s)" in result.stdout
+    lines = [line for line in result.stdout.splitlines() if "R3 device-ip" in line]
+    assert len(lines) == 1, result.stdout
+    assert 'server_list[0..1].device[0..7].device_ip = ""' in lines[0] and "(16 places)" in lines[0]
+    verdict = json.loads(dlaunch("validate-ranktable", "--json", bad).stdout)
+    assert len(verdict["problems"]) == 16
+    assert verdict["problems"][15]["path"] == "server_list[1].device[7].device_ip"
+
+
+def test_grouped_paths_work_on_any_path_text():
+    from launcher.table.model import Problem
+    from launcher.table.rules import compact_paths, grouped
+
+    assert compact_paths([f"rank_list[{i}].device_ip" for i in (0, 1, 2, 5, 7, 8)]) == \
+        "rank_list[0..2,5,7..8].device_ip"
+    assert compact_paths([f"server_list[{s}].device[{d}].rank_id" for s in range(2) for d in range(8 - 4 * s)]) == \
+        "server_list[0].device[0..7].rank_id, server_list[1].device[0..3].rank_id"
+    assert compact_paths(["a[1].b[2]", "a[3].b[5]", "a[4].b[0]", "a[6].b[9]", "a[8].b[8]"]) == \
+        "a[1].b[2], a[3].b[5], a[4].b[0] and 2 more"
+    same = [Problem(f"rank_list[{i}].rank_id", "x", "is bad.", "fix it.", "S structure") for i in range(3)]
+    other = Problem("rank_list[3].rank_id", "y", "is bad.", "fix it.", "S structure")   # another value
+    assert [(p.path, n) for p, n in grouped([*same, other])] == [("rank_list[0..2].rank_id", 3),
+                                                                  ("rank_list[3].rank_id", 1)]

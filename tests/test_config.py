@@ -149,3 +149,29 @@ def test_bundled_single_host_config_plans_8_ranks():
     result = run_dlaunch("run", "--config", ROOT / "configs" / "single_host_8dev.yaml", "--dry-run", cwd=ROOT)
     assert result.returncode == 0, result.stderr
     assert "8 rank(s)" in result.stdout and "--epochs 2" in result.stdout
+
+
+def test_every_broken_config_file_is_reported_one_line_each(tmp_path):
+    (tmp_path / "a.yaml").write_text("ranks: [1\n")
+    (tmp_path / "b.yaml").write_text("ranks: {\n")
+    for command in (["config", "show"], ["run", RANK_PROGRAM]):
+        result = run_dlaunch(*command, "--config", "a.yaml", "--config", "b.yaml", cwd=tmp_path)
+        assert result.returncode == 2
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 2 and "Traceback" not in result.stderr, result.stderr
+        assert lines[0].startswith("dlaunch: error: a.yaml:2: not valid YAML")
+        assert lines[1].startswith("dlaunch: error: b.yaml:2: not valid YAML")
+
+
+def test_config_show_says_which_command_takes_a_clashing_option(tmp_path):
+    both = run_dlaunch("config", "show", "x.py", "--ranks", "2", "--rank-start", "3", cwd=tmp_path)
+    assert both.returncode == 2
+    assert "--rank-start is an option of dlaunch cluster, not run" in both.stderr
+    assert "--ranks is an option of dlaunch run, not cluster" in both.stderr
+    assert "usage: dlaunch config show" in both.stderr and "usage: dlaunch run" not in both.stderr
+    named = run_dlaunch("config", "show", "run", "x.py", "--ranks", "2", "--rank-start", "3", cwd=tmp_path)
+    assert named.returncode == 2
+    assert "error: config show --for run: --rank-start is an option of dlaunch cluster, not run" in named.stderr
+    cluster = run_dlaunch("config", "show", "cluster", "x.py", "--rank-start", "3", "--json", cwd=tmp_path)
+    assert cluster.returncode == 0, cluster.stderr
+    assert json.loads(cluster.stdout)["rank_start"] == {"value": 3, "source": "command line"}

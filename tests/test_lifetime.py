@@ -19,6 +19,7 @@ from tests.launching import (
     dlaunch_argv,
     kill_run,
     latest_run,
+    pid_alive,
     processes_of_run,
     records,
     run_dlaunch,
@@ -162,3 +163,61 @@ def test_every_rank_dies_with_its_launcher_and_its_parent_is_the_launcher(tmp_pa
     assert all(words[0] == str(int(signal.SIGKILL)) for words in lines)
     assert {words[2] for words in lines} == {str(r["pid"]) for r in pids["ranks"].values()}
     assert {words[4] for words in lines} == {str(pids["launcher_pid"])}
+
+
+def test_a_nested_launch_leaves_nothing_when_the_outer_launcher_is_sigkilled(tmp_path):
+    """An outer dlaunch whose rank runs dlaunch itself, whose ranks start children and a setsid daemon with an
+    empty environment: SIGKILL the outer launcher, and the inner launcher, its watchdog, its ranks, their
+    children and the daemons all go, although the outer watchdog kills the inner launcher before it can clean
+    up (the daemons carry no marker: only the outer watchdog's view of its launcher's tree reaches them)."""
+    inner_out = tmp_path / "inner_runs"
+    inner = ["-u", "CUDA_VISIBLE_DEVICES",   # env(1) drops the outer rank's device: the inner job has 2 ranks
+             sys.executable, "-m", "launcher", "run", RANK_PROGRAM, "--ranks", "2", "--output-dir", inner_out,
+             "--run-id", "inner", "--console", "none", "--", "--daemon", "--child", "--sleep", "60"]
+    proc = start_dlaunch("run", "--no-python", "env", "--ranks", "1", "--output-dir", tmp_path / "runs",
+                         "--run-id", "outer", "--console", "none", "--", *inner, cwd=tmp_path,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    daemons: list[int] = []
+
+    def left() -> list:
+        return processes_of_run("outer") + processes_of_run("inner") + [pid for pid in daemons if pid_alive(pid)]
+
+    try:
+        assert wait_until(lambda: all(records(inner_out / "inner" / f"rank_00{r}", "daemon.jsonl") for r in range(2))
+                          and len(processes_of_run("inner")) >= 4, timeout=30)   # 2 ranks, 2 children
+        daemons = [records(inner_out / "inner" / f"rank_00{r}", "daemon.jsonl")[0]["pid"] for r in range(2)]
+        outer_mark = processes_of_run("outer")[0].environ()["DLAUNCH_LAUNCHER_ID"]
+        for rank in processes_of_run("inner"):   # the inner ranks stay marked for the outer watchdog too
+            with contextlib.suppress(psutil.Error):
+                env = rank.environ()
+                assert env["DLAUNCH_LAUNCHER_IDS"].split() == [outer_mark, env["DLAUNCH_LAUNCHER_ID"]]
+        assert all(pid_alive(pid) for pid in daemons) and processes_of_run("outer")   # the inner launcher
+        time.sleep(1.5)   # the job runs a while, as jobs do, before its launcher is killed
+        proc.kill()
+        proc.wait()
+        assert wait_until(lambda: not left(), timeout=10), left()
+    finally:
+        proc.kill()
+        for pid in [*daemons, *(p.pid for p in processes_of_run("inner") + processes_of_run("outer"))]:
+            with contextlib.suppress(psutil.Error, OSError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_a_process_marked_by_an_enclosing_launch_is_found_by_its_sweep():
+    """A nested job's process carries the outer launch's marker in DLAUNCH_LAUNCHER_IDS: the outer watchdog's
+    marker scan finds it even if it started after the watchdog last noted the tree."""
+    from launcher.execute.reaper import marked_processes, marker_chain
+
+    assert marker_chain({}, "b") == "b"
+    assert marker_chain({"DLAUNCH_LAUNCHER_ID": "a"}, "b") == "a b"
+    assert marker_chain({"DLAUNCH_LAUNCHER_ID": "b2", "DLAUNCH_LAUNCHER_IDS": "a b2"}, "c") == "a b2 c"
+    assert len(marker_chain({"DLAUNCH_LAUNCHER_IDS": " ".join(map(str, range(1000)))}, "c").split()) == 16
+    env = {"PATH": os.environ.get("PATH", ""), "DLAUNCH_LAUNCHER_ID": "inner-x1", "DLAUNCH_LAUNCHER_IDS":
+           "outer-x1 inner-x1"}
+    child = subprocess.Popen(["sleep", "30"], env=env)
+    try:
+        assert wait_until(lambda: child.pid in marked_processes("outer-x1"), timeout=5)
+        assert child.pid in marked_processes("inner-x1") and child.pid not in marked_processes("outer")
+    finally:
+        child.kill()
+        child.wait()

@@ -461,3 +461,86 @@ def test_report_pages_of_1_8_and_64_ranks_in_headless_chromium(tmp_path):
         assert len(boxes) == (1 if name == "eight" else 3), (name, boxes)   # 64: two labels and "root cause"
         for box in boxes:
             assert not colours_in_box(shots[name], box, BAR_COLOURS), (name, box)
+
+
+# VmHWM, not getrusage's ru_maxrss: Linux carries ru_maxrss across exec, so a child of a pytest worker that
+# imported torch starts with the worker's 280 MiB already counted
+MEASURED_REPORT = """\
+import sys
+from launcher.cli import main
+code = main(["report", *sys.argv[1:]])
+with open("/proc/self/io") as fh:
+    read = dict(line.split(": ") for line in fh.read().splitlines())["rchar"]
+with open("/proc/self/status") as fh:
+    peak = next(line.split()[1] for line in fh if line.startswith("VmHWM:"))
+print(f"read={read} peak_kib={peak} code={code}")
+"""
+
+
+def test_report_of_a_sparse_2_gib_log_reads_its_data_not_its_hole(tmp_path):
+    """A log truncated to 2 GiB (a hole) with a loss line after it: report steps over the hole, so it neither
+    reads 2 GiB of zeros nor holds them, and still finds the line."""
+    out = tmp_path / "runs"
+    assert run_dlaunch("run", ROOT / "tests" / "programs" / "rank.py", "--ranks", "1", "--output-dir", out,
+                       "--console", "none", cwd=tmp_path).returncode == 0
+    log = latest_run(out) / "rank_000" / "output.log"
+    os.truncate(log, 2 << 30)
+    with open(log, "ab") as fh:
+        fh.write(b"\nepoch: 1 step: 7, loss is 0.123456\n")
+    if os.stat(log).st_blocks * 512 > 64 << 20:
+        pytest.skip("this filesystem keeps no sparse files")
+    measured = subprocess.run([sys.executable, "-c", MEASURED_REPORT, str(latest_run(out)), "-o", "page.html"],
+                              cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)})
+    numbers = dict(item.split("=") for item in measured.stdout.strip().splitlines()[-1].split())
+    assert numbers["code"] == "0", measured.stderr
+    page = (tmp_path / "page.html").read_text()
+    assert re.search(r"0\.123(5|456)", page), "the loss line after the hole is not on the page"
+    assert int(numbers["read"]) < 64 << 20, numbers          # not the 2 GiB of the hole
+    assert int(numbers["peak_kib"]) < 200 << 10, numbers     # 200 MiB
+
+
+def test_bounded_lines_treat_a_hole_as_the_zeros_it_holds(tmp_path):
+    from launcher.lines import bounded_lines
+
+    path = tmp_path / "sparse.log"
+    path.write_bytes(b"a\n")
+    os.truncate(path, 1 << 20)
+    with open(path, "ab") as fh:
+        fh.write(b"b\nc\n")
+    assert list(bounded_lines(str(path), 64 << 10, chunk=4096)) == ["a", "c"]   # the 1 MiB line is skipped
+    assert list(bounded_lines(str(path), 2 << 20, chunk=4096)) == ["a", "\0" * ((1 << 20) - 2) + "b", "c"]
+
+
+def test_parse_metrics_keeps_an_even_bounded_sample_of_a_long_log(monkeypatch):
+    from launcher.observe import metrics
+
+    monkeypatch.setattr(metrics, "MAX_KEPT", 100)
+    lines = [f"epoch: {e} step: {s}, loss is {1 / (e * 1000 + s)}" for e in (1, 2) for s in range(1, 1001)]
+    lines.insert(1500, "epoch: 2 accuracy: 0.5")
+    lines += [json.dumps({"dlaunch": "metric", "step": i, "lr": 0.1, f"m{i}": 1}) for i in range(3000)]
+    found = metrics.parse_metrics(lines)
+    loss = found["loss"]
+    assert loss.seen == 2000 and len(loss) <= 101
+    assert loss[0] == (1, 1 / 1001) and loss[-1] == (2000, 1 / 3000)   # the first and the last line
+    gaps = {b[0] - a[0] for a, b in zip(loss[:-2], loss[1:-1])}
+    assert len(gaps) == 1, gaps   # evenly spread
+    assert found["accuracy"] == [(2000, 0.5)] and found["accuracy"].seen == 1
+    assert found["lr"].seen == 3000 and len(found["lr"]) <= 101 and found["lr"][-1] == (2999.0, 0.1)
+    assert len(found) <= metrics.MAX_NAMES + 2   # a new name on every line: none after the cap (+ loss, accuracy)
+
+
+def test_report_memory_stays_bounded_by_a_log_of_many_metric_lines(tmp_path):
+    out = tmp_path / "runs"
+    assert run_dlaunch("run", ROOT / "tests" / "programs" / "rank.py", "--ranks", "1", "--output-dir", out,
+                       "--console", "none", cwd=tmp_path).returncode == 0
+    with open(latest_run(out) / "rank_000" / "output.log", "a") as fh:
+        for epoch in range(1, 7):
+            fh.writelines(f"epoch: {epoch} step: {step}, loss is {1 / step:.6f}\n" for step in range(1, 100001))
+    measured = subprocess.run([sys.executable, "-c", MEASURED_REPORT, str(latest_run(out)), "-o", "page.html"],
+                              cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)})
+    numbers = dict(item.split("=") for item in measured.stdout.strip().splitlines()[-1].split())
+    assert numbers["code"] == "0", measured.stderr
+    assert int(numbers["peak_kib"]) < 120 << 10, numbers   # 600,000 points held whole took over 200 MiB
+    assert ">600000<" in (tmp_path / "page.html").read_text()   # every line counted in the ranks' table

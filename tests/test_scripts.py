@@ -377,6 +377,31 @@ def test_seeds_run_sh_reproduces_the_per_device_log_layout(tmp_path):
     assert "fails now" in (new_run / "rank_001" / "train.log1").read_text()
 
 
+def fake_cifar(directory, train_records=64, test_records=16):
+    """A tiny CIFAR-10 binary set: data_batch_1.bin and test_batch.bin only, as the synthetic set the demo
+    prints holds (records of 1 label byte + 3072 pixel bytes)."""
+    import random
+
+    directory.mkdir(parents=True)
+    rng = random.Random(0)
+    for name, count in (("data_batch_1.bin", train_records), ("test_batch.bin", test_records)):
+        (directory / name).write_bytes(b"".join(bytes([i % 10]) + rng.randbytes(3072) for i in range(count)))
+    return directory
+
+
+def test_seeds_run_sh_trains_on_the_data_directory_the_demo_prints_and_its_parent(tmp_path):
+    pytest.importorskip("torch")
+    batches = fake_cifar(tmp_path / "cache" / "cifar-10-batches-bin")
+    for data in (batches, batches.parent):
+        result = run_script(SCRIPTS / "run.sh", str(data), "2", "--", "--epochs", "1", "--batch-size", "8",
+                            "--width", "4", "--threads", "1", cwd=tmp_path, timeout=240,
+                            env={"DLAUNCH": f"{sys.executable} -m launcher", "XDG_CACHE_HOME": str(tmp_path)})
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "no CIFAR-10 binary data" not in result.stdout + result.stderr
+        log = (tmp_path / "device1" / "train.log1").read_text()
+        assert f"data: {batches}" in log and "training finished" in log
+
+
 def test_seeds_run_sh_usage(tmp_path):
     shown = run_script(SCRIPTS / "run.sh", "--help", cwd=tmp_path)
     assert shown.returncode == 0 and "bash run.sh DATA_PATH RANK_SIZE" in shown.stdout

@@ -131,7 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return handler()
     except DlaunchError as exc:
-        say(f"error: {printable(exc)}{_after_script_hint(argv, cut_at)}", usage=exc.usage)
+        say(f"error: {printable(exc)}{_after_script_hint(argv, cut_at)}",
+            *(f"error: {printable(line)}" for line in exc.also), usage=exc.usage)
         return exc.exit_code
     except KeyboardInterrupt:
         return ExitCode.INTERRUPTED

@@ -49,7 +49,7 @@ def _server_lines(table, limit: int = 8) -> list[str]:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     from launcher.table.model import RankTableError
-    from launcher.table.rules import errors, summary, validate
+    from launcher.table.rules import errors, grouped, summary, validate
     from launcher.table.share import load_completed
 
     results, worst = [], 0
@@ -78,8 +78,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
                             + (f", {warnings} warning(s)" if warnings else "")))
             if not args.quiet:
                 print("\n".join(_server_lines(table)))
-        for problem in problems:
-            print(f"  {problem}")
+        for problem, count in grouped(problems):   # --json keeps every problem; people read one line a mistake
+            print(f"  {problem}" + (f" ({count} places)" if count > 1 else ""))
     if args.json:
         json.dump(results[0] if len(results) == 1 else results, sys.stdout, indent=2, default=str)
         print()
@@ -183,15 +183,23 @@ def cmd_ckpt(args: argparse.Namespace) -> int:
 
 
 def _settings_for(args: argparse.Namespace, environ) -> tuple[str, argparse.Namespace, dict]:
-    """(command, settled options, sources) for ``config show``: --for, else run unless the flags or configs
-    set options only ``cluster`` has."""
-    tried = [args.for_command] if args.for_command else list(LAUNCH_COMMANDS)
+    """(command, settled options, sources) for ``config show``: --for (or a leading ``run``/``cluster``
+    word), else run unless the flags or configs set options only ``cluster`` has."""
+    flags = list(args.launch_flags)
+    chosen = args.for_command
+    if flags and flags[0] in LAUNCH_COMMANDS:   # "config show cluster x.py ...": the command named first
+        if chosen and chosen != flags[0]:
+            raise UsageError(f"config show: --for {chosen} and {flags[0]} name different commands; give one")
+        chosen = flags.pop(0)
+    tried = [chosen] if chosen else list(LAUNCH_COMMANDS)
     failure: Exception | None = None
     launch_parsers = build_parser().launch_parsers
+    unknown: dict[str, list[str]] = {}
     for command in tried:
         sub = launch_parsers[command]
-        layered, extras = sub.parse_known_args(args.launch_flags)
+        layered, extras = sub.parse_known_args(flags)
         if extras:
+            unknown[command] = extras
             failure = failure or UsageError(unrecognized(sub, "config", extras), usage=sub.format_usage())
             continue
         layered.config = (args.config or []) + (layered.config or [])
@@ -199,7 +207,31 @@ def _settings_for(args: argparse.Namespace, environ) -> tuple[str, argparse.Name
             return command, layered, apply_layers(layered, options_for(command), environ)
         except UsageError as exc:
             failure = failure or exc
+    clash = _clash(unknown, launch_parsers) if len(unknown) == len(tried) else None
+    if clash:
+        raise UsageError(clash, usage=build_parser().subcommands["config"].format_usage())
     raise failure
+
+
+def _clash(unknown: dict[str, list[str]], launch_parsers: dict[str, argparse.ArgumentParser]) -> str | None:
+    """Which command takes each flag the tried commands refused, when every refused flag is another launch
+    command's: "--rank-start is an option of dlaunch cluster, not run" (None when some flag is nobody's)."""
+    def owner(flag: str, refused_by: str) -> str | None:
+        name = flag.split("=", 1)[0]
+        return next((command for command, sub in launch_parsers.items()
+                     if command != refused_by and name in sub._option_string_actions), None)
+
+    said = []
+    for command, extras in unknown.items():
+        flags = [extra for extra in extras if extra.startswith("-")]
+        owners = {flag.split("=", 1)[0]: owner(flag, command) for flag in flags}
+        if not flags or None in owners.values():
+            return None
+        for flag, other in owners.items():
+            said.append(f"{printable(flag)} is an option of dlaunch {other}, not {command}")
+    if len(unknown) > 1:
+        return "config show: " + "; ".join(said) + ": no one command takes them all (drop one side)"
+    return f"config show --for {next(iter(unknown))}: " + "; ".join(said)
 
 
 def cmd_config(args: argparse.Namespace) -> int:

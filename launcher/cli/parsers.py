@@ -156,7 +156,8 @@ def build_parser() -> DlaunchParser:
                              "[launch flags ...]",
                        description="Show the settings dlaunch run (or cluster) would use, each with its source: "
                                    "command line > DLAUNCH_<OPTION> environment variable > YAML file > default. "
-                                   "Launch flags given here count as the command line.")
+                                   "Launch flags given here count as the command line; a leading run or cluster "
+                                   "word picks the command, as --for does.")
     p.add_argument("action", choices=["show"])
     p.add_argument("--config", action="append", metavar="FILE", help="YAML config file(s), as for run")
     p.add_argument("--for", dest="for_command", choices=LAUNCH_COMMANDS,

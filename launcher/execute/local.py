@@ -25,12 +25,20 @@ from collections.abc import Callable
 from typing import Any
 
 from launcher.console import say
-from launcher.contract import ExitCode, Role
+from launcher.contract import LAUNCHER_IDS_ENV, ExitCode, Role
 from launcher.environment import format_env, masked
 from launcher.execute.forwarding import pass_through
 from launcher.execute.hangs import HangWatch, describe_hang, dump_stacks
 from launcher.execute.peers import PeerWait
-from launcher.execute.reaper import LAUNCHER_ID_VAR, Reaper, become_subreaper, child_setup, death_signal_wrapper, sweep
+from launcher.execute.reaper import (
+    LAUNCHER_ID_VAR,
+    Reaper,
+    become_subreaper,
+    child_setup,
+    death_signal_wrapper,
+    marker_chain,
+    sweep,
+)
 from launcher.execute.ssh.protocol import decode_signals
 from launcher.execute.tee import ConsoleTee
 from launcher.lines import LineBuffer
@@ -168,6 +176,7 @@ class LocalWorkers:
         self.launcher_id = uuid.uuid4().hex
         self.subreaper = become_subreaper()
         self.reaper = Reaper(self.launcher_id)
+        self.marker_chain = marker_chain(os.environ, self.launcher_id)
         self._child_setup = child_setup(os.getpid())
         self._checked_programs: set = set()   # (program, PATH) found executable this launch
         # what every rank inherits, read (and masked for env.log) once, not once per rank
@@ -407,7 +416,7 @@ class LocalWorkers:
             result.returncode = 1
             result.start = result.end = time.time()
             return
-        env = {**self._environ, **spec.env, LAUNCHER_ID_VAR: self.launcher_id}
+        env = {**self._environ, **spec.env, LAUNCHER_ID_VAR: self.launcher_id, LAUNCHER_IDS_ENV: self.marker_chain}
         read_fd = write_fd = None
         try:
             if spec.console:

@@ -10,7 +10,14 @@ Three layers, each covering what the one before cannot:
    SIGKILLs every rank's process group, then sweeps /proc for processes that
    carry the launcher's marker variable, again and again until a sweep finds
    none: a child caught between fork and exec carries the marker only after
-   its exec.  The launcher notices a dead watchdog (its pidfd) or a stuck one
+   its exec.  Every second it also notes the launcher's whole tree (pid and
+   start time), and kills what it noted: a daemon that left its group and
+   carries no marker is reparented to the launcher (3.) while it lives, and
+   so is noted; so is everything a nested dlaunch started (its watchdog,
+   which the outer sweep kills for the marker it inherited, can no longer
+   clean up after it).  What a nested dlaunch starts also carries every
+   enclosing launch's marker (``DLAUNCH_LAUNCHER_IDS``), so the marker sweep
+   finds what started after the last note.  The launcher notices a dead watchdog (its pidfd) or a stuck one
    (a write that would block, a goodbye not acknowledged) and replaces it.
 3. The launcher is a child subreaper (``PR_SET_CHILD_SUBREAPER``): a process
    that leaves its rank's group and whose parent exits (a double-forked
@@ -21,7 +28,8 @@ Three layers, each covering what the one before cannot:
 What none of them reaches: a process a rank asks another service to start
 (``systemd-run``, ``at``, a container engine), which is neither a descendant
 nor marked; and, only when the launcher itself is SIGKILLed, a process that
-both left its rank's group and removed the marker from its environment.
+both left its rank's group and removed the marker from its environment less
+than a second (``NOTE_SECONDS``) before.
 """
 
 from __future__ import annotations
@@ -33,7 +41,7 @@ import signal
 import time
 
 from launcher.console import say
-from launcher.contract import LAUNCHER_ID_ENV
+from launcher.contract import LAUNCHER_ID_ENV, LAUNCHER_IDS_ENV
 from launcher.lines import LineBuffer
 
 LAUNCHER_ID_VAR = LAUNCHER_ID_ENV
@@ -43,6 +51,9 @@ SWEEP_SECONDS = 5.0          # a sweep keeps looking for new marked processes th
 SWEEP_QUIET_ROUNDS = 3       # ... and stops after this many rounds that found nothing
 SWEEP_PAUSE = 0.005
 REGISTER_BATCH, REGISTER_SECONDS = 64, 0.005   # rank groups sent to the watchdog together
+MAX_NESTING = 16             # markers a process carries at most: the innermost launches' (an absurd inherited
+                             # list must not grow every rank's environment)
+NOTE_SECONDS = 1.0           # how often the watchdog notes the launcher's tree (a few /proc reads per process)
 GOODBYE_SECONDS = 2.0        # a watchdog that has not left this long after "bye" is stuck: killed
 _WATCHDOG_IGNORES = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 
@@ -96,17 +107,30 @@ def marker(launcher_id: str) -> bytes:
     return f"{LAUNCHER_ID_VAR}={launcher_id}".encode()
 
 
+def marker_chain(environ, launcher_id: str) -> str:
+    """The value of ``DLAUNCH_LAUNCHER_IDS`` for what this launcher starts: the enclosing launches' markers
+    (from its own environment) and its own, so that an outer watchdog still finds a nested job's processes
+    once the inner launcher and its watchdog are gone."""
+    outer = environ.get(LAUNCHER_IDS_ENV, "").split() or [environ.get(LAUNCHER_ID_VAR, "")]
+    kept = [mark for mark in outer if mark and mark != launcher_id][-MAX_NESTING + 1:]
+    return " ".join([*kept, launcher_id])
+
+
 def marked_processes(launcher_id: str) -> set[int]:
-    """Pids of processes whose environment carries this launcher's marker (what their exec gave them)."""
-    mark, found = marker(launcher_id), set()
+    """Pids of processes whose environment carries this launcher's marker, as its own or as an enclosing
+    launch's (what their exec gave them)."""
+    mark, chained, found = marker(launcher_id), f"{LAUNCHER_IDS_ENV}=".encode(), set()
+    own = launcher_id.encode()
     for name in os.listdir("/proc"):
         if name.isdigit():
             try:
                 with open(f"/proc/{name}/environ", "rb") as fh:
-                    if mark in fh.read().split(b"\0"):
-                        found.add(int(name))
+                    entries = fh.read().split(b"\0")
             except OSError:
                 continue  # gone, or not ours to read
+            if mark in entries or any(entry.startswith(chained) and own in entry[len(chained):].split()
+                                      for entry in entries):
+                found.add(int(name))
     return found
 
 
@@ -139,13 +163,29 @@ def _task_children(pid: int, task: str) -> list[int]:
 
 
 def _alive(pid: int) -> bool:
+    return _started(pid) is not None
+
+
+def _started(pid: int) -> bytes | None:
+    """When a live (not zombie) process started (clock ticks since boot, /proc's field 22), else None:
+    with its pid, what tells a process from a later one given the same pid."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
             stat = fh.read()
     except OSError:
-        return False
+        return None
     fields = stat[stat.rfind(b")") + 2:].split()
-    return bool(fields) and fields[0] != b"Z"
+    return fields[19] if len(fields) > 19 and fields[0] != b"Z" else None
+
+
+def _note_tree(pid: int) -> dict[int, bytes]:
+    """Every live descendant of ``pid`` with its start time."""
+    noted = {}
+    for child in _descendants(pid):
+        started = _started(child)
+        if started is not None:
+            noted[child] = started
+    return noted
 
 
 def _kill(pid: int) -> None:
@@ -222,6 +262,7 @@ class Reaper:
 
     def _start(self) -> None:
         read_fd, write_fd = os.pipe()
+        launcher_pid = os.getpid()
         pid = os.fork()
         if pid == 0:  # the watchdog: never returns
             status = 0
@@ -231,7 +272,7 @@ class Reaper:
                 os.setsid()  # out of the launcher's group: a killpg of the launcher must not take us too
                 for sig in _WATCHDOG_IGNORES:
                     signal.signal(sig, signal.SIG_IGN)
-                _reap_when_orphaned(read_fd, self.launcher_id)
+                _reap_when_orphaned(read_fd, self.launcher_id, launcher_pid)
             except BaseException:
                 status = 1
             finally:
@@ -338,11 +379,19 @@ def _keep_only_fd(keep: int) -> None:
     os.closerange(keep + 1, 65536)
 
 
-def _reap_when_orphaned(read_fd: int, launcher_id: str) -> None:
-    """The watchdog's life: collect groups until "bye" (leave) or EOF (the launcher died: kill everything)."""
+def _reap_when_orphaned(read_fd: int, launcher_id: str, launcher_pid: int) -> None:
+    """The watchdog's life: collect groups until "bye" (leave) or EOF (the launcher died: kill everything),
+    noting the launcher's tree every NOTE_SECONDS while it waits."""
+    import select
+
     groups: set[int] = set()
+    noted: dict[int, bytes] = {}
     buffer = LineBuffer()
     while True:
+        if not select.select([read_fd], [], [], NOTE_SECONDS)[0]:
+            noted = _note_tree(launcher_pid)
+            noted.pop(os.getpid(), None)
+            continue
         chunk = os.read(read_fd, 4096)
         if not chunk:
             break
@@ -356,4 +405,7 @@ def _reap_when_orphaned(read_fd: int, launcher_id: str) -> None:
             os.killpg(pgid, signal.SIGKILL)
         except OSError:
             continue   # that group is already gone
+    for pid, started in noted.items():
+        if _started(pid) == started:   # the same process, not a later one given its pid
+            _kill(pid)
     sweep(launcher_id, set())

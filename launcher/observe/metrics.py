@@ -13,6 +13,9 @@ Metrics come from each rank's output logs, in these forms:
   ``{"dlaunch": "metric", "step": 120, "loss": 0.52, "lr": 0.1}``; ``step`` is the
   x value as given, every other number (but ``epoch`` and ``time``) is a metric
   of that name.
+
+A log is read in bounded chunks and its points are sampled (``Sample``): a 2 GiB log of loss lines
+costs the report the same memory as a short one, and every line is still counted.
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ ACCURACY = re.compile(r"(?<![\w-])['\"]?(?:acc|accuracy)['\"]?\s*(?:\bis\b|[:=])
                       re.IGNORECASE)
 EPOCH = re.compile(r"\bepoch\s*(?:[:=]\s*)?(\d+)\b", re.IGNORECASE)
 MAX_LINE = 64 << 10            # longer lines are no metric lines: skipped, never held whole
+MAX_KEPT = 20000               # points kept per metric and log (charts draw 1000): a 2 GiB log is evenly sampled
+MAX_NAMES = 64                 # JSON metric names kept per log; later new names are ignored
 METRIC_TAG = "metric"          # {"dlaunch": "metric", ...}
 NOT_METRICS = {"dlaunch", "step", "epoch", "time", "rank"}
 
@@ -61,7 +66,31 @@ class RankStory:
     metrics: dict[str, dict[int, list[tuple[float, float]]]] = field(default_factory=dict)  # name -> attempt -> pts
 
 
-class Points(list):
+class Sample(list):
+    """Items added one by one, at most MAX_KEPT of them held: every ``stride``-th (the stride doubles each
+    time the list fills), and the last one once ``finish`` is called; ``seen`` counts every item added.
+    Memory stays bounded however many metric lines a log holds, and the points stay evenly spread."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen, self.stride, self.last = 0, 1, None
+
+    def add(self, item) -> None:
+        if self.seen % self.stride == 0:
+            self.append(item)
+            if len(self) > MAX_KEPT:
+                del self[1::2]
+                self.stride *= 2
+        self.seen += 1
+        self.last = item
+
+    def finish(self) -> Sample:
+        if self.seen and (self.seen - 1) % self.stride:
+            self.append(self.last)
+        return self
+
+
+class Points(Sample):
     """[(x, value)] of one metric in one log; ``axis`` says what x is: "step", or "evaluation" (the
     evaluation's number) for accuracy lines in a log that shows no step at all."""
 
@@ -74,10 +103,12 @@ def parse_metrics(lines) -> dict[str, Points]:
     An accuracy line's step: the end of its epoch where it names one ("epoch: 2 accuracy: 0.83"), else the
     step of the loss line before it, else (no loss line yet) the evaluation's number.
     """
-    seeds: list[tuple[int, int, float]] = []
-    accuracy: list[tuple[int | None, int, float]] = []   # (epoch, how many seeds' lines came before, value)
+    seeds = Sample()      # (epoch, step, value)
+    accuracy = Sample()   # (its epoch, the (epoch, step) of the seeds' line before it, value)
     found: dict[str, Points] = {}
     json_step = None
+    per_epoch = 0
+    last_seeds: tuple[int, int] | None = None
     for line in lines:
         text = line.strip()
         if text.startswith("{") and '"dlaunch"' in text:
@@ -90,39 +121,48 @@ def parse_metrics(lines) -> dict[str, Points]:
                     and _is_number(step):
                 json_step = float(step)
                 for name, value in record.items():
-                    if name not in NOT_METRICS and _is_number(value):
-                        found.setdefault(str(name), Points()).append((float(step), float(value)))
+                    if name not in NOT_METRICS and _is_number(value) and (str(name) in found
+                                                                          or len(found) < MAX_NAMES):
+                        found.setdefault(str(name), Points()).add((float(step), float(value)))
                 continue
         match = SEEDS_LOSS.search(text)
         if match:
             number = NUMBER.search(match.group(3))
             if number:
-                seeds.append((int(match.group(1)), int(match.group(2)), float(number.group(0))))
+                last_seeds = (int(match.group(1)), int(match.group(2)))
+                per_epoch = max(per_epoch, last_seeds[1])
+                seeds.add((*last_seeds, float(number.group(0))))
             continue
         acc = ACCURACY.search(text)
         if acc:
             named = EPOCH.search(text[:acc.start()])
-            if not seeds and json_step is not None and not named:
-                found.setdefault("accuracy", Points()).append((json_step, float(acc.group(1))))
+            if not seeds.seen and json_step is not None and not named:
+                found.setdefault("accuracy", Points()).add((json_step, float(acc.group(1))))
             else:
-                accuracy.append((int(named.group(1)) if named else None, len(seeds), float(acc.group(1))))
-    per_epoch = max((step for _, step, _ in seeds), default=0)
-    if seeds:
-        found.setdefault("loss", Points()).extend(((epoch - 1) * per_epoch + step, value)
-                                                   for epoch, step, value in seeds)
-    if accuracy:
+                accuracy.add((int(named.group(1)) if named else None, last_seeds, float(acc.group(1)),
+                              accuracy.seen + 1))
+    unseen: dict[str, int] = {}
+    if seeds.seen:
+        loss = found.setdefault("loss", Points())
+        for epoch, step, value in seeds.finish():
+            loss.add(((epoch - 1) * per_epoch + step, value))
+        unseen["loss"] = seeds.seen - len(seeds)   # lines sampled away before they became points
+    if accuracy.seen:
         points = found.setdefault("accuracy", Points())
-        for evaluation, (its_epoch, before, value) in enumerate(accuracy, 1):
+        for its_epoch, before, value, evaluation in accuracy.finish():
             if its_epoch is not None and per_epoch:
                 x = its_epoch * per_epoch
-            elif before:
-                last_epoch, last_step, _ = seeds[before - 1]
+            elif before is not None:
+                last_epoch, last_step = before
                 x = (last_epoch - 1) * per_epoch + last_step
             else:
                 x = its_epoch if its_epoch is not None else evaluation
-                if not seeds:
+                if not seeds.seen:
                     points.axis = "epoch" if its_epoch is not None else "evaluation"
-            points.append((x, value))
+            points.add((x, value))
+        unseen["accuracy"] = accuracy.seen - len(accuracy)
+    for name, points in found.items():
+        points.finish().seen += unseen.get(name, 0)
     return found
 
 

@@ -127,7 +127,7 @@ def page_context(run: Run, stories: list[RankStory]) -> dict:
                      "attempts": len(story.spans), "outcome": (last.detail or last.label) if last else "not started",
                      "kind": last.outcome if last else "stopped",
                      "seconds": (f"{last.end - last.start:.1f}" if last and last.start and last.end else "-"),
-                     "points": sum(len(p) for m in story.metrics.values() for p in m.values()),
+                     "points": sum(getattr(p, "seen", len(p)) for m in story.metrics.values() for p in m.values()),
                      "loss": format_number(newest[-1][1]) if newest else "-"})
     resumed = next((s.get("resumed_from") for s in summaries if s.get("resumed_from")), None)
     return {"run_id": run.run_id, "run_dir": run.run_dir, "run_dir_url": file_url(run.run_dir), "status": status,

@@ -376,6 +376,60 @@ def errors(problems: list[Problem]) -> list[Problem]:
     return [p for p in problems if p.severity == "error"]
 
 
+def grouped(problems: list[Problem]) -> list[tuple[Problem, int]]:
+    """Problems that share severity, rule, value, message and fix, as one problem whose path names every
+    place compactly, with how many it stands for: one mistake made on 16 devices reads as one line, not 16.
+    Works on any path text (``server_list[s].device[d]...``, a 2.0 table's ``rank_list[i]...``)."""
+    import dataclasses
+    import json
+
+    groups: dict[tuple, list[Problem]] = {}
+    for problem in problems:
+        value = "<missing>" if problem.value is MISSING else json.dumps(problem.value, default=str, sort_keys=True)
+        groups.setdefault((problem.severity, problem.rule, value, problem.message, problem.fix), []).append(problem)
+    return [(members[0] if len(members) == 1 else
+             dataclasses.replace(members[0], path=compact_paths([p.path for p in members])), len(members))
+            for members in groups.values()]
+
+
+MAX_PATH_PIECES = 4   # a grouped path shows at most this many pieces, then "and N more"
+
+
+def compact_paths(paths: list[str]) -> str:
+    """Paths that differ only in their [N] indices as one: ``server_list[0..1].device[0..7].device_ip``;
+    indices that do not fill a product are split into pieces (``a[0].b[0..7], a[1].b[0..3]``)."""
+    import re
+
+    shapes: dict[tuple[str, ...], list[tuple[int, ...]]] = {}
+    for path in dict.fromkeys(paths):
+        parts = re.split(r"\[(\d+)\]", path)
+        rows = shapes.setdefault(tuple(parts[0::2]), [])
+        rows.append(tuple(int(n) for n in parts[1::2]))
+    pieces = [piece for texts, rows in shapes.items() for piece in _pieces(rows, list(texts))]
+    if len(pieces) > MAX_PATH_PIECES:
+        return ", ".join(pieces[:MAX_PATH_PIECES - 1]) + f" and {len(pieces) - MAX_PATH_PIECES + 1} more"
+    return ", ".join(pieces)
+
+
+def _pieces(rows: list[tuple[int, ...]], texts: list[str]) -> list[str]:
+    """``texts`` joined by the indices of ``rows``, as few pieces as grouping the first index by what
+    follows it allows."""
+    if not rows[0]:
+        return [texts[0]]
+    tails: dict[tuple[str, ...], list[int]] = {}
+    for first in dict.fromkeys(row[0] for row in rows):
+        rest = _pieces([row[1:] for row in rows if row[0] == first], texts[1:])
+        tails.setdefault(tuple(rest), []).append(first)
+    return [f"{texts[0]}[{_index_ranges(firsts)}]{tail}" for rest, firsts in tails.items() for tail in rest]
+
+
+def _index_ranges(numbers: list[int]) -> str:
+    """[0, 1, 2, 5] -> "0..2,5" (``..``, since a path's reader might take 0-2 for subtraction)."""
+    from launcher.numlists import format_ranges
+
+    return ",".join(part.replace("-", "..") for part in format_ranges(numbers).split(","))
+
+
 def require_valid(table: RankTable, profile: str, what: str) -> None:
     """Refuse a table that breaks the profile's rules (UsageError, exit 2), quoting the first rule broken."""
     bad = errors(validate(table, profile))
