@@ -273,48 +273,42 @@ def test_head_sigkilled_leaves_no_rank_alive_on_any_host(ssh_cluster, tmp_path, 
         kill_run("headkill")
 
 
-def test_ctrl_c_on_the_head_reaches_ranks_on_both_hosts(ssh_cluster, tmp_path, out):
+def signal_the_head(cluster, tmp_path, out, run_id, sig, *extra):
+    """Start a 4-rank job on both hosts whose ranks trap ``sig``, send ``sig`` to the head once every rank runs,
+    check every rank received it; (the head's exit code, its stderr)."""
     table = write_table(tmp_path / "rt.json", 2)
-    proc = start_dlaunch(*cluster_args(ssh_cluster, table, out, run_id="ctrlc"), "--", "--sleep", "60",
-                         "--trap", "SIGINT", cwd=tmp_path)
+    proc = start_dlaunch(*cluster_args(cluster, table, out, *extra, run_id=run_id), "--", "--sleep", "60",
+                         "--trap", sig.name, cwd=tmp_path)
     try:
-        wait_for_pids(out / "ctrlc", range(4))  # rank.py installs its trap before it writes its pid
-        proc.send_signal(signal.SIGINT)
+        wait_for_pids(out / run_id, range(4))  # rank.py installs its trap before it writes its pid
+        proc.send_signal(sig)
         _, stderr = proc.communicate(timeout=30)
-        assert proc.returncode == 130, stderr
         for rank in range(4):
-            assert records(out / "ctrlc" / f"rank_{rank:03d}", "signals.jsonl") == [{"signal": "SIGINT",
-                                                                                    "rank": rank}]
-        head = summary(out / "ctrlc", "summary.head.json")
-        assert head["interrupted_by"] == "SIGINT" and head["status"] == "interrupted"
-        assert {h["status"] for h in head["hosts"]} == {"stopped"}
-        assert "interrupted by SIGINT" in stderr
+            assert records(out / run_id / f"rank_{rank:03d}", "signals.jsonl") == [{"signal": sig.name,
+                                                                                   "rank": rank}]
+        return proc.returncode, stderr
     finally:
         proc.kill()
         proc.wait()
-        kill_run("ctrlc")
+        kill_run(run_id)
+
+
+def test_ctrl_c_on_the_head_reaches_ranks_on_both_hosts(ssh_cluster, tmp_path, out):
+    code, stderr = signal_the_head(ssh_cluster, tmp_path, out, "ctrlc", signal.SIGINT)
+    assert code == 130, stderr
+    head = summary(out / "ctrlc", "summary.head.json")
+    assert head["interrupted_by"] == "SIGINT" and head["status"] == "interrupted"
+    assert {h["status"] for h in head["hosts"]} == {"stopped"}
+    assert "interrupted by SIGINT" in stderr
 
 
 def test_sigusr1_on_the_head_reaches_ranks_on_both_hosts_and_the_job_goes_on(ssh_cluster, tmp_path, out):
     """Slurm's warning signal (or a user's) to the head: every host's launcher passes it to its ranks, and
     nothing is stopped (each rank here saves its trap and then leaves by itself, exit 0)."""
-    table = write_table(tmp_path / "rt.json", 2)
-    proc = start_dlaunch(*cluster_args(ssh_cluster, table, out, "--forward-signals", "WINCH", run_id="usr1"), "--",
-                         "--sleep", "60", "--trap", "SIGUSR1", cwd=tmp_path)
-    try:
-        wait_for_pids(out / "usr1", range(4))
-        proc.send_signal(signal.SIGUSR1)
-        _, stderr = proc.communicate(timeout=30)
-        assert proc.returncode == 0, stderr
-        for rank in range(4):
-            assert records(out / "usr1" / f"rank_{rank:03d}", "signals.jsonl") == [{"signal": "SIGUSR1",
-                                                                                    "rank": rank}]
-        head = summary(out / "usr1", "summary.head.json")
-        assert head["status"] == "succeeded" and not head.get("interrupted_by")
-    finally:
-        proc.kill()
-        proc.wait()
-        kill_run("usr1")
+    code, stderr = signal_the_head(ssh_cluster, tmp_path, out, "usr1", signal.SIGUSR1, "--forward-signals", "WINCH")
+    assert code == 0, stderr
+    head = summary(out / "usr1", "summary.head.json")
+    assert head["status"] == "succeeded" and not head.get("interrupted_by")
 
 
 def test_second_ctrl_c_kills_every_rank_at_once(ssh_cluster, tmp_path, out):

@@ -275,3 +275,17 @@ def test_a_rank_table_rewritten_between_attempts_is_used_by_the_next_one_on_ever
         assert used == str(run_dir / f"rank_table.{HOSTS[index]}.1.json")
         assert "192.0.2.99" in open(used).read()
         assert "192.0.2.99" not in (run_dir / f"rank_table.{HOSTS[index]}.json").read_text()
+
+
+def test_a_device_address_rewritten_while_the_hosts_start_is_still_one_job(tmp_path, jobs):
+    """An operator re-addressing a device's NIC between two hosts' starts (ascend-operator rewrites hccl.json)
+    changes no server and no rank: the hosts still share the job's secret and form one job."""
+    job = jobs(tmp_path, 2, 29756, "readdress")
+    job.start(0, "--sleep", "2")
+    assert wait_until(lambda: job.started(0), timeout=20)
+    job.table.write_text(job.table.read_text().replace("192.0.2.10", "192.0.2.77"))
+    job.start(1, "--sleep", "2")
+    for index in (0, 1):
+        code, stderr = job.wait(index)
+        assert code == 0, stderr
+        assert "wrong job secret" not in stderr

@@ -50,6 +50,14 @@ def describe(cause: dict) -> str:
     return f"host {host} was lost: {cause.get('why')}"
 
 
+def job_identity(table) -> str:
+    """What the job's secret is derived from when none is given: every server and its ranks, which every host
+    of the job holds from the moment it starts.  Not the whole file: an operator rewriting a device's address
+    while the hosts start (ascend-operator's hccl.json) must not split one job into two."""
+    return ";".join(f"{server.server_id}:{','.join(str(d.rank_id) for d in server.devices)}"
+                    for server in table.servers)
+
+
 class JobLink:
     """This host's membership of the job (and, on the master host, the job's coordinator)."""
 
@@ -76,8 +84,6 @@ class JobLink:
     @classmethod
     def for_plan(cls, plan, opts, table, environ=None) -> JobLink:
         """The link of a multi-host plan: the coordinator on the master host's ``--job-port``."""
-        from launcher.table.model import dumps
-
         hosts = [str(s.server_id) for s in table.servers]
         # the job's name every host agrees on: the run id when it is shared, else the master address and port
         # (hosts started without --run-id, e.g. one dlaunch torchrun per node, each make their own run id)
@@ -85,7 +91,7 @@ class JobLink:
         master = next((i for i, s in enumerate(table.servers) if any(d.rank == 0 for d in s.devices)), 0)
         return cls(hosts=hosts, index=plan.server_index, master_index=master, address=opts.job_addr or plan.master_addr,
                    port=job_port(opts),
-                   secret=protocol.job_secret(os.environ if environ is None else environ, dumps(table), job_id),
+                   secret=protocol.job_secret(os.environ if environ is None else environ, job_identity(table), job_id),
                    run_id=job_id, host_timeout=opts.host_timeout, join_timeout=opts.join_timeout,
                    max_restarts=opts.max_restarts)
 

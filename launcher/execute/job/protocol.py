@@ -39,7 +39,7 @@ LOST_EXIT = ExitCode.HOST_LOST            # a host of the job was lost (killed, 
 def job_secret(environ, table_text: str, run_id: str) -> bytes:
     """``DLAUNCH_JOB_SECRET`` when set (a Kubernetes secret, a Slurm job's environment, the SSH head's
     request); otherwise derived from what every host of the job already holds and a stranger on the network
-    does not: the rank table's contents and the run id."""
+    does not: the rank table's servers and ranks (``link.job_identity``) and the run id."""
     given = environ.get(SECRET_VAR)
     if given:
         return hashlib.sha256(b"dlaunch-job-secret\0" + given.encode()).digest()
