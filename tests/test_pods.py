@@ -108,15 +108,14 @@ dist.destroy_process_group()
 
 
 def test_kubeflow_pods_run_as_under_torchrun(tmp_path):
-    """A TrainJob's two pods, each with the Trainer's PET_* variables: real torchrun, dlaunch torchrun and
-    dlaunch cluster (no flag at all) give the same all-reduce over the same two pods."""
+    """A TrainJob's two pods, each with the Trainer's PET_* variables: real torchrun and dlaunch torchrun (no
+    flag at all) give the same all-reduce over the same two pods; dlaunch cluster plans the same ranks."""
     script = tmp_path / "allreduce.py"
     script.write_text(ALLREDUCE)
     outcomes = {}
     for name, command in (
             ("torchrun", lambda i: [sys.executable, "-m", "torch.distributed.run", script]),
-            ("dlaunch torchrun", lambda i: dlaunch_argv("torchrun", script)),
-            ("dlaunch cluster", lambda i: dlaunch_argv("cluster", script))):
+            ("dlaunch torchrun", lambda i: dlaunch_argv("torchrun", script))):
         root = tmp_path / name.replace(" ", "_")
         root.mkdir()
         port = free_port("127.0.0.2")
@@ -127,7 +126,13 @@ def test_kubeflow_pods_run_as_under_torchrun(tmp_path):
         outcomes[name] = [json.loads((root / f"pod{rank}" / f"allreduce_{rank}.json").read_text())
                           for rank in range(2)]
     assert outcomes["torchrun"] == [{"sum": 3.0, "world": 2, "group_rank": str(r)} for r in range(2)]
-    assert outcomes["dlaunch torchrun"] == outcomes["dlaunch cluster"] == outcomes["torchrun"]
+    assert outcomes["dlaunch torchrun"] == outcomes["torchrun"]
+    plan = subprocess.run(dlaunch_argv("cluster", script, "--dry-run"), cwd=tmp_path, capture_output=True, text=True,
+                          env=clean_env(pod_env("kubeflow_trainer", 1, master="127.0.0.2", port="29400", nnodes="2",
+                                                nproc="1")), timeout=60)
+    assert plan.returncode == 0, plan.stderr
+    for line in ("RANK=1", "WORLD_SIZE=2", "GROUP_RANK=1", "MASTER_ADDR=127.0.0.2", "MASTER_PORT=29400"):
+        assert f"    {line}\n" in plan.stdout, line
 
 
 def test_volcano_pods_need_no_flag(tmp_path):

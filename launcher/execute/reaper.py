@@ -49,7 +49,7 @@ PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 SWEEP_SECONDS = 5.0          # a sweep keeps looking for new marked processes this long at most
 SWEEP_QUIET_ROUNDS = 3       # ... and stops after this many rounds that found nothing
-SWEEP_PAUSE = 0.005
+SWEEP_PAUSE = 0.001         # between rounds: long enough for a fork-and-exit loop to show its next pid
 REGISTER_BATCH, REGISTER_SECONDS = 64, 0.005   # rank groups sent to the watchdog together
 MAX_NESTING = 16             # markers a process carries at most: the innermost launches' (an absurd inherited
                              # list must not grow every rank's environment)
