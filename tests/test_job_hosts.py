@@ -252,7 +252,10 @@ def test_the_job_port_taken_on_the_master_host_is_refused_before_anything_starts
 
 REWRITING_RANK = """
 if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then
-  if [ "$RANK" = 1 ]; then sed -i s/192.0.2.10/192.0.2.99/ "$TABLE"; exit 3; fi
+  if [ "$RANK" = 1 ]; then
+    while [ ! -e "$TABLE.go" ]; do sleep 0.05; done   # both hosts have read the first table
+    sed -i s/192.0.2.10/192.0.2.99/ "$TABLE"; exit 3
+  fi
   exec sleep 60
 fi
 echo "$RANK_TABLE_FILE" > "$DLAUNCH_RANK_DIR/table_file"
@@ -266,6 +269,8 @@ def test_a_rank_table_rewritten_between_attempts_is_used_by_the_next_one_on_ever
             "cluster", "--no-python", "/bin/sh", "--rank-table", job.table, "--rank-start", index, "--run-id",
             "rewrite", "--master-port", job.port, "--profile", "structure", *job.timeouts, "--max-restarts", "1",
             "--", "-c", REWRITING_RANK, cwd=job.cwd(index), env={"TABLE": str(job.table)})
+    assert wait_until(lambda: job.started(0) and job.started(1), timeout=30)
+    (tmp_path / "rt.json.go").touch()
     for index in (0, 1):
         code, stderr = job.wait(index)
         assert code == 0, stderr

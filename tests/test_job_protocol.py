@@ -154,3 +154,18 @@ def test_a_connection_that_never_joins_is_dropped_after_one_host_timeout():
     finally:
         done.set()
         thread.join(timeout=10)
+
+
+def test_the_welcome_and_a_signed_message_in_one_read_are_both_understood():
+    """The coordinator sends "welcome" and, to a host joining a job that is already stopping, a signed "stop"
+    at once: read together, the second line is checked with the key the first one made."""
+    coordinator, member = protocol.Channel("s"), protocol.Channel("c")
+    welcome = coordinator.encode({"t": "welcome"})
+    coordinator.key = protocol.session_key(SECRET, "sn", "cn")
+    data = welcome + coordinator.encode({"t": "stop", "attempt": 0})
+    got = []
+    for message in member.read(data):
+        got.append(message)
+        if message["t"] == "welcome":
+            member.key = protocol.session_key(SECRET, "sn", "cn")
+    assert got == [{"t": "welcome"}, {"t": "stop", "attempt": 0}]

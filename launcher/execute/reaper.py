@@ -50,6 +50,7 @@ PR_SET_CHILD_SUBREAPER = 36
 SWEEP_SECONDS = 5.0          # a sweep keeps looking for new marked processes this long at most
 SWEEP_QUIET_ROUNDS = 3       # ... and stops after this many rounds that found nothing
 SWEEP_PAUSE = 0.001         # between rounds: long enough for a fork-and-exit loop to show its next pid
+ORPHANED_PAUSE = 0.02       # the watchdog's rounds: long enough for a rank being spawned to finish its exec
 REGISTER_BATCH, REGISTER_SECONDS = 64, 0.005   # rank groups sent to the watchdog together
 MAX_NESTING = 16             # markers a process carries at most: the innermost launches' (an absurd inherited
                              # list must not grow every rank's environment)
@@ -213,31 +214,32 @@ def _children(pid: int) -> set[int]:
         return set()
 
 
-def sweep(launcher_id: str, keep: set[int], quiet_rounds: int = SWEEP_QUIET_ROUNDS) -> int:
+def sweep(launcher_id: str, keep: set[int], quiet_rounds: int = SWEEP_QUIET_ROUNDS, orphaned: bool = False) -> int:
     """Kill every descendant of this process but ``keep``, and every process with the marker; reap; repeat
     until ``quiet_rounds`` rounds in a row find nothing new.  Returns how many processes were killed.
 
-    A round reads this launcher's own tree only (cheap: one host's ends stay fast when many launchers share a
-    machine); once the tree is quiet, one scan of all of /proc for the marker, and the rounds start over if it
-    found anything.  After an attempt, whose ranks are all dead, two quiet rounds: one can miss a daemon that
-    forks and exits in a loop (caught between its parent's exit and its move to this subreaper).  The
-    watchdog waits for more, since the launcher may have died in the middle of a fork.
-    """
+    The launcher at the end of an attempt (its ranks all dead, itself their subreaper): a round reads its own
+    tree only (cheap: one host's end stays fast when many launchers share a machine), and once the tree is
+    quiet one scan of all of /proc for the marker ends it, or starts the rounds over.  Two quiet rounds: one
+    can miss a daemon that forks and exits in a loop (caught between its parent's exit and its move to this
+    subreaper).  The watchdog of a launcher that died (``orphaned``) owns no tree: every round scans /proc
+    for the marker, ORPHANED_PAUSE apart, since a rank the launcher was spawning shows the marker only once
+    its exec is done."""
     keep = keep | {os.getpid()}
     killed: set[int] = set()
     quiet, deadline = 0, time.monotonic() + SWEEP_SECONDS
     while time.monotonic() < deadline:
         found = _descendants(os.getpid()) - keep
-        if quiet + 1 >= quiet_rounds and not found:
-            found = marked_processes(launcher_id) - keep   # the last quiet round looks everywhere
-            if not found:
+        if not found and (orphaned or quiet + 1 >= quiet_rounds):
+            found = marked_processes(launcher_id) - keep
+            if not found and quiet + 1 >= quiet_rounds:
                 break
         for pid in found:
             _kill(pid)
         killed |= found
         _reap_children(keep)
         quiet = quiet + 1 if not found else 0
-        time.sleep(SWEEP_PAUSE)
+        time.sleep(ORPHANED_PAUSE if orphaned else SWEEP_PAUSE)
     _reap_children(keep)
     return len(killed)
 
@@ -408,4 +410,4 @@ def _reap_when_orphaned(read_fd: int, launcher_id: str, launcher_pid: int) -> No
     for pid, started in noted.items():
         if _started(pid) == started:   # the same process, not a later one given its pid
             _kill(pid)
-    sweep(launcher_id, set())
+    sweep(launcher_id, set(), orphaned=True)

@@ -178,7 +178,7 @@ class Coordinator:
             return
         peer.heard = time.monotonic()
         try:
-            for message in peer.channel.feed(data):
+            for message in peer.channel.read(data):
                 self._on_message(peer, message)
         except (ValueError, KeyError, TypeError) as exc:
             self.log(f"job coordinator: dropped {peer.address}: {exc}")

@@ -148,7 +148,7 @@ class Member:
             return
         self.heard = time.monotonic()
         try:
-            for message in self.channel.feed(data):
+            for message in self.channel.read(data):
                 self._on_message(message)
                 if self.state == "done":
                     return

@@ -82,10 +82,15 @@ class Channel:
 
     def feed(self, data: bytes) -> list[dict]:
         """The whole messages in ``data`` (and what came before); raises ValueError on anything not the protocol."""
+        return list(self.read(data))
+
+    def read(self, data: bytes):
+        """``feed`` one message at a time: the next line is checked only once the caller has handled this one,
+        so the handshake's last message can set the key that signs the next (a "welcome" and a "stop" that
+        arrive in one read)."""
         self._buffer += data
         if len(self._buffer) > MAX_LINE and b"\n" not in self._buffer:
             raise ValueError("a line longer than the protocol allows")
-        messages = []
         while b"\n" in self._buffer:
             line, self._buffer = self._buffer.split(b"\n", 1)
             mac, _, body = line.decode("utf-8", "replace").partition(" ")
@@ -98,8 +103,7 @@ class Channel:
             message = json.loads(body)
             if not isinstance(message, dict) or not isinstance(message.get("t"), str):
                 raise ValueError("not a message of the protocol")
-            messages.append(message)
-        return messages
+            yield message
 
 
 def receive(sock) -> bytes | None:
