@@ -27,13 +27,16 @@ def table_file(tmp_path):
     return two_host_table(tmp_path / "rt16.json")
 
 
-def test_two_per_host_launchers_form_one_16_rank_gloo_job(tmp_path, table_file):
+def test_two_per_host_launchers_form_one_16_rank_job(tmp_path, table_file):
+    """The seeds' two 8-NPU hosts, one dlaunch cluster each, sharing one run directory: every rank's contract.
+    (Their all-reduce across hosts is test_cluster_ssh's and test_a_job_without_a_rank_table_...'s: 16 torch
+    imports on 2 cores cost this file 20 s for nothing more.)"""
     out = tmp_path / "shared_nfs"
 
     def host(start):
         return run_dlaunch("cluster", RANK_PROGRAM, "--rank-table", table_file, "--rank-start", start,
                            "--run-id", "job16", "--master-port", "29611", "--output-dir", out, "--",
-                           "--allreduce", "--dump-env", cwd=tmp_path, timeout=240)
+                           "--dump-env", cwd=tmp_path, timeout=240)
 
     results = side_by_side(host, 0, 8)
     assert results[0].returncode == 0, results[0].stderr
@@ -41,7 +44,6 @@ def test_two_per_host_launchers_form_one_16_rank_gloo_job(tmp_path, table_file):
     run_dir = out / "job16"
     for rank in range(16):
         rank_dir = run_dir / f"rank_{rank:03d}"
-        assert records(rank_dir, "allreduce.jsonl") == [{"sum": 136.0, "world": 16}]
         env = json.loads((rank_dir / "env.json").read_text())
         server = rank // 8
         assert {k: env[k] for k in ("RANK", "RANK_ID", "LOCAL_RANK", "DEVICE_ID", "GROUP_RANK", "GROUP_WORLD_SIZE",

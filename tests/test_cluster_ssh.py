@@ -137,15 +137,15 @@ def test_16_ranks_on_2_hosts_get_the_env_contract(ssh_cluster, tmp_path, out):
     assert "[127.0.0.2][rank0]: rank 0 done\n" in result.stdout  # rank 0's console, whole lines, host-prefixed
 
 
-def test_gloo_all_reduce_across_16_ranks_on_2_hosts(ssh_cluster, tmp_path, out):
-    table = write_table(tmp_path / "rt16.json", 8)
+def test_gloo_all_reduce_across_4_ranks_on_2_hosts(ssh_cluster, tmp_path, out):
+    table = write_table(tmp_path / "rt4.json", 2)
     result = run_dlaunch("cluster", RANK_PROGRAM, "--rank-table", table, "--ssh", "--ssh-config",
-                         ssh_cluster.ssh_config, "--output-dir", out, "--run-id", "gloo16",
+                         ssh_cluster.ssh_config, "--output-dir", out, "--run-id", "gloo4", "--profile", "a2",
                          "--master-port", free_port(), "--", "--allreduce", cwd=tmp_path, timeout=150,
                          env={"GLOO_SOCKET_IFNAME": "lo"})  # forwarded (GLOO_*): the ranks' traffic stays on lo
     assert result.returncode == 0, result.stderr[-3000:]
-    sums = [records(out / "gloo16" / f"rank_{r:03d}", "allreduce.jsonl") for r in range(16)]
-    assert sums == [[{"sum": 136.0, "world": 16}]] * 16
+    sums = [records(out / "gloo4" / f"rank_{r:03d}", "allreduce.jsonl") for r in range(4)]
+    assert sums == [[{"sum": 10.0, "world": 4}]] * 4
 
 
 def test_value_with_quotes_and_command_substitution_arrives_intact_and_off_the_command_line(
