@@ -244,6 +244,8 @@ def adopt_pod(args: argparse.Namespace, environ) -> bool:
         return False
     if pod is not None:
         say(f"{pod.operator}: {pod.said}")
+        args.master_addr = args.master_addr or pod.master_addr
+        args.master_port = args.master_port or pod.master_port
         if pod.ms_role == "MS_SCHED":   # the job's MindSpore scheduler: the script once, with the pod's MS_*
             from launcher.table.build import single_server_table
             from launcher.table.model import dumps
@@ -252,13 +254,7 @@ def adopt_pod(args: argparse.Namespace, environ) -> bool:
                 "scheduler, which the worker pods' ranks register with")
             args.rank_table_text = dumps(single_server_table([0], "scheduler"))
             args.ms_scheduler_pod = True
-            args.master_addr = args.master_addr or pod.master_addr
-            args.master_port = args.master_port or pod.master_port
             return True
-        if args.master_addr is None and pod.master_addr:
-            args.master_addr = pod.master_addr
-        if args.master_port is None and pod.master_port:
-            args.master_port = pod.master_port
     if path is not None:
         args.rank_table = path
         table = load_completed(path, args.join_timeout,

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import time
 
+from launcher.host import free_port
 from tests.conftest import RANK_TABLES, dlaunch
 from tests.launching import (
     RANK_PROGRAM,
@@ -119,10 +120,11 @@ def test_config_show_infers_cluster_and_takes_flags():
 
 def test_run_cluster_sh_hosts_given_one_job_name_share_one_run_directory(tmp_path):
     table = write_rank_table(tmp_path / "rt4.json", ("127.0.0.2", "127.0.0.3"), 2)
+    port = free_port("127.0.0.2")   # not the default 29500, which another test's job may hold meanwhile
 
     def host(start):
         return run_script(SCRIPTS / "run_cluster.sh", "/data", table, "4", str(start), "job42", "--profile", "a2",
-                          cwd=tmp_path, env=seeds_env())
+                          "--master-port", str(port), cwd=tmp_path, env=seeds_env())
 
     for result in side_by_side(host, 0, 2).values():
         assert result.returncode == 0, result.stderr
@@ -138,7 +140,8 @@ def test_a_host_waiting_for_peers_says_so_and_status_names_who_never_came(tmp_pa
     table = write_rank_table(tmp_path / "rt4.json", ("127.0.0.2", "127.0.0.3"), 2)
     out = tmp_path / "runs"
     proc = start_dlaunch("cluster", RANK_PROGRAM, "--rank-table", table, "--rank-start", "0", "--profile", "a2",
-                         "--run-id", "alone", "--output-dir", out, "--waiting-notice", "1", "--grace-period", "1",
+                         "--master-port", free_port("127.0.0.2"), "--run-id", "alone", "--output-dir", out,
+                         "--waiting-notice", "1", "--grace-period", "1",
                          "--", "--allreduce", cwd=tmp_path)
     try:
         assert wait_until(lambda: (out / "alone" / "pids.127.0.0.2.json").exists(), timeout=30)

@@ -16,12 +16,13 @@ from pathlib import Path
 
 import pytest
 
+from launcher.contract import ExitCode
 from launcher.errors import UsageError
 from launcher.host import free_port
 from launcher.pods import detect
 from launcher.table.model import loads
 from launcher.table.share import master_address, select_server
-from tests.launching import ROOT, dlaunch_argv, side_by_side
+from tests.launching import RANK_PROGRAM, ROOT, dlaunch_argv, side_by_side
 
 OPERATORS = json.loads((Path(__file__).parent / "data" / "operators.json").read_text())
 DUMP = str(ROOT / "tests" / "programs" / "dump_env.py")
@@ -274,3 +275,19 @@ def test_a_pod_takes_its_share_of_a_2_0_table_by_its_index(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "8 rank(s) on server pod1 (server 2 of 2), world size 16" in done.stdout
     assert "    RANK=8\n" in done.stdout and "    MASTER_ADDR=127.0.0.2\n" in done.stdout
+
+
+def test_a_rank_failing_in_one_pod_stops_the_other_pod(tmp_path):
+    """Pods started by their operator, not by a head: a rank exiting 3 in pod 1 stops pod 0 (exit 75, the line
+    naming the failing host and rank) and pod 1 exits 3, the job's verdict the same in both summaries."""
+    port = free_port("127.0.0.2")
+    results = _pods(lambda i: dlaunch_argv("cluster", RANK_PROGRAM, "--grace-period", "2", "--", "--sleep", "60",
+                                           "--fail-rank", "1", "--after", "1"),
+                    "volcano_pytorch", tmp_path, master="127.0.0.2", port=str(port), nnodes="2",
+                    per_pod={"CUDA_VISIBLE_DEVICES": "0"})
+    (code0, err0, cwd0), (code1, err1, cwd1) = results[0], results[1]
+    assert (code0, code1) == (ExitCode.STOPPED_BY_PEER, 3), err0 + err1
+    assert "rank 1" in err0 and "exited with code 3" in err0
+    verdicts = [json.loads(next(cwd.glob("dlaunch_runs/*/summary*.json")).read_text())["job"]
+                for cwd in (cwd0, cwd1)]
+    assert verdicts[0]["root_cause"] == verdicts[1]["root_cause"] and verdicts[0]["exit_code"] == 3

@@ -81,7 +81,8 @@ def entry() -> None:
         try:
             stream.flush()
         except (OSError, ValueError):
-            code = code or 1 if stream is sys.stdout else code   # stdout lost (closed pipe): say so in the code
+            if stream is sys.stdout and code == 0:
+                code = 1   # what was printed did not all arrive (a closed pipe): the code says so
     os._exit(code)
 
 

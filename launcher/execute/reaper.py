@@ -139,7 +139,12 @@ def _descendants(pid: int) -> set[int]:
     """Every live (not zombie) descendant of ``pid``, following each task's ``children`` list: only this
     launcher's own tree is read, however many other processes the machine runs (other hosts' launchers and
     ranks on one machine, a node's own services)."""
-    found: set[int] = set()
+    return set(_tree(pid))
+
+
+def _tree(pid: int) -> dict[int, bytes]:
+    """``_descendants`` with each one's start time (read once: the watchdog notes the tree every second)."""
+    found: dict[int, bytes] = {}
     todo = [pid]
     while todo:
         parent = todo.pop()
@@ -149,9 +154,11 @@ def _descendants(pid: int) -> set[int]:
             continue
         for task in tasks:
             for child in _task_children(parent, task):
-                if child not in found and _alive(child):
-                    found.add(child)
-                    todo.append(child)
+                if child not in found:
+                    started = _started(child)
+                    if started is not None:
+                        found[child] = started
+                        todo.append(child)
     return found
 
 
@@ -161,10 +168,6 @@ def _task_children(pid: int, task: str) -> list[int]:
             return [int(p) for p in fh.read().split()]
     except (OSError, ValueError):
         return []
-
-
-def _alive(pid: int) -> bool:
-    return _started(pid) is not None
 
 
 def _started(pid: int) -> bytes | None:
@@ -177,16 +180,6 @@ def _started(pid: int) -> bytes | None:
         return None
     fields = stat[stat.rfind(b")") + 2:].split()
     return fields[19] if len(fields) > 19 and fields[0] != b"Z" else None
-
-
-def _note_tree(pid: int) -> dict[int, bytes]:
-    """Every live descendant of ``pid`` with its start time."""
-    noted = {}
-    for child in _descendants(pid):
-        started = _started(child)
-        if started is not None:
-            noted[child] = started
-    return noted
 
 
 def _kill(pid: int) -> None:
@@ -391,7 +384,7 @@ def _reap_when_orphaned(read_fd: int, launcher_id: str, launcher_pid: int) -> No
     buffer = LineBuffer()
     while True:
         if not select.select([read_fd], [], [], NOTE_SECONDS)[0]:
-            noted = _note_tree(launcher_pid)
+            noted = _tree(launcher_pid)
             noted.pop(os.getpid(), None)
             continue
         chunk = os.read(read_fd, 4096)
