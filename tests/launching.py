@@ -2,6 +2,7 @@
 
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -32,6 +33,33 @@ def run_dlaunch(*args, cwd=None, timeout=120, env=None, input=None):
 def start_dlaunch(*args, cwd, env=None, **popen):
     popen = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True, **popen}
     return subprocess.Popen(dlaunch_argv(*args), cwd=cwd, env=dlaunch_env(env), **popen)
+
+
+# Ports the tests' jobs listen on come from below the kernel's ephemeral range (32768-60999 here): a port
+# the kernel picked (bind to 0) is free only until it hands the same number to an outgoing connection, and a
+# cluster job listens on two (the master port and its coordinator on the next one), so a kernel-picked port
+# raced the gloo and ssh connections of tests running beside it.
+_TEST_PORTS = (20000, 32000)
+
+
+def free_port(address: str = "127.0.0.1", span: int = 2) -> int:
+    """A port P such that P .. P+span-1 are free on ``address`` now, outside the kernel's ephemeral range."""
+    import socket
+    for _ in range(200):
+        port = random.randrange(*_TEST_PORTS)
+        socks = []
+        try:
+            for offset in range(span):
+                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                socks.append(sock)
+                sock.bind((address, port + offset))
+            return port
+        except OSError:
+            continue
+        finally:
+            for sock in socks:
+                sock.close()
+    raise RuntimeError(f"no {span} free consecutive ports on {address} in {_TEST_PORTS}")
 
 
 def latest_run(output_dir: Path) -> Path:

@@ -9,6 +9,7 @@ from launcher.table import model as ranktable
 from launcher.table.share import master_address, select_server
 from tests.launching import (
     RANK_PROGRAM,
+    free_port,
     processes_of_run,
     records,
     run_dlaunch,
@@ -124,7 +125,6 @@ def test_this_hosts_own_address_is_found_automatically(tmp_path):
 
 def test_a_job_without_a_rank_table_named_as_torchrun_names_it(tmp_path):
     """cluster --nnodes 2 --node-rank K --nproc-per-node 2 --master-addr A: node K runs ranks 2K..2K+1."""
-    from launcher.host import free_port
 
     port = free_port("127.0.0.1")
 

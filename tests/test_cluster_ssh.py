@@ -12,7 +12,6 @@ import os
 import re
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ from sshd_hosts import cluster_fixture, require_sshd, start_cluster
 from tests.launching import (
     RANK_PROGRAM,
     ROOT,
+    free_port,
     kill_run,
     pid_alive,
     processes_of_run,
@@ -44,15 +44,9 @@ def write_table(path, devices_per_host, hosts=HOSTS):
     return write_rank_table(path, hosts, devices_per_host)
 
 
-def free_port():
-    with socket.socket() as sock:
-        sock.bind((HOSTS[0], 0))
-        return sock.getsockname()[1]
-
-
 def cluster_args(cluster, table, out, *extra, config=None, profile="a2", run_id=None):
     return ["cluster", RANK_PROGRAM, "--rank-table", table, "--ssh", "--ssh-config", config or cluster.ssh_config,
-            "--output-dir", out, "--profile", profile, "--master-port", free_port(),
+            "--output-dir", out, "--profile", profile, "--master-port", free_port(HOSTS[0]),
             *(["--run-id", run_id] if run_id else []), *extra]
 
 
@@ -104,7 +98,7 @@ def out(tmp_path):
 
 def test_16_ranks_on_2_hosts_get_the_env_contract(ssh_cluster, tmp_path, out):
     table = write_table(tmp_path / "rt16.json", 8)
-    port = free_port()
+    port = free_port(HOSTS[0])
     result = run_dlaunch("cluster", RANK_PROGRAM, "--rank-table", table, "--ssh", "--ssh-config",
                          ssh_cluster.ssh_config, "--output-dir", out, "--run-id", "env16", "--master-port", port,
                          "--", "--dump-env", cwd=tmp_path,
@@ -141,7 +135,7 @@ def test_gloo_all_reduce_across_4_ranks_on_2_hosts(ssh_cluster, tmp_path, out):
     table = write_table(tmp_path / "rt4.json", 2)
     result = run_dlaunch("cluster", RANK_PROGRAM, "--rank-table", table, "--ssh", "--ssh-config",
                          ssh_cluster.ssh_config, "--output-dir", out, "--run-id", "gloo4", "--profile", "a2",
-                         "--master-port", free_port(), "--", "--allreduce", cwd=tmp_path, timeout=150,
+                         "--master-port", free_port(HOSTS[0]), "--", "--allreduce", cwd=tmp_path, timeout=150,
                          env={"GLOO_SOCKET_IFNAME": "lo"})  # forwarded (GLOO_*): the ranks' traffic stays on lo
     assert result.returncode == 0, result.stderr[-3000:]
     sums = [records(out / "gloo4" / f"rank_{r:03d}", "allreduce.jsonl") for r in range(4)]

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from launcher.execute.attempts import free_port
 from tests.launching import (
     ROOT,
+    free_port,
     kill_run,
     pid_alive,
     processes_of_run,

@@ -7,10 +7,10 @@ import signal
 import subprocess
 import time
 
-from launcher.host import free_port
 from tests.conftest import RANK_TABLES, dlaunch
 from tests.launching import (
     RANK_PROGRAM,
+    free_port,
     kill_run,
     latest_run,
     run_dlaunch,

@@ -18,11 +18,10 @@ import pytest
 
 from launcher.contract import ExitCode
 from launcher.errors import UsageError
-from launcher.host import free_port
 from launcher.pods import detect
 from launcher.table.model import loads
 from launcher.table.share import master_address, select_server
-from tests.launching import RANK_PROGRAM, ROOT, dlaunch_argv, side_by_side
+from tests.launching import RANK_PROGRAM, ROOT, dlaunch_argv, free_port, side_by_side
 
 OPERATORS = json.loads((Path(__file__).parent / "data" / "operators.json").read_text())
 DUMP = str(ROOT / "tests" / "programs" / "dump_env.py")

@@ -25,7 +25,7 @@ from launcher.rundir import load_run
 from tests.launching import run_dlaunch
 
 TRAIN = textwrap.dedent("""
-    import os, sys
+    import os, sys, time
     rank = int(os.environ["RANK"])
     print(f"[rank{rank}]: already prefixed by the program, as torch does")
     for step in (1, 2):
@@ -35,6 +35,13 @@ TRAIN = textwrap.dedent("""
     ckpt = os.environ["DLAUNCH_CKPT_DIR"]
     open(os.path.join(ckpt, "\\x1b[31mevil\\u202e-1_2.pt"), "wb").write(b"x")
     sys.stdout.flush()
+    printed = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rank0.printed")
+    if rank == 0:
+        open(printed, "w").close()
+    else:   # fail only once rank 0 has printed all: else fail-fast may stop it first (a loaded machine)
+        deadline = time.monotonic() + 60
+        while not os.path.exists(printed) and time.monotonic() < deadline:
+            time.sleep(0.01)
     sys.exit(3 if rank == 1 else 0)
 """)
 

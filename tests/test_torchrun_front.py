@@ -14,8 +14,7 @@ import pytest
 from launcher.cli import main
 from launcher.cli.torchrun import translate, with_env_defaults
 from launcher.contract import ExitCode
-from launcher.host import free_port
-from tests.launching import RANK_PROGRAM, ROOT, dlaunch_argv, dlaunch_env, latest_run
+from tests.launching import RANK_PROGRAM, ROOT, dlaunch_argv, dlaunch_env, free_port, latest_run
 from tests.test_torchrun_parity import DELIBERATE, DUMP, OWN_VALUES, dumped
 
 CLEAN = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES",
