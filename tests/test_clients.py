@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from tests.launching import ROOT, dlaunch_argv, latest_run, summary
+from tests.launching import ROOT, dlaunch_argv, latest_run, side_by_side, summary
 
 CLIENTS = ROOT / "tests" / "clients"
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
@@ -48,8 +48,8 @@ def read_logs(paths) -> list[str]:
 
 
 def launch_both(tmp_path: Path, script, *args, env=None, max_restarts=0, prepare=None) -> dict[str, Outcome]:
-    """``script args`` under torchrun, then under dlaunch (no flags but ``--ranks 2`` and the restarts), one after
-    the other, each in a fresh launch directory that ``prepare`` fills the same way."""
+    """``script args`` under torchrun and under dlaunch (no flags but ``--ranks 2`` and the restarts), side by side
+    (each picks its own free port), each in a fresh launch directory that ``prepare`` fills the same way."""
     common = {**{k: v for k, v in os.environ.items() if not k.startswith("DLAUNCH_")},   # no flags in disguise
               "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1", **(env or {})}
     # torch 2.13's torchrun cannot restart workers while they share its rendezvous store (a torch bug)
@@ -58,18 +58,19 @@ def launch_both(tmp_path: Path, script, *args, env=None, max_restarts=0, prepare
     logs = tmp_path / "torchrun_logs"   # torchrun's per-rank logs, outside its launch directory
     argv = {"torchrun": [*TORCHRUN, "--log-dir", logs, "--redirects", "3", *restarts, script, *args],
             "dlaunch": dlaunch_argv("run", script, "--ranks", "2", *restarts, "--", *args)}
-    outcomes = {}
-    for name, command in argv.items():
+
+    def launch(name: str) -> Outcome:
         directory = tmp_path / name
         directory.mkdir()
         if prepare:
             prepare(directory)
-        done = subprocess.run(list(map(str, command)), cwd=directory, env=envs[name], capture_output=True, text=True,
-                              timeout=240)
+        done = subprocess.run(list(map(str, argv[name])), cwd=directory, env=envs[name], capture_output=True,
+                              text=True, timeout=240)
         ranks_logs = (logs.rglob("std*.log") if name == "torchrun"
                       else (directory / RUNS / "latest").glob("rank_*/output*.log"))
-        outcomes[name] = Outcome(done.returncode, directory, read_logs(ranks_logs), done.stdout + done.stderr)
-    return outcomes
+        return Outcome(done.returncode, directory, read_logs(ranks_logs), done.stdout + done.stderr)
+
+    return side_by_side(launch, *argv)
 
 
 def assert_same_files(outcomes: dict[str, Outcome]) -> set[str]:

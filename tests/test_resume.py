@@ -1,9 +1,9 @@
-"""Resume across ranks: a killed 4-rank gloo run, resumed, ends with the same weights as an uninterrupted one
+"""Resume across ranks: a killed 2-rank gloo run, resumed, ends with the same weights as an uninterrupted one
 (the killed and resumed runs save their checkpoints in the background, the uninterrupted one synchronously)."""
 
 import torch
 
-from tests.launching import ROOT, latest_run, processes_of_run, run_dlaunch, summary
+from tests.launching import ROOT, latest_run, processes_of_run, run_dlaunch, side_by_side, summary
 
 EXAMPLE = str(ROOT / "examples" / "train_cifar.py")
 TRAIN = ["--epochs", "3", "--samples", "512", "--batch-size", "32", "--log-every", "4"]
@@ -33,28 +33,31 @@ def epoch_weights(run_dir, rank, epoch):
 
 def test_killed_run_resumed_matches_uninterrupted(tmp_path):
     out = tmp_path / "runs"
-    clean = run_dlaunch("run", EXAMPLE, "--ranks", "4", "--output-dir", out, "--", *TRAIN, cwd=tmp_path,
-                        timeout=240)
-    assert clean.returncode == 0, clean.stderr
-    clean_run = latest_run(out)
 
-    crashed = run_dlaunch("run", EXAMPLE, "--ranks", "4", "--output-dir", out, "--", *TRAIN, "--async-save",
-                          "--crash-at-epoch", "3", "--crash-rank", "2", cwd=tmp_path, timeout=240)
+    def launch(which):   # the clean run and the crashed one side by side: neither waits on the other
+        extra = [] if which == "clean" else ["--async-save", "--crash-at-epoch", "3", "--crash-rank", "1"]
+        return run_dlaunch("run", EXAMPLE, "--ranks", "2", "--output-dir", tmp_path / which, "--", *TRAIN, *extra,
+                           cwd=tmp_path, timeout=240)
+
+    launched = side_by_side(launch, "clean", "runs")
+    clean, crashed = launched["clean"], launched["runs"]
+    assert clean.returncode == 0, clean.stderr
+    clean_run = latest_run(tmp_path / "clean")
     assert crashed.returncode == 137, crashed.stderr
     crashed_run = latest_run(out)
-    assert summary(crashed_run)["root_cause"]["rank"] == 2
-    assert summary(crashed_run)["newest_complete_checkpoint"] == "resnet-2_4"
+    assert summary(crashed_run)["root_cause"]["rank"] == 1
+    assert summary(crashed_run)["newest_complete_checkpoint"] == "resnet-2_8"
     assert processes_of_run(crashed_run.name) == []
     assert not list((crashed_run / "rank_000" / "ckpt").glob("resnet-3_*.pt"))
 
-    resumed = run_dlaunch("run", EXAMPLE, "--ranks", "4", "--output-dir", out, "--resume", "--", *TRAIN,
+    resumed = run_dlaunch("run", EXAMPLE, "--ranks", "2", "--output-dir", out, "--resume", "--", *TRAIN,
                           "--async-save", cwd=tmp_path, timeout=240)
     assert resumed.returncode == 0, resumed.stderr
-    assert "resuming from resnet-2_4" in resumed.stderr
+    assert "resuming from resnet-2_8" in resumed.stderr
     resumed_run = latest_run(out)
-    assert summary(resumed_run)["resumed_from"] == {"run_dir": str(crashed_run), "step": "resnet-2_4"}
-    assert "continuing at epoch 3" in (resumed_run / "rank_003" / "output.log").read_text()
-    for rank in range(4):
+    assert summary(resumed_run)["resumed_from"] == {"run_dir": str(crashed_run), "step": "resnet-2_8"}
+    assert "continuing at epoch 3" in (resumed_run / "rank_001" / "output.log").read_text()
+    for rank in range(2):
         assert_same_weights(final_weights(resumed_run, rank), final_weights(clean_run, rank))
     # the comparison can fail: one more epoch of training moves the weights far beyond the tolerance
     moved = final_weights(clean_run, 0)["fc.weight"] - epoch_weights(clean_run, 0, 2)["fc.weight"]

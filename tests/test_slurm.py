@@ -134,11 +134,17 @@ PartitionName=debug Nodes={",".join(NODES)} Default=YES MaxTime=INFINITE State=U
         return "\n".join(parts)
 
     def sbatch(self, script, cwd, timeout=60):
-        result = subprocess.run(["sbatch", "--wait", f"--chdir={cwd}", f"--output={cwd}/slurm-%j.out", str(script)],
-                                env=self.env, capture_output=True, text=True, timeout=timeout)
-        job = re.search(r"Submitted batch job (\d+)", result.stdout)
-        assert job, result.stdout + result.stderr + self.logs()
-        return result, job.group(1)
+        """Submit and wait for the job's end: (its exit code, as ``sbatch --wait`` gives it, and its id).
+
+        Polled here every 0.1 s: ``sbatch --wait`` polls with a back-off that grows to seconds."""
+        job = self.submit(script, cwd)
+        deadline = time.monotonic() + timeout
+        while (state := self.state(job)) in (None, "PENDING", "CONFIGURING", "RUNNING", "COMPLETING"):
+            assert time.monotonic() < deadline, f"job {job} still {state} after {timeout} s" + self.logs()
+            time.sleep(0.1)
+        shown = subprocess.run(["scontrol", "show", "job", job], env=self.env, capture_output=True, text=True).stdout
+        code, killed_by = map(int, re.search(r"\bExitCode=(\d+):(\d+)", shown).groups())
+        return subprocess.CompletedProcess([], code or (128 + killed_by if killed_by else 0)), job
 
     def submit(self, script, cwd):
         """sbatch without waiting: the job id."""
