@@ -8,6 +8,7 @@ import random
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 
 import psutil
@@ -17,6 +18,7 @@ from tests.launching import (
     RANK_PROGRAM,
     ROOT,
     dlaunch_argv,
+    dlaunch_env,
     kill_run,
     latest_run,
     pid_alive,
@@ -221,3 +223,30 @@ def test_a_process_marked_by_an_enclosing_launch_is_found_by_its_sweep():
     finally:
         child.kill()
         child.wait()
+
+
+def test_the_end_of_attempt_sweep_scans_for_the_marker_only_where_it_is_no_subreaper():
+    """A daemon that left the launcher's tree (reparented past a launcher that could not become subreaper) is
+    found by the marker scan; a subreaper's sweep reads only its tree, where every orphan of its own lands.
+    The sweeps run in a process of their own: a sweep kills its caller's whole tree."""
+    script = textwrap.dedent("""
+        import os, subprocess, sys, time
+        from launcher.execute.reaper import sweep
+        env = {"PATH": os.environ["PATH"], "DLAUNCH_LAUNCHER_ID": "lost-x1"}
+        daemon = int(subprocess.run(["sh", "-c", "sleep 60 >/dev/null 2>&1 & echo $!"], env=env,
+                                    capture_output=True, text=True, check=True).stdout)
+        print(daemon, flush=True)   # the shell exited: its sleep is no child of this process
+        time.sleep(0.2)             # its exec is done: the marker is in its environment
+        print(sweep("lost-x1", keep=set(), quiet_rounds=1, subreaper=True), flush=True)
+        print(sweep("lost-x1", keep=set(), quiet_rounds=1), flush=True)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], env=dlaunch_env(), capture_output=True, text=True,
+                          timeout=30)
+    daemon, as_subreaper, by_marker = map(int, done.stdout.split())
+    try:
+        assert (as_subreaper, by_marker) == (0, 1), done.stderr
+        assert wait_until(lambda: not psutil.pid_exists(daemon)
+                          or psutil.Process(daemon).status() == psutil.STATUS_ZOMBIE, timeout=5)
+    finally:
+        with contextlib.suppress(OSError):
+            os.kill(daemon, signal.SIGKILL)

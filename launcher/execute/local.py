@@ -366,7 +366,8 @@ class LocalWorkers:
         tee.finish()
         selector.close()
         self.reaper.check()
-        sweep(self.launcher_id, keep={self.reaper.pid}, quiet_rounds=2)   # a pid-hopping daemon can hide from one scan
+        sweep(self.launcher_id, keep={self.reaper.pid}, quiet_rounds=2,   # a pid-hopping daemon can hide from one scan
+              subreaper=self.subreaper)
 
     def _watch_reaper(self, selector) -> None:
         """The watchdog's exit wakes the loop, which replaces it at once (``_dispatch``); called again after

@@ -201,29 +201,38 @@ def _reap_children(keep: set[int]) -> None:
 
 def _children(pid: int) -> set[int]:
     try:
-        with open(f"/proc/{pid}/task/{pid}/children", encoding="ascii") as fh:
+        with open(f"/proc/{pid}/task/{pid}/children", "rb") as fh:   # bytes: no codec to import at the end
             return {int(p) for p in fh.read().split()}
     except OSError:
         return set()
 
 
-def sweep(launcher_id: str, keep: set[int], quiet_rounds: int = SWEEP_QUIET_ROUNDS, orphaned: bool = False) -> int:
+def sweep(launcher_id: str, keep: set[int], quiet_rounds: int = SWEEP_QUIET_ROUNDS, orphaned: bool = False,
+          subreaper: bool = False) -> int:
     """Kill every descendant of this process but ``keep``, and every process with the marker; reap; repeat
     until ``quiet_rounds`` rounds in a row find nothing new.  Returns how many processes were killed.
 
-    The launcher at the end of an attempt (its ranks all dead, itself their subreaper): a round reads its own
-    tree only (cheap: one host's end stays fast when many launchers share a machine), and once the tree is
-    quiet one scan of all of /proc for the marker ends it, or starts the rounds over.  Two quiet rounds: one
+    The launcher at the end of an attempt (its ranks all dead): a round reads its own tree only (cheap: one
+    host's end stays fast when many launchers share a machine).  As their ``subreaper`` every descendant that
+    loses its parent (a daemon's double fork, a nested launcher killed) is handed to this process, so the tree
+    is all there is; without that (prctl refused) one scan of all of /proc for the marker ends the sweep, or
+    starts the rounds over: that scan reads every process's environment, the biggest cost of a host's stop
+    when 16 launchers share 2 cores.  Two quiet rounds: one
     can miss a daemon that forks and exits in a loop (caught between its parent's exit and its move to this
     subreaper).  The watchdog of a launcher that died (``orphaned``) owns no tree: every round scans /proc
     for the marker, ORPHANED_PAUSE apart, since a rank the launcher was spawning shows the marker only once
     its exec is done."""
     keep = keep | {os.getpid()}
     killed: set[int] = set()
+    # the tree is complete only where the kernel lists children (CONFIG_PROC_CHILDREN): else the marker decides
+    tree_only = subreaper and not orphaned and os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children")
     quiet, deadline = 0, time.monotonic() + SWEEP_SECONDS
     while time.monotonic() < deadline:
         found = _descendants(os.getpid()) - keep
-        if not found and (orphaned or quiet + 1 >= quiet_rounds):
+        last = not found and quiet + 1 >= quiet_rounds
+        if last and tree_only:
+            break
+        if not found and (orphaned or last):
             found = marked_processes(launcher_id) - keep
             if not found and quiet + 1 >= quiet_rounds:
                 break
