@@ -13,6 +13,7 @@ import time
 from dataclasses import replace
 
 from launcher import rundir
+from launcher.checkpoint.resume import find_resume_point
 from launcher.console import say
 from launcher.errors import UsageError
 from launcher.execute.local import LocalWorkers, SignalWatch
@@ -21,7 +22,6 @@ from launcher.execute.termination import ZombieCollector, is_pid1, termination_l
 from launcher.host import free_port
 from launcher.plan import Options, make_plan
 from launcher.results import AttemptResult, closing_lines, first_failure, how_it_ended, summarize
-from launcher.resume import find_resume_point
 from launcher.table.model import RankTable, dumps
 
 
