@@ -27,7 +27,6 @@ and signal guards for a launch that saves nothing.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:   # the names below, for the type checker; at run time ``__getattr__`` loads them
@@ -65,7 +64,9 @@ def __getattr__(name: str):
     """``checkpoint.save`` and the rest of ``__all__``, from ``api`` on first use (then cached here)."""
     if name not in __all__:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module("launcher.checkpoint.api"), name)
+    from launcher.checkpoint import api
+
+    value = getattr(api, name)
     globals()[name] = value
     return value
 
