@@ -211,12 +211,37 @@ class SummaryFile(TypedDict, total=False):
     stopped_by: StoppedByFile
 
 
-class HeadSummaryFile(TypedDict, total=False):
-    """summary.head.json: the head's verdict over every host of a ``cluster --ssh`` job."""
+class HeadHostFile(TypedDict, total=False):
+    """One host of a ``cluster --ssh`` job, as the head saw it."""
 
+    host: str
+    target: str
+    ranks: list[Rank]
     status: str
     exit_code: Code | None
+    started_at: float | None
+    ended_at: float | None
+    told: str | None       # the signal the head sent it, if any
+    reason: str | None     # why it was lost
+    summary: Path | None   # its own summary file
+
+
+class HeadSummaryFile(TypedDict, total=False):
+    """summary.head.json: the head's verdict over every host of a ``cluster --ssh`` job
+    (``execute.ssh.outcome.head_summary``)."""
+
+    run_id: str
+    run_dir: Path
+    world_size: Count
+    status: str
+    exit_code: Code | None
+    started: float
+    ended: float
+    interrupted_by: str | None
     root_cause: RankEntryFile | None
+    hosts_started_within_s: float | None
+    hccl_connect_timeout_default_s: float
+    hosts: list[HeadHostFile]
 
 
 # ---------------------------------------------------------------- pids[.<host>].json

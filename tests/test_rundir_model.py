@@ -4,11 +4,13 @@ The reader keeps only what the model's TypedDicts declare and drops anything els
 or foreign file's extra keys are nobody's business), so a field the writer adds and the model lacks would be
 invisible to status, logs, report and prune. Here the plan's dataclasses are held against the model, and
 every plan, summary and pids file real runs wrote (a failure with a restart, then a resume) is read back
-through the model and must come back whole: no key dropped, no value changed, nothing told as ignored.
+through the model and must come back whole: no key dropped, no value changed, nothing told as ignored; so
+must the head's summary of a ``cluster --ssh`` job, made in-process from the head's record of two hosts.
 """
 
 import dataclasses
 import json
+import types
 import typing
 
 from launcher.checkpoint.resume import ResumePoint
@@ -83,3 +85,29 @@ def test_every_file_real_runs_write_reads_back_whole(tmp_path):
     run = load_run(str(second))
     assert run.problems == [] and run.plans[""]["resume"] == plan["resume"]
     assert run.summaries[""]["resumed_from"] == {"run_dir": str(first), "step": "ckpt-0_1"}
+
+
+def test_the_heads_summary_reads_back_whole():
+    # summary.head.json of a cluster --ssh job: one host succeeded, one was lost, as the head records them
+    from launcher.execute.ssh.outcome import head_summary
+    from launcher.execute.ssh.plan import HostLaunch, Target
+    from launcher.execute.ssh.session import HostRun
+    from launcher.rundir_model import HeadSummaryFile
+
+    runs = []
+    for index, (ranks, exit_code) in enumerate((((0, 1), 0), ((2, 3), 255))):
+        target = Target(server_id=f"127.0.0.{index + 2}", hostname=f"127.0.0.{index + 2}", port=2222, user="u",
+                        identity_files=(), identities_only=False, known_hosts_files=(), record_file="",
+                        connect_timeout=None)
+        run = HostRun(HostLaunch(target=target, ranks=ranks, request={}), None, None)
+        run.exit_code, run.started_at, run.ended_at = exit_code, 100.0 + index, 110.0
+        if exit_code:
+            run.lost = "the connection closed"
+        else:
+            run.summary, run.summary_path = {"status": "succeeded", "exit_code": 0}, "/runs/job/summary.x.json"
+        runs.append(run)
+    plan = types.SimpleNamespace(run_id="job", run_dir="/runs/job", world_size=4)   # what head_summary reads
+    written = json.loads(json.dumps(head_summary(plan, runs, None, 99.0)))
+    read, problem = checked(written, HeadSummaryFile, "summary.head.json")
+    assert problem is None and not _lost(written, read), _lost(written, read)
+    assert read["hosts"][1]["reason"] == "the connection closed" and read["root_cause"]["host"] == "127.0.0.3"
