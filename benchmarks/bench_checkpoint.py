@@ -17,7 +17,7 @@
                          ``handle.wait()`` returns (the same atomic file)
           and, to see where torch.save's time goes: ``torch.save`` into a sink that discards
           (pickling, its zip writer and CRC-32, no disk), torch's zip writer with the CRC off into
-          the same sink, ``ckptfile.write_torch`` (torch.save's archive without the CRC) into the
+          the same sink, ``launcher.checkpoint.file.write_torch`` (torch.save's archive without the CRC) into the
           page cache, and followed by an fsync without the early writeback.
           Reported per way: median (of ``--repeat``) stall and end-to-end seconds, GiB/s at the
           end; then the goals' ratios: async stall / floor (goal <= 2) and sync and async
@@ -52,7 +52,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from launcher import checkpoint, ckptfile  # noqa: E402
+from launcher import checkpoint  # noqa: E402
+from launcher.checkpoint import file as ckptfile  # noqa: E402
 from launcher.observe import ckpt as ckpttool  # noqa: E402
 
 MB = 1e6

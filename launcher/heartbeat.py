@@ -1,26 +1,9 @@
-"""``beat()``: tell dlaunch's hang detection this rank is making progress, without printing anything.
+"""``from launcher import heartbeat; heartbeat.beat()``: the public path of ``launcher.checkpoint.heartbeat``.
 
-Call it from the training loop (once a step is fine: it touches a file at most
-once a second).  Outside dlaunch it does nothing.
+The heartbeat belongs to the training side (``launcher/checkpoint/``); training scripts keep this shorter
+path, which stays.  The same function, so its once-a-second limit is shared by both paths.
 """
 
-import os
-import time
+from launcher.checkpoint.heartbeat import beat
 
-from launcher.contract import HEARTBEAT_FILE, RANK_DIR_ENV
-
-_last = 0.0
-
-
-def beat() -> None:
-    global _last
-    now = time.monotonic()
-    rank_dir = os.environ.get(RANK_DIR_ENV)
-    if not rank_dir or now - _last < 1.0:
-        return
-    _last = now
-    path = os.path.join(rank_dir, HEARTBEAT_FILE)
-    try:
-        os.utime(path)
-    except FileNotFoundError:
-        open(path, "a").close()
+__all__ = ["beat"]

@@ -381,7 +381,7 @@ def launch_options(args: argparse.Namespace, table, server_index: int, view=None
         if not os.path.isdir(resume_from):
             raise UsageError(f"--resume: no run directory at {args.resume or args.output_dir}")
     elif not head:   # a job Slurm requeued resumes by itself, in a run directory of its own
-        from launcher.resume import slurm_requeue
+        from launcher.checkpoint.resume import slurm_requeue
 
         run_id, resume_from, resume_note = slurm_requeue(run_id, output_dir, world, os.environ) or (
             run_id, None, "")

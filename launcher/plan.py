@@ -14,6 +14,7 @@ import os
 from dataclasses import dataclass, field, fields
 
 from launcher import numlists
+from launcher.checkpoint.resume import ResumePoint
 from launcher.console import printable
 from launcher.contract import CKPT_DIR, RESUME_FROM_ENV, RESUME_STEP_ENV, SCHEDULER_DIR, Role
 from launcher.environment import (
@@ -84,17 +85,6 @@ class Options:
     job_addr: str | None = None      # cluster: the coordinator's address when the master address is not rank 0's
     host_timeout: float = 15.0       # cluster: a host silent this long is lost (heartbeats every fifth of it)
     join_timeout: float = 180.0      # cluster: every host must have joined the job within this long
-
-
-@dataclass(frozen=True)
-class ResumePoint:
-    """Where ranks resume from: one checkpoint file per global rank, all of one step."""
-
-    run_dir: str
-    label: str        # e.g. "resnet-3_156"
-    epoch: int
-    step: int
-    files: dict       # global rank -> checkpoint path
 
 
 @dataclass(frozen=True)

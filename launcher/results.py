@@ -170,7 +170,7 @@ def _error_file_message(path: str) -> str | None:
 
 def _newest_complete_checkpoint(plan: LaunchPlan) -> str | None:
     """The newest step every rank saved (what --resume picks), read once the ranks are gone."""
-    from launcher.resume import resume_point
+    from launcher.checkpoint.resume import resume_point
 
     step, _ = resume_point(plan.run_dir, plan.world_size)
     return step.label if step else None

@@ -66,6 +66,10 @@ class RankSpecFile(TypedDict, total=False):
     env: dict[str, str]
     rank_dir: Path
     log_file: Path
+    env_log: Path
+    ckpt_dir: Path
+    error_file: Path
+    console: bool       # its output goes to the console too
     role: str
 
 
@@ -77,10 +81,23 @@ class PeerFile(TypedDict, total=False):
     ranks: str          # "8-15"
 
 
+class ResumePointFile(TypedDict, total=False):
+    """The checkpoint step a plan resumes from (``--resume``, a requeued Slurm job): one file per rank."""
+
+    run_dir: Path
+    label: str          # "resnet-3_156"
+    epoch: Number
+    step: Number
+    files: dict[str, Path]   # global rank -> checkpoint path
+
+
 class PlanFile(TypedDict, total=False):
+    """A host's launch plan (``launcher.plan.LaunchPlan``, every field)."""
+
     layout: Number
     run_id: str
     run_dir: Path
+    output_dir: Path
     server_id: str
     server_index: Number
     server_count: Count
@@ -88,13 +105,19 @@ class PlanFile(TypedDict, total=False):
     master_addr: str
     master_port: Port
     rank_table_file: Path
+    cwd_mode: str
     grace_period: float
     max_restarts: Number
+    attempt: Number
+    host_files_suffix: str
     hang_timeout: float | None
     waiting_notice: float
     ranks: list[RankSpecFile]
+    resume: ResumePointFile | None
     peers: list[PeerFile]
+    is_master: bool
     scheduler: RankSpecFile | None
+    prefix_host: bool
 
 
 # ---------------------------------------------------------------- summary[.<host>].json
@@ -163,14 +186,18 @@ class StoppedByFile(TypedDict, total=False):
 
 
 class SummaryFile(TypedDict, total=False):
+    """How a host's launch ended (``results.summarize``)."""
+
     run_id: str
     run_dir: Path
     host: str
+    server_index: Number
     world_size: Count
     status: str
     exit_code: Code | None
     started: float
     ended: float
+    ranks_started: float | None
     resumed_from: ResumedFromFile | None
     newest_complete_checkpoint: str | None
     root_cause: RankEntryFile | None
@@ -184,12 +211,37 @@ class SummaryFile(TypedDict, total=False):
     stopped_by: StoppedByFile
 
 
-class HeadSummaryFile(TypedDict, total=False):
-    """summary.head.json: the head's verdict over every host of a ``cluster --ssh`` job."""
+class HeadHostFile(TypedDict, total=False):
+    """One host of a ``cluster --ssh`` job, as the head saw it."""
 
+    host: str
+    target: str
+    ranks: list[Rank]
     status: str
     exit_code: Code | None
+    started_at: float | None
+    ended_at: float | None
+    told: str | None       # the signal the head sent it, if any
+    reason: str | None     # why it was lost
+    summary: Path | None   # its own summary file
+
+
+class HeadSummaryFile(TypedDict, total=False):
+    """summary.head.json: the head's verdict over every host of a ``cluster --ssh`` job
+    (``execute.ssh.outcome.head_summary``)."""
+
+    run_id: str
+    run_dir: Path
+    world_size: Count
+    status: str
+    exit_code: Code | None
+    started: float
+    ended: float
+    interrupted_by: str | None
     root_cause: RankEntryFile | None
+    hosts_started_within_s: float | None
+    hccl_connect_timeout_default_s: float
+    hosts: list[HeadHostFile]
 
 
 # ---------------------------------------------------------------- pids[.<host>].json
@@ -202,6 +254,8 @@ class PublishedPidFile(TypedDict, total=False):
 
 
 class PidsFile(TypedDict, total=False):
+    """The live pids a host's launcher publishes once its processes started (``execute.attempts``)."""
+
     launcher_pid: Pid
     ranks: dict[str, PublishedPidFile]
     scheduler: PublishedPidFile

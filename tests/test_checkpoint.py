@@ -14,7 +14,9 @@ import zipfile
 import pytest
 import torch
 
-from launcher import checkpoint, ckptstore, resume
+from launcher import checkpoint
+from launcher.checkpoint import resume
+from launcher.checkpoint import store as ckptstore
 from launcher.observe import ckpt as ckpttool
 from tests.launching import ROOT, wait_until
 

@@ -12,7 +12,9 @@ import subprocess
 import pytest
 import torch
 
-from launcher import checkpoint, ckptstage, ckptwriter
+from launcher import checkpoint
+from launcher.checkpoint import stage as ckptstage
+from launcher.checkpoint import writer as ckptwriter
 from launcher.observe import ckpt as ckpttool
 from tests.launching import ROOT, latest_run, run_dlaunch, summary, wait_until
 from tests.test_checkpoint import ckpt_of, labels, python, sigterm_when_ready

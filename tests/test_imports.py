@@ -14,18 +14,20 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "launcher"
 
-# Lowest first. The training-side modules (checkpoint, heartbeat) import nothing of the launcher's upper
-# layers, so a training script that imports them stays light.
+# Lowest first. The training side is one package (launcher.checkpoint, with launcher.heartbeat, its public
+# short path) on the floor right above the lowest: it imports nothing of the launcher's upper layers, so a
+# training script that imports it stays light, and the launcher's stages may read what it writes.
+TRAINING_SIDE = ["launcher.checkpoint", "launcher.checkpoint.*", "launcher.heartbeat"]
 LAYERS = [
     ["launcher", "launcher.contract", "launcher.errors", "launcher.pods",
      "launcher.console", "launcher.numlists", "launcher.argtypes", "launcher.lines",
-     "launcher.atomic", "launcher.userfiles", "launcher.heartbeat", "launcher.envfiles", "launcher.rundir",
-     "launcher.rundir_model",
-     "launcher.ckptfile", "launcher.ckptstage", "launcher.ckptwriter", "launcher.ckptnames", "launcher.ckptstore"],
+     "launcher.atomic", "launcher.userfiles", "launcher.envfiles", "launcher.rundir",
+     "launcher.rundir_model"],
+    TRAINING_SIDE,
     ["launcher.table", "launcher.table.*", "launcher.host", "launcher.config", "launcher.environment",
      "launcher.netcheck.tool"],
     ["launcher.plan"],
-    ["launcher.resume", "launcher.results", "launcher.checkpoint"],
+    ["launcher.results"],
     ["launcher.execute", "launcher.execute.*", "launcher.netcheck", "launcher.netcheck.*"],
     ["launcher.options"],
     ["launcher.observe", "launcher.observe.*", "launcher.scriptgen"],
@@ -89,6 +91,16 @@ def test_every_layer_entry_names_a_module():
 def test_the_contract_imports_nothing_of_the_launcher():
     # both sides of the launch import it: a training script must not pull in the launcher through it
     assert GRAPH["launcher.contract"] == set()
+
+
+def test_the_training_side_is_one_package():
+    # every module ranks import lives in launcher/checkpoint/ (launcher.heartbeat only re-exports), and
+    # what the package imports outside itself is the lowest floor
+    training = {m for m in MODULES if any(fnmatch.fnmatchcase(m, p) for p in TRAINING_SIDE)}
+    assert GRAPH["launcher.heartbeat"] == {"launcher.checkpoint.heartbeat"}
+    outside = {t for m in training for t in GRAPH[m] if t not in training}
+    assert {layer_of(t) for t in outside} == {0}, sorted(outside)
+    assert not [m for m in MODULES if m.startswith("launcher.ckpt") or m == "launcher.resume"]
 
 
 def test_the_checker_sees_type_checking_imports():

@@ -17,7 +17,7 @@ def test_child_forked_during_async_save_exits_normally(tmp_path):
     """The child inherits the atexit hook of its parent's writer, not its thread: it must not wait."""
     result = _python(f"""
         import os, sys, time
-        from launcher import ckptwriter
+        from launcher.checkpoint import writer as ckptwriter
         def store(snapshot):
             time.sleep(600)   # never done while the test runs
         ckptwriter.writer().submit({str(tmp_path / 'x')!r}, {{"a": 1}}, store)

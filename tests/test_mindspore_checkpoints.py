@@ -19,7 +19,8 @@ import time
 
 import pytest
 
-from launcher import ckptnames, resume
+from launcher.checkpoint import names as ckptnames
+from launcher.checkpoint import resume
 from launcher.errors import UsageError
 from launcher.execute import hangs
 from launcher.execute.sharedckpt import shared_checkpoint_warnings

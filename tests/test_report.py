@@ -269,8 +269,9 @@ def fake_run(out, run_id, hosts, *, written=None, fail=(), resume_dir=None, extr
     (attempt, rank, exit code or signal name, seconds after start) per failed attempt, each followed by a
     restart."""
     from launcher import rundir
+    from launcher.checkpoint.resume import ResumePoint
     from launcher.execute.local import AttemptResult, RankResult
-    from launcher.plan import Command, Options, ResumePoint, make_plan
+    from launcher.plan import Command, Options, make_plan
     from launcher.results import summarize
     from launcher.rundir import host_suffix
     from launcher.table.model import dumps, loads

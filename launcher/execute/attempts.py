@@ -11,8 +11,10 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from launcher import rundir
+from launcher.checkpoint.resume import find_resume_point
 from launcher.console import say
 from launcher.errors import UsageError
 from launcher.execute.local import LocalWorkers, SignalWatch
@@ -21,8 +23,10 @@ from launcher.execute.termination import ZombieCollector, is_pid1, termination_l
 from launcher.host import free_port
 from launcher.plan import Options, make_plan
 from launcher.results import AttemptResult, closing_lines, first_failure, how_it_ended, summarize
-from launcher.resume import find_resume_point
 from launcher.table.model import RankTable, dumps
+
+if TYPE_CHECKING:
+    from launcher.rundir_model import PidsFile
 
 
 def check_command(opts: Options) -> None:
@@ -91,8 +95,8 @@ def launch(table: RankTable, server_index: int, opts: Options, *, dry_run: bool,
     zombies = ZombieCollector(lambda: {*workers.reaper.groups, workers.reaper.pid}).start() if is_pid1() else None
     pids_file = plan.host_file("pids", "json")
 
-    def publish_pids(ranks, scheduler):
-        published = {"launcher_pid": os.getpid(), "ranks": {
+    def publish_pids(ranks, scheduler) -> None:
+        published: PidsFile = {"launcher_pid": os.getpid(), "ranks": {
             str(r.rank): {"pid": r.pid, "start": r.start, "attempt": plan.attempt} for r in ranks}}
         if scheduler is not None:
             published["scheduler"] = {"pid": scheduler.pid, "start": scheduler.start, "attempt": plan.attempt}

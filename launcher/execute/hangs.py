@@ -19,7 +19,7 @@ import shutil
 import subprocess
 import time
 
-from launcher import ckptnames
+from launcher.checkpoint import names as ckptnames
 from launcher.contract import HEARTBEAT_FILE
 from launcher.lines import tail_lines
 from launcher.plan import RankSpec

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 
-from launcher import ckptnames
+from launcher.checkpoint import names as ckptnames
 from launcher.contract import CKPT_DIR_ENV, SCHEDULER_DIR
 from launcher.plan import LaunchPlan
 

@@ -13,7 +13,10 @@ import copy
 import os
 from typing import Any
 
-from launcher import checkpoint, ckptnames, ckptstore, numlists, resume
+from launcher import checkpoint, numlists
+from launcher.checkpoint import names as ckptnames
+from launcher.checkpoint import resume
+from launcher.checkpoint import store as ckptstore
 from launcher.console import printable
 from launcher.contract import CKPT_DIR
 from launcher.errors import UsageError

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import os
 
+from launcher.checkpoint.resume import ResumePoint, Step, collect
 from launcher.contract import CKPT_DIR
-from launcher.plan import LaunchPlan, ResumePoint
-from launcher.resume import Step, collect
+from launcher.plan import LaunchPlan
 
 
 def _own_steps(plan: LaunchPlan) -> list[Step]:

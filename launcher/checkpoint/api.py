@@ -1,17 +1,17 @@
 """Checkpoints from inside a training script: atomic saves, rotation, breakpoints, resume, sliced saving.
 
-Training scripts import this module (``from launcher import checkpoint``); torch is imported only
+Training scripts reach it through the package (``from launcher import checkpoint``); torch is imported only
 inside the functions that need it, so the launcher itself never pays for it.
 
-Every file is written the same way: a ``torch.save`` archive (``ckptfile.write_torch``, at about
+Every file is written the same way: a ``torch.save`` archive (``file.write_torch``, at about
 the disk's speed) into a hidden temporary file in the target directory, ``fsync``, ``os.replace``
 onto the final name, ``fsync`` of the directory.  A file with a checkpoint's name
-(``{prefix}-{epoch}_{step}.pt``, see ``ckptnames``) is therefore always whole, and a process killed
+(``{prefix}-{epoch}_{step}.pt``, see ``names``) is therefore always whole, and a process killed
 mid-save leaves the previous checkpoint untouched and only a hidden temporary, which
 ``resume.scan`` ignores and the next save into that directory removes.
 
-``ckptstore`` writes every file. ``async_save=True`` does exactly that in a background thread
-(``ckptwriter``) after capturing the state (``ckptstage``: one memory copy), and returns a ``SaveHandle``
+``store`` writes every file. ``async_save=True`` does exactly that in a background thread
+(``writer``) after capturing the state (``stage``: one memory copy), and returns a ``SaveHandle``
 at once.
 
 Nothing is ever overwritten: saving a name that already exists (a restarted run re-saving a step
@@ -40,8 +40,10 @@ import signal
 import sys
 import threading
 
-from launcher import ckptnames, ckptstore, ckptwriter
-from launcher.ckptstore import STRATEGY_SUFFIX, SUPERSEDED_DIR  # noqa: F401 (part of this module's API)
+from launcher.checkpoint import names as ckptnames
+from launcher.checkpoint import store as ckptstore
+from launcher.checkpoint import writer as ckptwriter
+from launcher.checkpoint.store import STRATEGY_SUFFIX, SUPERSEDED_DIR  # noqa: F401 (part of this module's API)
 from launcher.contract import CKPT_DIR_ENV, RESUME_FROM_ENV, RESUME_STEP_ENV, RUN_DIR_ENV
 
 STRATEGY_FORMAT = 1

@@ -2,10 +2,10 @@
 
 Each rank saves into its own ``rank_NNN/ckpt/`` (``DLAUNCH_CKPT_DIR``): dlaunch's
 ``{prefix}-{epoch}_{step}.pt`` or MindSpore's ``{prefix}-{epoch}_{step}.ckpt``/``.safetensors``
-(every name rule lives in ``ckptnames``).  Saves are atomic (a temporary file renamed into place), so a
+(every name rule lives in ``names``).  Saves are atomic (a temporary file renamed into place), so a
 file with a checkpoint's name is a whole checkpoint; a *step* is complete only when every rank of the
 run has it.  ``--resume`` picks the newest complete step and gives each rank its own file; so does a job
-Slurm requeued (``slurm_requeue``).
+Slurm requeued (``slurm_requeue``).  ``ResumePoint`` is what the launch plan carries of that choice.
 """
 
 from __future__ import annotations
@@ -13,9 +13,20 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from launcher import ckptnames
+from launcher.checkpoint import names as ckptnames
 from launcher.contract import CKPT_DIR
 from launcher.rundir import rank_dirs
+
+
+@dataclass(frozen=True)
+class ResumePoint:
+    """Where ranks resume from: one checkpoint file per global rank, all of one step (the plan carries it)."""
+
+    run_dir: str
+    label: str        # e.g. "resnet-3_156"
+    epoch: int
+    step: int
+    files: dict       # global rank -> checkpoint path
 
 
 @dataclass
@@ -85,13 +96,12 @@ def resume_point(run_dir: str, world_size: int | None = None) -> tuple[Step | No
     return None, skipped
 
 
-def find_resume_point(run_dir: str, world_size: int, log=None):
+def find_resume_point(run_dir: str, world_size: int, log=None) -> ResumePoint | None:
     """The ResumePoint for a new run of ``world_size`` ranks from ``run_dir``, or None if it has no complete step.
 
     ``log`` receives one message per newer step skipped as incomplete.
     """
     from launcher.errors import UsageError
-    from launcher.plan import ResumePoint
 
     saved_ranks = sorted(rank_dirs(run_dir))
     if saved_ranks and len(saved_ranks) != world_size:

@@ -13,7 +13,7 @@ CRC fields are 0: ``unzip -t`` and Python's ``zipfile`` reject them, ``torch.loa
 
 Storages are written where they are: CPU ones straight from their memory, others after a copy to
 the CPU (as ``torch.save`` does).  ``locations`` lets a caller that already copied device tensors
-into host buffers (``ckptstage``) record where they came from, so the file loads as a
+into host buffers (``stage``) record where they came from, so the file loads as a
 ``torch.save`` of the original would.
 
 Test hooks (environment, read per file): ``DLAUNCH_CKPT_TEST_DELAY=S`` sleeps S seconds before
@@ -32,7 +32,7 @@ import sys
 import threading
 import time
 
-from launcher import heartbeat
+from launcher.checkpoint import heartbeat
 
 STORAGE_ALIGNMENT = 64    # torch.save's default; recorded in the file as torch.save does
 

@@ -1,7 +1,7 @@
 """One checkpoint file onto the disk, whole or not at all: temporaries, superseding, strategy files, rotation.
 
-The one way a checkpoint reaches the disk, in the foreground or from ``ckptwriter``'s thread: written
-into a hidden temporary beside its final name (``ckptfile.write_torch``, flushed early; the name says
+The one way a checkpoint reaches the disk, in the foreground or from ``writer``'s thread: written
+into a hidden temporary beside its final name (``file.write_torch``, flushed early; the name says
 host and pid so a later save can clean up after a killed one), an existing file of that name given a
 second name in ``superseded/``, the strategy file (sliced saves) written, then one rename makes the new
 file visible, and rotation keeps the newest ``keep_max``.
@@ -16,9 +16,9 @@ import socket
 import sys
 import time
 
-from launcher import ckptnames
 from launcher.atomic import commit, fsync_path, temp_beside
-from launcher.ckptfile import EarlyWriteback, write_torch
+from launcher.checkpoint import names as ckptnames
+from launcher.checkpoint.file import EarlyWriteback, write_torch
 
 STRATEGY_SUFFIX = ".strategy.json"
 SUPERSEDED_DIR = "superseded"

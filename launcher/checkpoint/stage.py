@@ -80,7 +80,7 @@ class BufferPool:
 
 class Snapshot:
     """A captured state: ``state`` to write, ``locations`` (copied storage -> where the original lived)
-    for ``ckptfile.write_torch``, and ``buffers`` to give back to the pool once written."""
+    for ``file.write_torch``, and ``buffers`` to give back to the pool once written."""
 
     def __init__(self, state, locations: dict, buffers: list):
         self.state, self.locations, self.buffers = state, locations, buffers

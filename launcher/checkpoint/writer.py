@@ -1,6 +1,6 @@
 """The background writer behind ``checkpoint.save(..., async_save=True)``: saves that don't stop training.
 
-``submit`` captures the state (``ckptstage.capture``: one memory copy into reused buffers) and
+``submit`` captures the state (``stage.capture``: one memory copy into reused buffers) and
 hands the file to one writer thread per process, which runs the same atomic save a synchronous
 call does.  The caller gets a ``SaveHandle`` back at once.  What this module guarantees:
 
@@ -30,7 +30,7 @@ import sys
 import threading
 from typing import Any
 
-from launcher import ckptstage
+from launcher.checkpoint import stage as ckptstage
 
 
 def _default_buffer_limit() -> int:

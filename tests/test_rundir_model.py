@@ -1,0 +1,113 @@
+"""The run directory's one validated model (``launcher/rundir_model.py``) declares everything dlaunch writes.
+
+The reader keeps only what the model's TypedDicts declare and drops anything else without a word (a damaged
+or foreign file's extra keys are nobody's business), so a field the writer adds and the model lacks would be
+invisible to status, logs, report and prune. Here the plan's dataclasses are held against the model, and
+every plan, summary and pids file real runs wrote (a failure with a restart, then a resume) is read back
+through the model and must come back whole: no key dropped, no value changed, nothing told as ignored; so
+must the head's summary of a ``cluster --ssh`` job, made in-process from the head's record of two hosts.
+"""
+
+import dataclasses
+import json
+import types
+import typing
+
+from launcher.checkpoint.resume import ResumePoint
+from launcher.plan import LaunchPlan, RankSpec
+from launcher.rundir import LAYOUT_VERSION, load_run
+from launcher.rundir_model import PidsFile, PlanFile, RankSpecFile, ResumePointFile, SummaryFile, checked
+from tests.launching import RANK_PROGRAM, latest_run, run_dlaunch
+
+MODELS = {"plan": PlanFile, "summary": SummaryFile, "pids": PidsFile}
+
+
+def _declared(model) -> set[str]:
+    return set(typing.get_type_hints(model))
+
+
+def _lost(written, read, where="") -> list[str]:
+    """Every place where ``read`` (the model's view) differs from ``written`` (the file)."""
+    if isinstance(written, dict) and isinstance(read, dict):
+        found = []
+        for key, value in written.items():
+            found += [f"{where}.{key}: dropped"] if key not in read else _lost(value, read[key], f"{where}.{key}")
+        return found
+    if isinstance(written, list) and isinstance(read, list) and len(written) == len(read):
+        return [problem for index, (w, r) in enumerate(zip(written, read))
+                for problem in _lost(w, r, f"{where}[{index}]")]
+    return [] if written == read else [f"{where}: {written!r} read as {read!r}"]
+
+
+def test_the_model_declares_every_field_of_the_plan():
+    # plan.json is LaunchPlan.to_dict(): every field of the plan, its ranks and its resume point
+    for dataclass, model in [(LaunchPlan, PlanFile), (RankSpec, RankSpecFile), (ResumePoint, ResumePointFile)]:
+        missing = {f.name for f in dataclasses.fields(dataclass)} - _declared(model)
+        assert not missing, f"{model.__name__} lacks {sorted(missing)} of {dataclass.__name__}"
+    assert "layout" in _declared(PlanFile)
+
+
+def test_the_checker_sees_what_it_drops():
+    # the comparison below must be able to fail: an undeclared key and a value of the wrong type
+    value, problem = checked({"run_id": "r", "surprise": 1, "world_size": "2"}, PlanFile, "plan.json")
+    assert _lost({"run_id": "r", "surprise": 1, "world_size": "2"}, value) == [".surprise: dropped",
+                                                                             ".world_size: dropped"]
+    assert problem == "plan.json: ignored world_size: \"2\" is not a whole number"
+
+
+def test_every_file_real_runs_write_reads_back_whole(tmp_path):
+    out = tmp_path / "out"
+    failed = run_dlaunch("run", RANK_PROGRAM, "--ranks", "2", "--output-dir", out, "--max-restarts", "1",
+                         "--", "--save-steps", "1", "--fail-rank", "1", "--code", "3", cwd=tmp_path)
+    assert failed.returncode == 3, failed.stderr
+    first = latest_run(out)
+    resumed = run_dlaunch("run", RANK_PROGRAM, "--ranks", "2", "--output-dir", out, "--resume", first,
+                          cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    second = latest_run(out)
+    assert second != first
+
+    files = sorted(path for run in (first, second) for path in run.glob("*.json")
+                   if path.name.split(".")[0] in MODELS)
+    assert [p.name for p in files] == ["pids.json", "plan.json", "summary.json"] * 2
+    for path in files:
+        written = json.loads(path.read_text())
+        read, problem = checked(written, MODELS[path.name.split(".")[0]], str(path))
+        assert problem is None
+        assert not _lost(written, read), f"{path.name} of {path.parent.name}: " + "; ".join(_lost(written, read))
+
+    # the fields this test is about were there to be lost: a restart, a root cause, a resume point
+    summary = json.loads((first / "summary.json").read_text())
+    assert len(summary["attempts"]) == 2 and summary["root_cause"]["rank"] == 1
+    plan = json.loads((second / "plan.json").read_text())
+    assert plan["layout"] == LAYOUT_VERSION and plan["resume"]["label"] == "ckpt-0_1"
+    assert set(plan["resume"]["files"]) == {"0", "1"}
+    run = load_run(str(second))
+    assert run.problems == [] and run.plans[""]["resume"] == plan["resume"]
+    assert run.summaries[""]["resumed_from"] == {"run_dir": str(first), "step": "ckpt-0_1"}
+
+
+def test_the_heads_summary_reads_back_whole():
+    # summary.head.json of a cluster --ssh job: one host succeeded, one was lost, as the head records them
+    from launcher.execute.ssh.outcome import head_summary
+    from launcher.execute.ssh.plan import HostLaunch, Target
+    from launcher.execute.ssh.session import HostRun
+    from launcher.rundir_model import HeadSummaryFile
+
+    runs = []
+    for index, (ranks, exit_code) in enumerate((((0, 1), 0), ((2, 3), 255))):
+        target = Target(server_id=f"127.0.0.{index + 2}", hostname=f"127.0.0.{index + 2}", port=2222, user="u",
+                        identity_files=(), identities_only=False, known_hosts_files=(), record_file="",
+                        connect_timeout=None)
+        run = HostRun(HostLaunch(target=target, ranks=ranks, request={}), None, None)
+        run.exit_code, run.started_at, run.ended_at = exit_code, 100.0 + index, 110.0
+        if exit_code:
+            run.lost = "the connection closed"
+        else:
+            run.summary, run.summary_path = {"status": "succeeded", "exit_code": 0}, "/runs/job/summary.x.json"
+        runs.append(run)
+    plan = types.SimpleNamespace(run_id="job", run_dir="/runs/job", world_size=4)   # what head_summary reads
+    written = json.loads(json.dumps(head_summary(plan, runs, None, 99.0)))
+    read, problem = checked(written, HeadSummaryFile, "summary.head.json")
+    assert problem is None and not _lost(written, read), _lost(written, read)
+    assert read["hosts"][1]["reason"] == "the connection closed" and read["root_cause"]["host"] == "127.0.0.3"
