@@ -82,7 +82,9 @@ def test_two_nodes_all_reduce_together(tmp_path):
 
 def test_a_failing_rank_gives_its_exit_code(tmp_path):
     master_port = free_port("127.0.0.1")
-    nodes = [_node(tmp_path, k, master_port, "--fail-rank", "1", "--code", "7") for k in (0, 1)]
+    # rank 0 sleeps, as a rank waiting in its first collective would: on a loaded machine node 1 may start
+    # seconds after node 0, and a rank that ended alone before its peer host joined is a job of its own
+    nodes = [_node(tmp_path, k, master_port, "--fail-rank", "1", "--code", "7", "--sleep", "60") for k in (0, 1)]
     codes = []
     for _, proc in nodes:
         proc.communicate(timeout=120)
