@@ -21,7 +21,7 @@ from launcher.execute.local import LocalWorkers, SignalWatch
 from launcher.execute.sharedckpt import shared_checkpoint_warnings
 from launcher.execute.termination import ZombieCollector, is_pid1, termination_log_path, write_termination_log
 from launcher.host import free_port
-from launcher.plan import Options, make_plan
+from launcher.plan import LaunchPlan, Options, make_plan
 from launcher.results import AttemptResult, closing_lines, first_failure, how_it_ended, summarize
 from launcher.table.model import RankTable, dumps
 
@@ -147,13 +147,24 @@ def launch(table: RankTable, server_index: int, opts: Options, *, dry_run: bool,
     finally:
         if link is not None:
             link.close()
-        workers.close()
+        workers.reaper.leave()   # awaited once the summary is written
         signals.close()
         if zombies:
             zombies.stop()
+    try:
+        return _conclude(plan, opts, attempts, started, verdict, failure, control)
+    finally:
+        workers.close()
+
+
+def _conclude(plan: LaunchPlan, opts: Options, attempts: list[AttemptResult], started: float, verdict: dict,
+              failure: Exception | None, control) -> int:
+    """The launch's summary written and said; its exit code."""
     warnings = shared_checkpoint_warnings(plan, started)
     summary = summarize(plan, attempts, started, warnings)
     if verdict:
+        from launcher.execute.job import hosts as job
+
         job.add_verdict(summary, verdict)
     summary_path = plan.host_file("summary", "json")
     unwritten = write_termination_log(termination_log_path(opts.termination_log), summary)
