@@ -84,6 +84,7 @@ class Options:
     job_addr: str | None = None      # cluster: the coordinator's address when the master address is not rank 0's
     host_timeout: float = 15.0       # cluster: a host silent this long is lost (heartbeats every fifth of it)
     join_timeout: float = 180.0      # cluster: every host must have joined the job within this long
+    host_argv: tuple[str, ...] = ()   # cluster --ssh's head: every host launcher's arguments (options.host_argv)
 
 
 @dataclass(frozen=True)
@@ -189,7 +190,7 @@ def make_plan(table: RankTable, server_index: int, opts: Options, rank_table_fil
     inherited = {**inherited, **opts.extra_env}   # what a rank inherits, as the defaults below must see it
     run_dir = os.path.join(opts.output_dir, opts.run_id)
     shown = console_ranks(opts.console, world_size)
-    devices = sorted(server.devices, key=lambda dev: dev.rank)
+    devices = server.placed()   # in rank order, ranks and device ids as numbers (the table was validated)
     local_devices = [dev.device for dev in devices]
     argv = opts.command.argv(opts.python)
     specs = []

@@ -412,9 +412,15 @@ def write_script(path: str, text: str, force: bool) -> None:
 
 
 def cmd_script(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from launcher.options import settle
+    from launcher.config import apply_layers
 
-    settle(args, script_options(), getattr(args, "script_args_given", False), usage=parser.format_usage())
+    values, args.sources = apply_layers(vars(args), script_options(), os.environ,
+                                        getattr(args, "script_args_given", False))
+    if not values["script"]:
+        raise UsageError("dlaunch script: no SCRIPT given (on the command line or as script: in a config)",
+                         usage=parser.format_usage())
+    for dest, value in values.items():
+        setattr(args, "script_args" if dest == "args" else dest, value)
     if args.template_dir and not os.path.isdir(args.template_dir):
         raise UsageError(f"--template-dir {args.template_dir} is not a directory")
     context = _resolve(args)

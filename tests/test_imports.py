@@ -20,7 +20,7 @@ LAYERS = [
     ["launcher", "launcher.contract", "launcher.errors", "launcher.pods",
      "launcher.console", "launcher.numlists", "launcher.argtypes", "launcher.lines",
      "launcher.atomic", "launcher.userfiles", "launcher.heartbeat", "launcher.envfiles", "launcher.rundir",
-     "launcher.rundir_model",
+     "launcher.rundir_model", "launcher.request",
      "launcher.ckptfile", "launcher.ckptstage", "launcher.ckptwriter", "launcher.ckptnames", "launcher.ckptstore"],
     ["launcher.table", "launcher.table.*", "launcher.host", "launcher.config", "launcher.environment",
      "launcher.netcheck.tool"],

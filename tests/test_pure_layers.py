@@ -8,8 +8,9 @@ import signal
 import pytest
 
 from launcher.cli.parsers import build_parser
+from launcher.cli.request import request_from_args
 from launcher.errors import UsageError
-from launcher.options import launch_options, launch_table, options_for, settle
+from launcher.options import launch_options, launch_table
 from launcher.plan import describe, make_plan
 from launcher.results import RankResult, how_it_ended, job_verdict
 from launcher.rundir import HEAD_SUMMARY, LAYOUT_VERSION, load_run
@@ -24,7 +25,7 @@ def settled(tmp_path, *argv, environ=None):
     cut = argv.index("--") if "--" in argv else len(argv)
     args = parser.parse_args([argv[0], str(script), *argv[1:cut]])
     args.script_args = list(argv[cut + 1:])
-    return settle(args, options_for(args.command), cut < len(argv), environ=environ or {})
+    return request_from_args(args, cut < len(argv), environ=environ or {})
 
 
 @pytest.fixture

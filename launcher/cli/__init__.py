@@ -14,24 +14,25 @@ from launcher.cli.parsers import SCRIPT_ARG_COMMANDS, build_parser, unrecognized
 from launcher.console import printable, say, settle_streams, silence
 from launcher.contract import ExitCode
 from launcher.errors import DlaunchError, UsageError
-from launcher.options import LAUNCH_COMMANDS, options_for, settle
+from launcher.options import LAUNCH_COMMANDS
 
 
 def cmd_from_head() -> int:
     """``cluster --from-head``: this host's launcher, its request read from the SSH channel (ssh.protocol)."""
+    from launcher.cli.request import settled_request
     from launcher.execute.ssh import protocol
 
     request, pending = protocol.read_request(0)
     args = build_parser().parse_args(["cluster", *map(str, request["argv"])])
-    args.script_args = [str(a) for a in request.get("script_args", [])]
-    settle(args, options_for("cluster"), True, environ={})
-    args.rank_table_text = request.get("rank_table")
-    args.head_env = {str(k): str(v) for k, v in (request.get("env") or {}).items()}
+    # the head settled every value: this host's own environment and configs take no part
+    launch = settled_request("cluster", {**vars(args), "script_args": [str(a) for a in request.get("script_args", [])]},
+                             True, environ={}, rank_table_text=request.get("rank_table"),
+                             head_env={str(k): str(v) for k, v in (request.get("env") or {}).items()})
 
     def started(ranks):
         protocol.emit("started", ranks=len(ranks), at=min(r.start for r in ranks))
 
-    return cmd_cluster(args, control=(0, pending), on_started=started)
+    return cmd_cluster(launch, control=(0, pending), on_started=started)
 
 
 def separator_as_value(argv: list[str]) -> str | None:
@@ -57,8 +58,10 @@ def _after_script_hint(argv: list[str], cut_at: int | None) -> str:
     if cut_at is not None or not argv or argv[0] not in SCRIPT_ARG_COMMANDS:
         return ""
     script = next((i for i, a in enumerate(argv) if i and a.endswith(".py") and not a.startswith("-")), None)
+    if script is None:
+        return ""
     # only options a training script commonly takes too: dlaunch's own options may follow the script
-    late = [a for a in argv[script + 1:] if a.split("=", 1)[0] in SCRIPT_LIKE_OPTIONS] if script is not None else []
+    late = [a for a in argv[script + 1:] if a.split("=", 1)[0] in SCRIPT_LIKE_OPTIONS]
     if not late:
         return ""
     verb = "were" if len(late) > 1 else "was"
@@ -123,10 +126,11 @@ def main(argv: list[str] | None = None) -> int:
             sub.error(unrecognized(sub, args.command, extras))
         if args.command in SCRIPT_ARG_COMMANDS:
             args.script_args, args.script_args_given = script_args, cut_at is not None
-        if args.command in LAUNCH_COMMANDS:
+        if args.command in LAUNCH_COMMANDS:   # the Namespace ends here: run and cluster take a LaunchRequest
+            from launcher.cli.request import request_from_args
+
             usage = parser.subcommands[args.command].format_usage()
-            handler = lambda: run(settle(args, options_for(args.command), cut_at is not None,  # noqa: E731
-                                         usage=usage))
+            handler = lambda: run(request_from_args(args, cut_at is not None, usage=usage))  # noqa: E731
         else:
             handler = lambda: run(args)  # noqa: E731
     try:

@@ -10,6 +10,7 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable
 
 from launcher.cli.parsers import build_parser, unrecognized
 from launcher.config import apply_layers
@@ -25,6 +26,7 @@ from launcher.options import (
     nodes_share,
     options_for,
 )
+from launcher.request import LaunchRequest
 
 
 def _describe(table) -> str:
@@ -121,14 +123,14 @@ def cmd_merge(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_run(args: argparse.Namespace) -> int:
+def cmd_run(args: LaunchRequest) -> int:
     from launcher.execute.attempts import launch
 
     table, server_index, _, view = launch_table(args)
     return launch(table, server_index, launch_options(args, table, server_index, view=view), dry_run=args.dry_run)
 
 
-def cmd_cluster(args: argparse.Namespace, control=None, on_started=None) -> int:
+def cmd_cluster(args: LaunchRequest, control=None, on_started=None) -> int:
     from launcher.execute.attempts import launch
 
     checking = args.check_network and not args.dry_run
@@ -141,11 +143,14 @@ def cmd_cluster(args: argparse.Namespace, control=None, on_started=None) -> int:
         if checking:
             check_before_launch(args, text, head_table, None)
         return launch_over_ssh(args, text, head_table, opts)
-    if (not nodes_share(args, os.environ) and not args.rank_table and getattr(args, "rank_table_text", None) is None
-            and not adopt_pod(args, os.environ)):
-        raise UsageError("dlaunch cluster needs --rank-table FILE: on each host, dlaunch cluster SCRIPT "
-                         "--rank-table FILE --rank-start K; or from one head node, dlaunch cluster SCRIPT "
-                         "--rank-table FILE --ssh")
+    shared = nodes_share(args, os.environ)
+    if shared is None and not args.rank_table and args.rank_table_text is None:
+        shared = adopt_pod(args, os.environ)
+        if shared is None:
+                raise UsageError("dlaunch cluster needs --rank-table FILE: on each host, dlaunch cluster SCRIPT "
+                             "--rank-table FILE --rank-start K; or from one head node, dlaunch cluster SCRIPT "
+                             "--rank-table FILE --ssh")
+    args = shared or args
     table, server_index, _, view = launch_table(args)
     if checking:
         check_before_launch(args, "", table, server_index)
@@ -182,7 +187,7 @@ def cmd_ckpt(args: argparse.Namespace) -> int:
     return 0
 
 
-def _settings_for(args: argparse.Namespace, environ) -> tuple[str, argparse.Namespace, dict]:
+def _settings_for(args: argparse.Namespace, environ) -> tuple[str, dict, dict]:
     """(command, settled options, sources) for ``config show``: --for (or a leading ``run``/``cluster``
     word), else run unless the flags or configs set options only ``cluster`` has."""
     flags = list(args.launch_flags)
@@ -204,12 +209,13 @@ def _settings_for(args: argparse.Namespace, environ) -> tuple[str, argparse.Name
             continue
         layered.config = (args.config or []) + (layered.config or [])
         try:
-            return command, layered, apply_layers(layered, options_for(command), environ)
+            return (command, *apply_layers(vars(layered), options_for(command), environ))
         except UsageError as exc:
             failure = failure or exc
     clash = _clash(unknown, launch_parsers) if len(unknown) == len(tried) else None
     if clash:
         raise UsageError(clash, usage=build_parser().subcommands["config"].format_usage())
+    assert failure is not None   # no command returned: each one tried failed and the first failure was kept
     raise failure
 
 
@@ -239,15 +245,14 @@ def cmd_config(args: argparse.Namespace) -> int:
 
     from launcher.environment import mask_value
 
-    command, layered, sources = _settings_for(args, os.environ)
+    command, values, sources = _settings_for(args, os.environ)
 
     def safe(value):   # secrets inside --env KEY=VALUE items (and any other KEY=VALUE text) are masked
         if isinstance(value, list):
             return [safe(item) for item in value]
         return mask_value("", value) if isinstance(value, str) else value
 
-    shown = {dest: {"value": safe(getattr(layered, dest) if dest != "args" else layered.script_args),
-                    "source": src} for dest, src in sources.items()}
+    shown = {dest: {"value": safe(values[dest]), "source": src} for dest, src in sources.items()}
     if args.json:
         json.dump(shown, sys.stdout, indent=2, default=str)
         print()
@@ -278,23 +283,24 @@ def cmd_msrun(args: argparse.Namespace) -> int:
     """An msrun command line, carried out as the dlaunch run or cluster it translates to (``cli.msrun``)."""
     from launcher.cli.msrun import link_msrun_logs, settled_launch
 
-    command, settled = settled_launch(args)
-    if not settled.dry_run:
+    command, request = settled_launch(args)
+    if not request.dry_run:
         try:
-            link_msrun_logs(args, settled.output_dir)
+            link_msrun_logs(args, request.output_dir)
         except OSError as exc:   # msrun's names are a convenience: the run goes on without them
-            say(f"msrun's log names (worker_N.log) not made in {settled.output_dir}: {exc.strerror}")
-    return HANDLERS[command](settled)
+            say(f"msrun's log names (worker_N.log) not made in {request.output_dir}: {exc.strerror}")
+    return LAUNCHERS[command](request)
 
 
 def cmd_torchrun(args: argparse.Namespace) -> int:
     """A torchrun command line, carried out as the dlaunch run or cluster it translates to (``cli.torchrun``)."""
     from launcher.cli.torchrun import settled_launch
 
-    command, settled = settled_launch(args)
-    return HANDLERS[command](settled)
+    command, request = settled_launch(args)
+    return LAUNCHERS[command](request)
 
 
-HANDLERS = {"validate-ranktable": cmd_validate, "gen-ranktable": cmd_gen, "merge-ranktable": cmd_merge,
-            "run": cmd_run, "cluster": cmd_cluster, "config": cmd_config, "ckpt": cmd_ckpt,
-            "msrun": cmd_msrun, "torchrun": cmd_torchrun}
+LAUNCHERS: dict[str, Callable[..., int]] = {"run": cmd_run, "cluster": cmd_cluster}   # take a LaunchRequest
+HANDLERS: dict[str, Callable[..., int]] = {
+    "validate-ranktable": cmd_validate, "gen-ranktable": cmd_gen, "merge-ranktable": cmd_merge, **LAUNCHERS,
+    "config": cmd_config, "ckpt": cmd_ckpt, "msrun": cmd_msrun, "torchrun": cmd_torchrun}
