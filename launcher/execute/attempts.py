@@ -134,10 +134,10 @@ def launch(table: RankTable, server_index: int, opts: Options, *, dry_run: bool,
                 say(f"{job.cause_line(verdict)}; restarting the job on every host "
                     f"(restart {attempt + 1} of {opts.max_restarts})")
                 continue
+            cause = result.root_cause   # a rank failed: the one failure a restart answers
             if (result.exit_code == 0 or result.interrupted_by is not None or result.launcher_error is not None
-                    or attempt == opts.max_restarts):
+                    or cause is None or attempt == opts.max_restarts):
                 break
-            cause = result.root_cause
             say(f"rank {cause.rank} {how_it_ended(cause.to_dict())}; restarting all ranks "
                 f"(restart {attempt + 1} of {opts.max_restarts})")
     finally:

@@ -90,6 +90,7 @@ class SignalWatch:
 
     def read_control(self) -> list[int]:
         """Signals the head sent over the control channel; EOF (the head is gone) is SIGHUP."""
+        assert self.control_fd is not None   # read only while registered (attempts.py), until EOF unsets it
         try:
             chunk = os.read(self.control_fd, 4096)
         except OSError:
@@ -133,6 +134,12 @@ class _Process:
     @property
     def alive(self) -> bool:
         return self.proc is not None and self.result.returncode is None
+
+    @property
+    def popen(self) -> subprocess.Popen:
+        """Its Popen, for a process that started (alive, or being reaped: only those are signalled or waited)."""
+        assert self.proc is not None, f"{self.spec.rank_dir}: never started"
+        return self.proc
 
 
 class _Attempt:
@@ -268,9 +275,9 @@ class LocalWorkers:
                         continue
                     return
                 timeout = max(0.0, rest_until - time.monotonic())
-                if attempt.stopping:
+                if attempt.deadline is not None:
                     timeout = min(timeout, max(0.0, attempt.deadline - time.monotonic()))
-            elif attempt.stopping:
+            elif attempt.deadline is not None:
                 timeout = max(0.0, attempt.deadline - time.monotonic())
             elif hangs or peers:
                 timeout = min(watch.interval for watch in (hangs, peers) if watch)
@@ -281,7 +288,7 @@ class LocalWorkers:
                 self._watch(attempt, hangs, peers)
             for kind, value in events:
                 self._on_event(attempt, kind, value)
-            if attempt.stopping and not attempt.killed and time.monotonic() >= attempt.deadline:
+            if attempt.deadline is not None and not attempt.killed and time.monotonic() >= attempt.deadline:
                 if attempt.alive():
                     say(f"the grace period of {plan.grace_period:g} s is over: killed {attempt.describe_alive()} "
                         f"still running (SIGKILL)")
@@ -323,7 +330,7 @@ class LocalWorkers:
         """A pass-through signal (SIGUSR1, --forward-signals): every live process gets it; nothing stops.
         Returns the pass-through set, so callers can filter with it."""
         if sig in self.signals.pass_through:
-            told = sum(_killpg(p.proc.pid, sig) for p in attempt.processes if p.alive)
+            told = sum(_killpg(p.popen.pid, sig) for p in attempt.processes if p.alive)
             say(f"{signal.Signals(sig).name}: forwarded to {told} process(es); the job goes on")
         return self.signals.pass_through
 
@@ -345,7 +352,7 @@ class LocalWorkers:
             self.job.stopped(result)
         for process in attempt.processes:
             if process.alive:
-                _killpg(process.proc.pid, signal_ or signal.SIGTERM)
+                _killpg(process.popen.pid, signal_ or signal.SIGTERM)
         attempt.deadline = time.monotonic() + attempt.plan.grace_period
 
     # ------------------------------------------------------------------ the end
@@ -355,7 +362,7 @@ class LocalWorkers:
         self._kill_groups(attempt.processes)
         for process in attempt.processes:
             if process.alive:
-                process.result.returncode = process.proc.wait()
+                process.result.returncode = process.popen.wait()
                 process.result.end = time.time()
             if process.pidfd is not None:
                 os.close(process.pidfd)
@@ -394,7 +401,7 @@ class LocalWorkers:
     def _dump_stacks(self, live: list[_Process], attempt: int) -> None:
         """Every live rank's stack into its rank directory (py-spy), recorded in its result."""
         try:
-            files, why = dump_stacks([(p.spec, p.proc.pid) for p in live], attempt)
+            files, why = dump_stacks([(p.spec, p.popen.pid) for p in live], attempt)
         except OSError as exc:   # a full disk must not turn a hang into a traceback
             files, why = {}, f"no stack could be written: {describe_os_error(exc)}"
         for process in live:
@@ -406,6 +413,7 @@ class LocalWorkers:
 
     def _spawn(self, process: _Process, selector, tee: ConsoleTee, prefix_host: bool) -> None:
         spec, result = process.spec, process.result
+        log_fd: int | None   # closed at the end unless the tee took it
         try:
             os.makedirs(spec.ckpt_dir or spec.rank_dir, exist_ok=True)
             with open(spec.env_log, "w", encoding="utf-8", errors="surrogateescape") as fh:   # bytes as given
@@ -439,6 +447,7 @@ class LocalWorkers:
             result.pid = process.proc.pid
             if spec.console:
                 prefix = f"[{spec.server_id}][rank{spec.rank}]: " if prefix_host else f"[rank{spec.rank}]: "
+                assert spec.rank is not None   # a console spec is a rank, never the scheduler (plan.py)
                 tee.add(spec.rank, prefix, log_fd)
                 selector.register(read_fd, selectors.EVENT_READ, ("pipe", spec.rank))
                 read_fd = log_fd = None   # the tee owns them now
@@ -520,12 +529,12 @@ class LocalWorkers:
                 happened.extend(("signal", sig) for sig in self.signals.drain())
         if polling:
             for process in processes:
-                if process.pidfd is None and process.alive and process.proc.poll() is not None:
+                if process.pidfd is None and process.alive and process.popen.poll() is not None:
                     happened.append(("exit", self._reap(process)))
         return happened
 
     def _reap(self, process: _Process) -> RankResult:
-        process.result.returncode = process.proc.wait()
+        process.result.returncode = process.popen.wait()
         process.result.end = time.time()
         return process.result
 

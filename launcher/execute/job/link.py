@@ -212,6 +212,7 @@ class JobLink:
                     elif owner == "member":
                         self.member.on_ready(mask)
                     else:
+                        assert self.coordinator is not None   # only the coordinator registers other keys
                         self.coordinator.on_ready(data, mask)
         finally:
             if self.coordinator:
