@@ -189,8 +189,7 @@ def build_parser() -> DlaunchParser:
     # Commands in modules of their own register here: each module's add_parser(sub) adds its subparser with
     # set_defaults(handler=...), importing nothing heavy at module level.
     from launcher import scriptgen
-    from launcher.cli import checknet, msrun, torchrun
-    from launcher.observe import logs, prune, report, status
+    from launcher.cli import checknet, logs, msrun, prune, report, status, torchrun
     for module in (scriptgen, status, logs, report, prune, msrun, torchrun, checknet):
         module.add_parser(sub)
     parser.launch_parsers = launch_parsers

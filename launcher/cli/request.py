@@ -11,12 +11,21 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import fields
+from typing import Any, TypeVar
 
 from launcher.config import apply_layers, convert
 from launcher.errors import UsageError
 from launcher.options import declared_defaults, options_for
 from launcher.request import OPTION_FIELDS, LaunchRequest
+
+Request = TypeVar("Request")
+
+
+def typed(cls: type[Request], args: argparse.Namespace) -> Request:
+    """A command's frozen request (a dataclass of the module that does the work) from its Namespace: the
+    fields of ``cls``, by name; everything else argparse holds stays here."""
+    return cls(**{f.name: getattr(args, f.name) for f in fields(cls)})  # type: ignore[arg-type]
 
 
 def settled_request(command: str, given: Mapping[str, Any], script_args_given: bool, environ=None,
