@@ -38,3 +38,30 @@ def test_a_host_settles_what_the_head_settled(tmp_path, monkeypatch):
                                                                                       getattr(head, option.dest))
             assert getattr(host, option.dest) == expected, option.dest
     assert host.waiting_notice == 7.0 and host.forward_signals == head.forward_signals   # a config, signal names
+
+
+def test_the_namespace_stays_in_the_cli():
+    """No module below ``launcher/cli`` names argparse's Namespace: each command hands its stage a typed request."""
+    import ast
+    from pathlib import Path
+
+    package = Path(__file__).resolve().parent.parent / "launcher"
+    for path in package.rglob("*.py"):
+        if path.parent.name == "cli":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            named = (isinstance(node, ast.Attribute) and node.attr == "Namespace"
+                     and isinstance(node.value, ast.Name) and node.value.id == "argparse") or \
+                    (isinstance(node, ast.ImportFrom) and node.module == "argparse"
+                     and any(alias.name == "Namespace" for alias in node.names))
+            assert not named, f"{path.relative_to(package.parent)}:{node.lineno} uses argparse.Namespace"
+
+
+def test_a_generated_script_names_forwarded_signals(tmp_path, monkeypatch, capsys):
+    from launcher.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("")
+    out = tmp_path / "run.sh"
+    assert main(["script", "run.sh", "train.py", "--forward-signals", "WINCH,URG", "-o", str(out)]) == 0
+    assert "--forward-signals SIGWINCH,SIGURG" in out.read_text()   # as the flag takes it back, not (28, 23)

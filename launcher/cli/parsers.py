@@ -188,9 +188,8 @@ def build_parser() -> DlaunchParser:
             a.add_argument("--json", action="store_true", help="print JSON")
     # Commands in modules of their own register here: each module's add_parser(sub) adds its subparser with
     # set_defaults(handler=...), importing nothing heavy at module level.
-    from launcher import scriptgen
-    from launcher.cli import checknet, logs, msrun, prune, report, status, torchrun
-    for module in (scriptgen, status, logs, report, prune, msrun, torchrun, checknet):
+    from launcher.cli import checknet, logs, msrun, prune, report, script, status, torchrun
+    for module in (script, status, logs, report, prune, msrun, torchrun, checknet):
         module.add_parser(sub)
     parser.launch_parsers = launch_parsers
     parser.subcommands = sub.choices   # command name -> its parser: errors show the usage of the command used
