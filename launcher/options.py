@@ -373,7 +373,7 @@ def launch_options(args: LaunchRequest, table, server_index: int, view=None, hea
     requeued resumes without --resume (``resume.slurm_requeue``).
     """
     from launcher.host import DeviceView, free_port
-    from launcher.plan import Command, Options, console_ranks
+    from launcher.plan import Command, Options, Policy, console_ranks
     from launcher.rundir import check_run_id, host_suffix, new_run_id, resolve
     from launcher.table.share import master_address
 
@@ -404,17 +404,19 @@ def launch_options(args: LaunchRequest, table, server_index: int, view=None, hea
             run_id, None, "")
     opts = Options(command=command, run_id=check_run_id(run_id) if run_id else new_run_id(),
                    output_dir=output_dir, launch_dir=os.getcwd(), python=sys.executable,
-                   cwd_mode=args.cwd, console=console, grace_period=args.grace_period,
-                   max_restarts=args.max_restarts, master_addr=master_addr,
+                   policy=Policy(cwd_mode=args.cwd, grace_period=args.grace_period, max_restarts=args.max_restarts,
+                                 waiting_notice=args.waiting_notice, hang_timeout=args.hang_timeout,
+                                 prefix_host=cluster),
+                   console=console, master_addr=master_addr,
                    master_port=args.master_port or (CLUSTER_DEFAULT_PORT if cluster else free_port(master_addr)),
                    host_files_suffix=host_suffix(table.servers[server_index].server_id) if cluster and not head
                    else "",
-                   extra_env=extra_env(args), waiting_notice=args.waiting_notice,
+                   extra_env=extra_env(args),
                    ms_scheduler=args.ms_scheduler, ms_topo_timeout=args.ms_topo_timeout,
                    ms_scheduler_elsewhere=args.ms_scheduler_elsewhere, ms_scheduler_pod=args.ms_scheduler_pod,
-                   hang_timeout=args.hang_timeout, forward_signals=args.forward_signals or (),
+                   forward_signals=args.forward_signals or (),
                    termination_log=args.termination_log,
-                   prefix_host=cluster, shared_run_dir=cluster or bool(args.run_id), run_id_shared=bool(run_id),
+                   shared_run_dir=cluster or bool(args.run_id), run_id_shared=bool(run_id),
                    fixed_port=cluster or args.master_port is not None, resume_from=resume_from,
                    resume_note=resume_note, job_port=args.job_port, job_addr=args.job_addr,   # run: None
                    host_timeout=args.host_timeout, join_timeout=args.join_timeout,   # run: the defaults

@@ -50,8 +50,10 @@ def test_every_setting_reaches_the_plan_and_the_dry_run(in_tmp):
     opts, plan = plan_for(in_tmp, "run", "--ranks", "2", "--hang-timeout", "30", "--env", "API_TOKEN=s3cret",
                           "--max-restarts", "2", "--master-port", "29999", "--", "--password", "pw1",
                           "--wandb-api-key=k2", "DB_PASS=pw3", "--lr", "1")
-    assert (opts.hang_timeout, opts.fixed_port, opts.prefix_host, opts.shared_run_dir) == (30.0, True, False, False)
-    assert plan.hang_timeout == 30.0 and plan.master_port == 29999 and plan.max_restarts == 2
+    assert (opts.policy.hang_timeout, opts.fixed_port, opts.policy.prefix_host, opts.shared_run_dir) == \
+        (30.0, True, False, False)
+    assert plan.policy is opts.policy and plan.master_port == 29999 and plan.policy.max_restarts == 2
+    assert plan.to_dict()["hang_timeout"] == 30.0   # plan.json keeps its flat keys
     rank1 = plan.ranks[1]
     assert rank1.env["API_TOKEN"] == "s3cret" and rank1.argv[-2:] == ["--lr", "1"] and rank1.cwd == str(in_tmp)
     text = describe(plan)
@@ -105,7 +107,7 @@ def test_cluster_options_agree_across_hosts(in_tmp):
     table, index, _, view = launch_table(args)
     opts = launch_options(args, table, index, view=view)
     assert index == 1 and opts.master_addr == "10.0.0.1" and opts.master_port == 29500
-    assert opts.host_files_suffix == ".10.0.0.2" and opts.prefix_host and opts.shared_run_dir and opts.fixed_port
+    assert opts.host_files_suffix == ".10.0.0.2" and opts.policy.prefix_host and opts.shared_run_dir and opts.fixed_port
 
 
 def test_run_refuses_a_table_of_several_hosts_naming_the_cluster_command(in_tmp):

@@ -227,7 +227,7 @@ class LocalWorkers:
                 else:
                     attempt.ranks.append(process)
                     result.ranks.append(process.result)
-                self._spawn(process, selector, tee, attempt.plan.prefix_host)
+                self._spawn(process, selector, tee, attempt.plan.policy.prefix_host)
                 if process.result.spawn_error:
                     self._begin_stop(attempt, root_cause=process.result)
                     return
@@ -254,21 +254,21 @@ class LocalWorkers:
         unbounded wait.
         """
         plan = attempt.plan
-        hangs = HangWatch(plan.hang_timeout, time.time()) if plan.hang_timeout else None
-        peers = PeerWait(plan, time.time()) if plan.peers and plan.waiting_notice > 0 else None
+        hangs = HangWatch(plan.policy.hang_timeout, time.time()) if plan.policy.hang_timeout else None
+        peers = PeerWait(plan, time.time()) if plan.peers and plan.policy.waiting_notice > 0 else None
         rest_until: float | None = None   # after the last rank: how long the scheduler and the pipes may take
         while True:
             if attempt.ranks_done():
                 if rest_until is None:
                     self._kill_groups(attempt.ranks)
-                    patience = plan.grace_period if attempt.scheduler and attempt.scheduler.alive else 0.0
+                    patience = plan.policy.grace_period if attempt.scheduler and attempt.scheduler.alive else 0.0
                     rest_until = time.monotonic() + patience + PIPE_DRAIN_SECONDS
                 busy = (attempt.scheduler is not None and attempt.scheduler.alive) or self._pipes(selector)
                 if not busy:
                     return
                 if time.monotonic() >= rest_until:
                     if attempt.scheduler and attempt.scheduler.alive:
-                        say(f"the MindSpore scheduler did not leave within {plan.grace_period:g} s of the last "
+                        say(f"the MindSpore scheduler did not leave within {plan.policy.grace_period:g} s of the last "
                             f"rank's end; killed it")
                         self._kill_groups([attempt.scheduler])
                         rest_until = time.monotonic() + PIPE_DRAIN_SECONDS
@@ -290,8 +290,8 @@ class LocalWorkers:
                 self._on_event(attempt, kind, value)
             if attempt.deadline is not None and not attempt.killed and time.monotonic() >= attempt.deadline:
                 if attempt.alive():
-                    say(f"the grace period of {plan.grace_period:g} s is over: killed {attempt.describe_alive()} "
-                        f"still running (SIGKILL)")
+                    say(f"the grace period of {plan.policy.grace_period:g} s is over: killed "
+                        f"{attempt.describe_alive()} still running (SIGKILL)")
                 self._kill_groups(attempt.processes)
                 attempt.killed = True
 
@@ -338,7 +338,7 @@ class LocalWorkers:
         """A signal to dlaunch: forwarded to every process, and said at once: who, how long, how to cut it short."""
         self._begin_stop(attempt, signal_=sig)
         say(f"{signal.Signals(sig).name}: told {attempt.describe_alive()} to stop; they have "
-            f"{attempt.plan.grace_period:g} s (--grace-period) before SIGKILL; Ctrl-C again kills them now")
+            f"{attempt.plan.policy.grace_period:g} s (--grace-period) before SIGKILL; Ctrl-C again kills them now")
 
     def _begin_stop(self, attempt: _Attempt, root_cause: RankResult | None = None, signal_: int | None = None,
                     launcher_error: str | None = None, stopped_by: dict | None = None) -> None:
@@ -353,7 +353,7 @@ class LocalWorkers:
         for process in attempt.processes:
             if process.alive:
                 _killpg(process.popen.pid, signal_ or signal.SIGTERM)
-        attempt.deadline = time.monotonic() + attempt.plan.grace_period
+        attempt.deadline = time.monotonic() + attempt.plan.policy.grace_period
 
     # ------------------------------------------------------------------ the end
 

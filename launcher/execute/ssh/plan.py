@@ -117,7 +117,7 @@ def make_ssh_plan(args: LaunchRequest, text: str, table, opts, environ=None) -> 
     kind = "module" if command.module else "executable" if command.no_python else "script"
     return SshPlan(run_id=opts.run_id, output_dir=opts.output_dir, cwd=cwd, python=python, target_kind=kind,
                    target=command.target, remote_command=remote_command(python, cwd, kind, command.target),
-                   grace_period=opts.grace_period,
+                   grace_period=opts.policy.grace_period,
                    connect_timeout=args.connect_timeout, trust_new_hosts=args.trust_new_hosts, hosts=tuple(hosts),
                    forward_signals=tuple(opts.forward_signals))
 
