@@ -1,7 +1,9 @@
 """dlaunch's command line: split at "--", parse, dispatch, turn errors into exit codes.
 
-``parsers`` declares every command's options; ``commands`` holds the built-in handlers; other commands
-register their own. A ``UsageError`` is one line on stderr and exit code 2, never a traceback.
+One module per command (``cli/run.py``, ``cli/status.py``, ...: as pip does) declares the command's parser
+and registers its handler; ``parsers`` builds the top-level parser from them; ``request`` is where run's and
+cluster's Namespace becomes a typed ``LaunchRequest``. A ``UsageError`` is one line on stderr and exit code
+2, never a traceback.
 """
 
 from __future__ import annotations
@@ -9,30 +11,11 @@ from __future__ import annotations
 import os
 import sys
 
-from launcher.cli.commands import HANDLERS, cmd_cluster
 from launcher.cli.parsers import SCRIPT_ARG_COMMANDS, build_parser, unrecognized
 from launcher.console import printable, say, settle_streams, silence
 from launcher.contract import ExitCode
 from launcher.errors import DlaunchError, UsageError
 from launcher.options import LAUNCH_COMMANDS
-
-
-def cmd_from_head() -> int:
-    """``cluster --from-head``: this host's launcher, its request read from the SSH channel (ssh.protocol)."""
-    from launcher.cli.request import settled_request
-    from launcher.execute.ssh import protocol
-
-    request, pending = protocol.read_request(0)
-    args = build_parser().parse_args(["cluster", *map(str, request["argv"])])
-    # the head settled every value: this host's own environment and configs take no part
-    launch = settled_request("cluster", {**vars(args), "script_args": [str(a) for a in request.get("script_args", [])]},
-                             True, environ={}, rank_table_text=request.get("rank_table"),
-                             head_env={str(k): str(v) for k, v in (request.get("env") or {}).items()})
-
-    def started(ranks):
-        protocol.emit("started", ranks=len(ranks), at=min(r.start for r in ranks))
-
-    return cmd_cluster(launch, control=(0, pending), on_started=started)
 
 
 def separator_as_value(argv: list[str]) -> str | None:
@@ -112,13 +95,15 @@ def main(argv: list[str] | None = None) -> int:
             f" (commands: {', '.join(parser.subcommands)})"), usage=parser.format_usage())
         return UsageError.exit_code
     if argv == ["cluster", "--from-head"]:
+        from launcher.cli.cluster import cmd_from_head
+
         handler = cmd_from_head
     else:
         args, extras = parser.parse_known_args(argv)
         if args.command is None:
             parser.print_help()
             return UsageError.exit_code
-        run = getattr(args, "handler", None) or HANDLERS[args.command]
+        run = args.handler   # every command's module registers its handler (cli.parsers)
         if args.command == "config":
             args.launch_flags = extras   # launch flags, judged by run's or cluster's parser in cmd_config
         elif extras:

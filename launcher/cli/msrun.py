@@ -11,7 +11,7 @@ dlaunch's guarantees on top: a run directory, the failing rank's exit code (msru
 nodes, the rank table of the job) out, so the mapping is tested without starting anything.  ``settled_launch``
 does what needs the host (the master address resolved and checked, the devices this host offers), then
 builds the ``LaunchRequest`` from those options, checked by their declared types and layered as a typed
-command line would be (``cli.request.front_request``), and ``cli.commands`` runs it with the same handler
+command line would be (``cli.request.front_request``), and ``cmd_msrun`` runs it with the same handler
 as if it had been typed.
 """
 
@@ -133,6 +133,7 @@ def add_parser(sub) -> None:
     p.add_argument("task_script", metavar="task_script",
                    help="the training script (python/python3 SCRIPT, python -m MODULE and pytest work too)")
     p.add_argument("task_script_args", nargs=argparse.REMAINDER, help="the script's arguments")
+    p.set_defaults(handler=cmd_msrun)
 
 
 def _refusals(ns: argparse.Namespace, environ) -> list[str]:
@@ -260,7 +261,7 @@ def is_local_address(ip: str) -> bool:
 
 def settled_launch(args: argparse.Namespace) -> tuple[str, LaunchRequest]:
     """("run" or "cluster", its request) for an msrun command line: its options checked by their declared
-    types and layered like a typed command line (``cli.commands.cmd_msrun`` then runs it)."""
+    types and layered like a typed command line (``cmd_msrun`` then runs it)."""
     from launcher import host
     from launcher.console import say
 
@@ -274,6 +275,20 @@ def settled_launch(args: argparse.Namespace) -> tuple[str, LaunchRequest]:
     for note in done.notes:
         say(f"msrun: {note}")
     return done.command, done.request("msrun")
+
+
+def cmd_msrun(args: argparse.Namespace) -> int:
+    """An msrun command line, carried out as the dlaunch run or cluster it translates to (``cli.msrun``)."""
+    from launcher.cli.launch import launch
+    from launcher.console import say
+
+    _, request = settled_launch(args)
+    if not request.dry_run:
+        try:
+            link_msrun_logs(args, request.output_dir)
+        except OSError as exc:   # msrun's names are a convenience: the run goes on without them
+            say(f"msrun's log names (worker_N.log) not made in {request.output_dir}: {exc.strerror}")
+    return launch(request)
 
 
 def link_msrun_logs(ns: argparse.Namespace, output_dir: str) -> None:

@@ -75,3 +75,4 @@ def front_request(front: str, command: str, script: str, script_args: list[str],
     given = {dest: convert(declared[dest], value, front) for dest, value in flags.items()}
     given.update(checked or {})
     return settled_request(command, {**given, "script": script, "script_args": script_args}, True, **extra)
+

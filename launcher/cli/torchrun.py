@@ -104,6 +104,7 @@ def add_parser(sub) -> None:
     own.add_argument("--dry-run", action="store_true", help="print the plan and start nothing")
     p.add_argument("training_script", help="the training script (a module with -m, a program with --no-python)")
     p.add_argument("training_script_args", nargs=argparse.REMAINDER, help="the script's arguments")
+    p.set_defaults(handler=cmd_torchrun)
 
 
 def with_env_defaults(ns: argparse.Namespace, environ: Mapping[str, str]) -> argparse.Namespace:
@@ -288,7 +289,7 @@ def translate(ns: argparse.Namespace, nproc: int, devices: list[int]) -> Transla
 
 def settled_launch(args: argparse.Namespace) -> tuple[str, LaunchRequest]:
     """("run" or "cluster", its request) for a torchrun command line: its options checked by their declared
-    types and layered like a typed command line (``cli.commands.cmd_torchrun`` then runs it)."""
+    types and layered like a typed command line (``cmd_torchrun`` then runs it)."""
     from launcher import host
     from launcher.console import say
     from launcher.host import ranks_per_node
@@ -304,6 +305,13 @@ def settled_launch(args: argparse.Namespace) -> tuple[str, LaunchRequest]:
     for note in done.notes:
         say(f"torchrun: {note}")
     return done.command, done.request("torchrun")
+
+
+def cmd_torchrun(args: argparse.Namespace) -> int:
+    """A torchrun command line, carried out as the dlaunch run or cluster it translates to (``cli.torchrun``)."""
+    from launcher.cli.launch import launch
+
+    return launch(settled_launch(args)[1])
 
 
 # torchrun's flags that dlaunch run does not take, and what to type instead (``parsers.unrecognized``)
