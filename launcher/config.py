@@ -3,10 +3,12 @@
 Every option is declared once, as an ``Option`` (``launcher.options`` declares run's and cluster's,
 ``launcher.scriptgen`` its own); the parsers, these layers and generated scripts are all built from the
 declarations, so a new flag is settable in YAML and the environment without a second list to keep in
-step. Parsers give every layered option the default ``argparse.SUPPRESS``: an option absent from the
-parsed namespace was not on the command line, and is filled from the environment, then the files (later
-files override earlier ones), then its declared default. Each value remembers where it came from
-(``dlaunch config show``).
+step. Parsers give every layered option the default ``argparse.SUPPRESS``: an option absent from what
+the command line gave (``launcher.cli`` passes it as a plain dict) was not on it, and is filled from the
+environment, then the files (later files override earlier ones), then its declared default. Each value
+remembers where it came from (``dlaunch config show``); ``launcher.cli.request`` turns run's and cluster's
+values into a typed ``LaunchRequest``. The flags a ``cluster --ssh`` head sends its hosts are the options
+declared ``to_hosts``, written back by ``Option.words``.
 
 Options that exclude each other (``--ranks``/``--devices``/``--rank-table``; ``-m``/``--no-python``)
 share an ``exclusive`` name and are settled by layer: the highest layer that sets one member of such a

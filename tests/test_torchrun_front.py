@@ -143,6 +143,7 @@ def test_endpoint_module_and_console_mapping():
     (["--nnodes", "2", "--node-rank", "2", "t.py"], "--node-rank"),
     (["--nproc-per-node", "many", "t.py"], "--nproc-per-node"),
     (["--virtual-local-rank", "t.py"], "--virtual-local-rank"),
+    (["--shutdown-timeout", "x", "t.py"], "expected seconds, not 'x'"),   # was a traceback, exit 1
 ])
 def test_what_dlaunch_cannot_honour_is_one_line_and_exit_2(argv, says, capsys):
     assert main(["torchrun", *argv]) == 2
