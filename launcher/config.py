@@ -3,10 +3,12 @@
 Every option is declared once, as an ``Option`` (``launcher.options`` declares run's and cluster's,
 ``launcher.scriptgen`` its own); the parsers, these layers and generated scripts are all built from the
 declarations, so a new flag is settable in YAML and the environment without a second list to keep in
-step. Parsers give every layered option the default ``argparse.SUPPRESS``: an option absent from the
-parsed namespace was not on the command line, and is filled from the environment, then the files (later
-files override earlier ones), then its declared default. Each value remembers where it came from
-(``dlaunch config show``).
+step. Parsers give every layered option the default ``argparse.SUPPRESS``: an option absent from what
+the command line gave (``launcher.cli`` passes it as a plain dict) was not on it, and is filled from the
+environment, then the files (later files override earlier ones), then its declared default. Each value
+remembers where it came from (``dlaunch config show``); ``launcher.cli.request`` turns run's and cluster's
+values into a typed ``LaunchRequest``. The flags a ``cluster --ssh`` head sends its hosts are the options
+declared ``to_hosts``, written back by ``Option.words``.
 
 Options that exclude each other (``--ranks``/``--devices``/``--rank-table``; ``-m``/``--no-python``)
 share an ``exclusive`` name and are settled by layer: the highest layer that sets one member of such a
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +44,8 @@ class Option:
     may be given on the command line; ``rivals`` a group settled by layer (the highest layer that sets one
     member decides), which defaults to ``exclusive``; ``group`` is the help section. ``layered`` options
     also come from DLAUNCH_<NAME> (unless ``from_env`` is false: names the rank contract uses) and YAML.
+    ``spell`` writes a settled value back as the flag's text (default ``str``), for generated scripts and
+    the hosts of ``cluster --ssh``; ``to_hosts`` options are the ones every host of that job must share.
     """
 
     flags: tuple[str, ...]
@@ -57,6 +61,8 @@ class Option:
     group: str | None = None
     layered: bool = True
     from_env: bool = True
+    spell: Callable[[Any], str] | None = None
+    to_hosts: bool = False
 
     @property
     def dest(self) -> str:
@@ -83,8 +89,8 @@ class Option:
 
     def words(self, value) -> list[str]:
         """The command-line words that give this option ``value`` (``[]`` when it needs none)."""
-        def pair(text) -> list[str]:
-            text = str(text)
+        def pair(value) -> list[str]:
+            text = self.spell(value) if self.spell is not None else str(value)
             return [f"{self.flag}={text}"] if text.startswith("-") else [self.flag, text]
 
         if self.kind == FLAG:
@@ -244,19 +250,20 @@ def read_environ(environ, options: dict[str, Option]) -> dict[str, tuple[object,
     return values
 
 
-def apply_layers(args: argparse.Namespace, declared, environ=os.environ,
-                 script_args_given: bool = False) -> dict[str, str]:
-    """Fill every layered option of ``args`` the command line did not give from the environment, the
-    ``--config`` files and the declared defaults; returns {dest: source}."""
+def apply_layers(given: Mapping[str, Any], declared, environ=os.environ,
+                 script_args_given: bool = False) -> tuple[dict[str, Any], dict[str, str]]:
+    """(values, sources) of every layered option of ``declared``, ``script`` and ``args`` (the script's
+    arguments): ``given`` is what the command line gave (dest -> value; ``script``, ``script_args``,
+    ``config``), the rest comes from the environment, the ``--config`` files and the declared defaults."""
     options = {option.dest: option for option in declared if option.layered}
-    flags = {dest: (getattr(args, dest), "command line") for dest in options if hasattr(args, dest)}
-    if getattr(args, "script", None) is not None:
-        flags["script"] = (args.script, "command line")
+    flags = {dest: (given[dest], "command line") for dest in options if dest in given}
+    if given.get("script") is not None:
+        flags["script"] = (given["script"], "command line")
     if script_args_given:
-        flags["args"] = (args.script_args, "command line")
+        flags["args"] = (given.get("script_args"), "command line")
     files: dict[str, tuple[object, str]] = {}
     broken: list[UsageError] = []
-    for path in getattr(args, "config", None) or []:
+    for path in given.get("config") or []:
         try:
             files.update(read_file(path, options))
         except UsageError as exc:   # read the other files too: every broken one is reported at once
@@ -266,15 +273,17 @@ def apply_layers(args: argparse.Namespace, declared, environ=os.environ,
     layers = [flags, read_environ(environ, options), files]
     exclusive: dict[str, set[str]] = {}
     for option in options.values():
-        if option.rivals or option.exclusive:
-            exclusive.setdefault(option.rivals or option.exclusive, set()).add(option.dest)
-    for group in exclusive.values():
+        group = option.rivals or option.exclusive
+        if group:
+            exclusive.setdefault(group, set()).add(option.dest)
+    for members in exclusive.values():
         for index, layer in enumerate(layers):
-            if group & set(layer):
+            if members & set(layer):
                 for lower in layers[index + 1:]:
-                    for dest in group:
+                    for dest in members:
                         lower.pop(dest, None)
                 break
+    values: dict[str, Any] = {}
     sources = {}
     for dest in [*options, "script", "args"]:
         for layer in layers:
@@ -285,9 +294,6 @@ def apply_layers(args: argparse.Namespace, declared, environ=os.environ,
             value, source = (options[dest].default, "default") if dest in options else (None, "default")
             if isinstance(value, list):
                 value = list(value)   # a declared default is never shared, let alone appended to
-        if dest == "args":
-            args.script_args = list(value or [])
-        else:
-            setattr(args, dest, value)
+        values[dest] = list(value or []) if dest == "args" else value
         sources[dest] = source
-    return sources
+    return values, sources

@@ -50,6 +50,20 @@ class Command:
 
 
 @dataclass(frozen=True)
+class Policy:
+    """How this host's launch behaves once started: where ranks run, how they are stopped, restarted,
+    watched and shown.  Decided once with the ``Options`` and held as is by every ``LaunchPlan`` made from
+    them (``plan.json`` writes its fields beside the plan's own, as before)."""
+
+    cwd_mode: str = CWD_LAUNCH
+    grace_period: float = 10.0
+    max_restarts: int = 0
+    waiting_notice: float = 30.0  # silent ranks and missing peers this long: say so (0: never)
+    hang_timeout: float | None = None   # stop the job (exit 124) after this long without a sign of life
+    prefix_host: bool = False     # console lines carry the host as well as the rank (cluster)
+
+
+@dataclass(frozen=True)
 class Options:
     """The launch settings that shape the plan (flags, after defaults are applied)."""
 
@@ -58,24 +72,19 @@ class Options:
     output_dir: str
     launch_dir: str
     python: str
-    cwd_mode: str = CWD_LAUNCH
+    policy: Policy = Policy()
     console: str = "0"           # "all", "none" or a comma list of global ranks
-    grace_period: float = 10.0
-    max_restarts: int = 0
     master_addr: str = "127.0.0.1"
     master_port: int = 29500
     host_files_suffix: str = ""   # "" for a one-host run; ".<server_id>" when hosts share a run directory
     devices: DeviceView = DeviceView()   # what this host allows or shows: maps plan devices to the ranks' ids
     extra_env: dict = field(default_factory=dict)   # --env-file, --env (and the head's, over SSH): every rank
-    waiting_notice: float = 30.0  # silent ranks and missing peers this long: say so (0: never)
     ms_scheduler: bool = False    # MindSpore's dynamic cluster (msrun's contract): a scheduler beside rank 0
     ms_scheduler_elsewhere: bool = False   # the same contract for the ranks, the scheduler in its own pod
     ms_scheduler_pod: bool = False   # this is that pod: its one process is the scheduler (no table, no device)
     ms_topo_timeout: float = 600.0
-    hang_timeout: float | None = None   # stop the job (exit 124) after this long without a sign of life
     termination_log: str | None = None   # --termination-log: a failed run's root cause (containers)
     forward_signals: tuple = ()   # --forward-signals: passed to every rank beside SIGUSR1/2, the job goes on
-    prefix_host: bool = False     # console lines carry the host as well as the rank (cluster)
     shared_run_dir: bool = False  # other hosts (or an earlier launch) may create the run directory too
     run_id_shared: bool = False   # the run id came from the user or the scheduler, the same on every host
     fixed_port: bool = False      # restarts keep master_port (hosts agree on it); otherwise a fresh free one
@@ -85,6 +94,7 @@ class Options:
     job_addr: str | None = None      # cluster: the coordinator's address when the master address is not rank 0's
     host_timeout: float = 15.0       # cluster: a host silent this long is lost (heartbeats every fifth of it)
     join_timeout: float = 180.0      # cluster: every host must have joined the job within this long
+    host_argv: tuple[str, ...] = ()   # cluster --ssh's head: every host launcher's arguments (options.host_argv)
 
 
 @dataclass(frozen=True)
@@ -119,19 +129,14 @@ class LaunchPlan:
     master_addr: str
     master_port: int
     rank_table_file: str
-    cwd_mode: str
-    grace_period: float
-    max_restarts: int
+    policy: Policy
     attempt: int
     host_files_suffix: str
     ranks: list[RankSpec] = field(default_factory=list)
     resume: ResumePoint | None = None
     peers: list[dict] = field(default_factory=list)   # the other servers: server_id, suffix, ranks ("8-15")
     is_master: bool = True                            # this host runs rank 0
-    waiting_notice: float = 30.0
     scheduler: RankSpec | None = None                 # MindSpore's scheduler, on the master host only
-    hang_timeout: float | None = None                 # no sign of life this long: stacks, stop, exit 124
-    prefix_host: bool = False                         # console lines say [host][rankN]
 
     def host_file(self, name: str, ext: str) -> str:
         """This host's own file in the run directory (plan, summary): distinct per host on a shared filesystem."""
@@ -141,6 +146,7 @@ class LaunchPlan:
         """JSON-ready, with secret-looking env values and arguments masked.  Shallow, unlike ``asdict``: the
         plan is only read from here on, and a deep copy of 1,024 ranks' environments took seconds."""
         data = _fields(self)
+        data.update(_fields(data.pop("policy")))   # plan.json's keys as they always were: one flat object
         data["ranks"] = [_fields(spec) for spec in self.ranks]
         data["scheduler"] = _fields(self.scheduler) if self.scheduler else None
         data["resume"] = _fields(self.resume) if self.resume else None
@@ -179,7 +185,7 @@ def make_plan(table: RankTable, server_index: int, opts: Options, rank_table_fil
     inherited = {**inherited, **opts.extra_env}   # what a rank inherits, as the defaults below must see it
     run_dir = os.path.join(opts.output_dir, opts.run_id)
     shown = console_ranks(opts.console, world_size)
-    devices = sorted(server.devices, key=lambda dev: dev.rank)
+    devices = server.placed()   # in rank order, ranks and device ids as numbers (the table was validated)
     local_devices = [dev.device for dev in devices]
     argv = opts.command.argv(opts.python)
     specs = []
@@ -196,7 +202,7 @@ def make_plan(table: RankTable, server_index: int, opts: Options, rank_table_fil
             cuda_visible=cuda_visible, rank_table_file=rank_table_file,
             master_addr=opts.master_addr,
             master_port=opts.master_port, run_id=opts.run_id, run_dir=run_dir, rank_dir=rank_dir,
-            ckpt_dir=ckpt_dir, error_file=error_file, restart_count=attempt, max_restarts=opts.max_restarts,
+            ckpt_dir=ckpt_dir, error_file=error_file, restart_count=attempt, max_restarts=opts.policy.max_restarts,
             inherited=inherited)
         if opts.ms_scheduler_pod:
             env.pop("RANK_TABLE_FILE")   # the operator's MS_ROLE=MS_SCHED and MS_* make it the scheduler
@@ -211,7 +217,7 @@ def make_plan(table: RankTable, server_index: int, opts: Options, rank_table_fil
             env[RESUME_STEP_ENV] = f"{resume.epoch}_{resume.step}"
         specs.append(RankSpec(
             rank=rank, local_rank=local_rank, device_id=dev.device, server_id=str(server.server_id), argv=argv,
-            cwd=rank_dir if opts.cwd_mode == CWD_RANK else opts.launch_dir, env=env, rank_dir=rank_dir,
+            cwd=rank_dir if opts.policy.cwd_mode == CWD_RANK else opts.launch_dir, env=env, rank_dir=rank_dir,
             log_file=attempt_file(rank_dir, "output", "log", attempt),
             env_log=attempt_file(rank_dir, "env", "log", attempt), ckpt_dir=ckpt_dir, error_file=error_file,
             console=rank in shown))
@@ -225,7 +231,7 @@ def make_plan(table: RankTable, server_index: int, opts: Options, rank_table_fil
                                               inherited=inherited)
         scheduler = RankSpec(
             rank=None, local_rank=None, device_id=None, server_id=str(server.server_id), argv=argv,
-            cwd=sched_dir if opts.cwd_mode == CWD_RANK else opts.launch_dir, env={**opts.extra_env, **env},
+            cwd=sched_dir if opts.policy.cwd_mode == CWD_RANK else opts.launch_dir, env={**opts.extra_env, **env},
             rank_dir=sched_dir, log_file=attempt_file(sched_dir, "output", "log", attempt),
             env_log=attempt_file(sched_dir, "env", "log", attempt), ckpt_dir=None, error_file=None, console=False,
             role=Role.SCHEDULER)
@@ -233,13 +239,12 @@ def make_plan(table: RankTable, server_index: int, opts: Options, rank_table_fil
         run_id=opts.run_id, run_dir=run_dir, output_dir=opts.output_dir, server_id=str(server.server_id),
         server_index=server_index, server_count=len(table.servers), world_size=world_size,
         master_addr=opts.master_addr, master_port=opts.master_port, rank_table_file=rank_table_file,
-        cwd_mode=opts.cwd_mode, grace_period=opts.grace_period, max_restarts=opts.max_restarts, attempt=attempt,
+        policy=opts.policy, attempt=attempt,
         host_files_suffix=opts.host_files_suffix, ranks=specs, resume=resume,
         peers=[{"server_id": str(other.server_id), "suffix": host_suffix(other.server_id),
                 "ranks": numlists.format_ranges(d.rank for d in other.devices if d.rank is not None)}
                for index, other in enumerate(table.servers) if index != server_index],
-        is_master=is_master, waiting_notice=opts.waiting_notice, scheduler=scheduler,
-        hang_timeout=opts.hang_timeout, prefix_host=opts.prefix_host)
+        is_master=is_master, scheduler=scheduler)
 
 
 def describe(plan: LaunchPlan, port_chosen_at_start: bool = False) -> str:
@@ -258,11 +263,12 @@ def describe(plan: LaunchPlan, port_chosen_at_start: bool = False) -> str:
              f"rank table:    {plan.rank_table_file}",
              f"master:        {plan.master_addr}:{plan.master_port}" if not port_chosen_at_start else
              f"master:        {plan.master_addr}, port: {port}",
-             "working dir:   " + ("each rank its own rank directory" if plan.cwd_mode == CWD_RANK
+             "working dir:   " + ("each rank its own rank directory" if plan.policy.cwd_mode == CWD_RANK
                                   else "launch directory"),
-             f"on failure:    SIGTERM, {plan.grace_period:g} s grace, SIGKILL; restarts allowed: {plan.max_restarts}",
-             "hang check:    " + (f"stop after {plan.hang_timeout:g} s without a sign of life (exit 124)"
-                                  if plan.hang_timeout else "off (--hang-timeout)")]
+             f"on failure:    SIGTERM, {plan.policy.grace_period:g} s grace, SIGKILL; restarts allowed: "
+             f"{plan.policy.max_restarts}",
+             "hang check:    " + (f"stop after {plan.policy.hang_timeout:g} s without a sign of life (exit 124)"
+                                  if plan.policy.hang_timeout else "off (--hang-timeout)")]
     if plan.resume:
         lines.append(f"resume from:   {plan.resume.label} of {plan.resume.run_dir}")
     def shown_env(spec: RankSpec) -> dict[str, str]:

@@ -152,7 +152,7 @@ def _root_cause(result: AttemptResult) -> dict | None:
     return info
 
 
-def _error_file_message(path: str) -> str | None:
+def _error_file_message(path: str | None) -> str | None:
     """The message torchelastic's @record wrote for a failed rank, when there is one (read as any run file:
     bounded, never a FIFO the rank left in its place)."""
     from launcher.rundir_model import read_json

@@ -41,19 +41,19 @@ list of words per group), ``launch_options`` (the same, flat),
 from __future__ import annotations
 
 import argparse
-import functools
 import os
 import re
 import shlex
 import signal
 import sys
 from dataclasses import replace
+from typing import Any
 
 from launcher.argtypes import whole
 from launcher.config import FLAG, LIST, Option
 from launcher.console import printable, say
 from launcher.errors import UsageError
-from launcher.options import LAUNCH_COMMANDS, add_launch_arguments, launch_option_names, options_for
+from launcher.options import LAUNCH_COMMANDS, launch_option_names, options_for
 
 TEMPLATE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
 SUFFIX = ".j2"
@@ -167,62 +167,38 @@ def script_options() -> list[Option]:
     return [*seen.values(), *SCRIPT_OPTIONS]
 
 
-def add_parser(sub) -> argparse.ArgumentParser:
-    """Register ``dlaunch script`` on the subparsers ``sub``."""
-    shipped = "; ".join(f"{name}: {what}" for name, (_, what) in SHIPPED.items())
-    p = sub.add_parser(
-            "script", help="write a standalone launch script (run.sh, run_cluster.sh, a Slurm batch script)",
-            usage="dlaunch script TEMPLATE SCRIPT [launch options] -o FILE [-- script arguments]",
-            description="Render a launch script from a template: " + shipped + ". Launch options are those of "
-                        "dlaunch run and cluster, layered the same way (flags > DLAUNCH_<OPTION> > --config files > "
-                        "defaults); every one that is not a default is written into the script as a flag, and its "
-                        "header records the dlaunch version and each setting's source. Values are shell-quoted; "
-                        "the script is executable, runs this dlaunch (this Python, -m launcher) unless the DLAUNCH "
-                        "variable names another command, and passes its own arguments on to dlaunch (options, "
-                        "then -- and more script arguments).",
-            epilog="examples: dlaunch script run.sh train.py --ranks 8 -o run.sh -- --epochs 3;  "
-                   "dlaunch script slurm train.py --rank-table rt16.json --partition npu --time 2:00:00 "
-                   "--signal USR1@120 --requeue -o job.sbatch (a requeued job resumes from its newest complete "
-                   "checkpoint step)")
-    # TEMPLATE and SCRIPT may come before, between or after options (``script slurm -o job.sh train.py``):
-    # the command parsers (cli.parsers.CommandParser) read such a command's options first, positionals after
-    p.intermixed = True
-    p.add_argument("template", metavar="TEMPLATE",
-                   help=f"{', '.join(SHIPPED)}, or the name of a template NAME{SUFFIX} in --template-dir")
-    add_launch_arguments(p, script_options())
-    p.set_defaults(handler=functools.partial(cmd_script, parser=p))
-    return p
-
-
 # ----------------------------------------------------------------------------- settings to words
+
+Settings = dict[str, Any]   # dlaunch script's settled options by dest, "template" and "script_args" too
+Sources = dict[str, str]    # dest -> where its value came from ("default" when no layer gave it)
 
 def _rendered(options) -> list[Option]:
     return [option for option in options if option.dest not in NOT_RENDERED]
 
 
-def _given(args: argparse.Namespace, option: Option) -> str | None:
+def _given(values: Settings, sources: Sources, option: Option) -> str | None:
     """Where the option's value came from, or None when it is a default."""
-    source = args.sources.get(option.dest)
+    source = sources.get(option.dest)
     if source is None:  # not layered (--dry-run): given when it differs from its default
-        return "command line" if getattr(args, option.dest) not in (None, False, option.default) else None
+        return "command line" if values[option.dest] not in (None, False, option.default) else None
     return None if source == "default" else source
 
 
-def _table_info(args) -> tuple[int | None, int | None]:
+def _table_info(values: Settings) -> tuple[int | None, int | None]:
     """(servers, ranks) of --rank-table when it can be read now, after checking it against --profile."""
-    if not args.rank_table or not os.path.exists(args.rank_table):
-        if args.rank_table:
-            say(f"script: {args.rank_table} does not exist yet; it is read when the script runs")
+    if not values["rank_table"] or not os.path.exists(values["rank_table"]):
+        if values["rank_table"]:
+            say(f"script: {values['rank_table']} does not exist yet; it is read when the script runs")
         return None, None
     from launcher.table.rules import require_valid
     from launcher.table.share import read_table
 
-    table = read_table(args.rank_table)[1]
-    require_valid(table, args.profile, f"rank table {args.rank_table}")
+    table = read_table(values["rank_table"])[1]
+    require_valid(table, values["profile"], f"rank table {values['rank_table']}")
     return len(table.servers), table.device_count
 
 
-def _drop_misfits(args: argparse.Namespace, base: str, command: str, shipped: bool) -> list[str]:
+def _drop_misfits(values: Settings, sources: Sources, base: str, command: str, shipped: bool) -> list[str]:
     """Options the template cannot use: an error when given on the command line, else dropped with a note.
 
     A config file or DLAUNCH_<OPTION> variable may well be meant for another command (``ranks:`` for run),
@@ -233,7 +209,7 @@ def _drop_misfits(args: argparse.Namespace, base: str, command: str, shipped: bo
     refused = REFUSED.get(base, {}) if shipped else {}
     notes = []
     for option in _rendered(script_options()):
-        source = _given(args, option)
+        source = _given(values, sources, option)
         if source is None:
             continue
         if option.dest in launch_dests:
@@ -245,81 +221,83 @@ def _drop_misfits(args: argparse.Namespace, base: str, command: str, shipped: bo
             raise UsageError(f"{option.flag} does not fit the {base} template: {why}")
         if why:
             notes.append(f"ignored {option.flag} (from {source}): {why}")
-            setattr(args, option.dest, option.default)
-            args.sources[option.dest] = "default"
+            values[option.dest] = option.default
+            sources[option.dest] = "default"
     return notes
 
 
-def _recorded(args: argparse.Namespace, command: str):
+def _recorded(values: Settings, sources: Sources, command: str):
     """(the dlaunch command's words in groups, the settings with their sources, the argv that renders again)."""
-    groups = [[args.script]]
+    groups = [[values["script"]]]
     for option in _rendered(options_for(command)):
-        words = option.words(getattr(args, option.dest)) if _given(args, option) else []
+        words = option.words(values[option.dest]) if _given(values, sources, option) else []
         if words:
             groups.append(words)
-    settings = [{"words": [args.script], "source": args.sources.get("script", "command line")}]
-    remake = ["dlaunch", "script", args.template, args.script]
+    settings: list[dict[str, Any]] = [{"words": [values["script"]], "source": sources.get("script", "command line")}]
+    remake = ["dlaunch", "script", values["template"], values["script"]]
     for option in _rendered(script_options()):
-        source = _given(args, option)
-        words = option.words(getattr(args, option.dest)) if source else []
+        source = _given(values, sources, option)
+        words = option.words(values[option.dest]) if source else []
         if words:
             settings.append({"words": words, "source": source})
             remake += words
-    if args.script_args or args.sources.get("args", "default") != "default":
-        settings.append({"words": ["--", *args.script_args], "source": args.sources.get("args")})
-        remake += ["--", *args.script_args]
+    if values["script_args"] or sources.get("args", "default") != "default":
+        settings.append({"words": ["--", *values["script_args"]], "source": sources.get("args")})
+        remake += ["--", *values["script_args"]]
     return groups, settings, remake
 
 
-def _slurm_settings(args: argparse.Namespace, servers: int | None, required: bool) -> dict:
+def _slurm_settings(values: Settings, servers: int | None, required: bool) -> dict:
     """#SBATCH values, checked: --nodes against the table's servers, every value for what sbatch can read."""
-    nodes = args.nodes
+    nodes = values["nodes"]
     if nodes is not None and nodes < 1:
         raise UsageError(f"--nodes must be at least 1, not {nodes}")
     if nodes is not None and servers is not None and nodes != servers:
-        raise UsageError(f"--nodes {nodes} but {args.rank_table} has {servers} server(s): Slurm starts one "
+        raise UsageError(f"--nodes {nodes} but {values['rank_table']} has {servers} server(s): Slurm starts one "
                          f"dlaunch per node, one node per server")
     nodes = nodes or servers
     if required and nodes is None:
-        raise UsageError(f"cannot read {args.rank_table} now to count its servers: give --nodes")
-    for flag, value in (("--time", args.time), ("--partition", args.partition), ("--account", args.account),
-                        ("--job-name", args.job_name), *(("--sbatch", s) for s in args.sbatch or [])):
+        raise UsageError(f"cannot read {values['rank_table']} now to count its servers: give --nodes")
+    for flag, value in (("--time", values["time"]), ("--partition", values["partition"]),
+                        ("--account", values["account"]), ("--job-name", values["job_name"]),
+                        *(("--sbatch", s) for s in values["sbatch"] or [])):
         if value is not None:
             try:
                 directive(value)
             except UsageError as exc:
                 raise UsageError(f"{flag}: {exc}") from None
-    job_name = args.job_name
+    job_name = values["job_name"]
     if job_name is None:
-        stem = args.script if args.module else os.path.splitext(os.path.basename(args.script.rstrip("/")))[0]
+        script = values["script"]
+        stem = script if values["module"] else os.path.splitext(os.path.basename(script.rstrip("/")))[0]
         job_name = re.sub(r"[^A-Za-z0-9._-]", "_", stem) or "dlaunch"
-    return {"nodes": nodes, "time": args.time, "partition": args.partition, "account": args.account,
-            "job_name": job_name, "exclusive": not args.shared, "signal": args.signal, "requeue": args.requeue,
-            "sbatch": list(args.sbatch or [])}
+    return {"nodes": nodes, "time": values["time"], "partition": values["partition"], "account": values["account"],
+            "job_name": job_name, "exclusive": not values["shared"], "signal": values["signal"],
+            "requeue": values["requeue"], "sbatch": list(values["sbatch"] or [])}
 
 
 PATH_OPTIONS = ("rank_table", "env_file", "hccn_conf", "output_dir", "resume")   # option values naming paths
 
 
-def _absolute_paths(args: argparse.Namespace) -> None:
+def _absolute_paths(values: Settings, sources: Sources) -> None:
     """Paths as they mean here, written absolute: the script runs the same from any directory.
 
     The training script too, unless it is a module (-m) or a command found on PATH (--no-python without a
     slash).  A default --output-dir stays relative: runs land in ./dlaunch_runs where the script is run.
     """
-    if not args.module and not (args.no_python and os.sep not in args.script):
-        args.script = os.path.abspath(args.script)
+    if not values["module"] and not (values["no_python"] and os.sep not in values["script"]):
+        values["script"] = os.path.abspath(values["script"])
     for dest in PATH_OPTIONS:
-        value = getattr(args, dest, None)
-        if isinstance(value, str) and value and args.sources.get(dest, "default") != "default":
-            setattr(args, dest, os.path.abspath(value))
+        value = values.get(dest)
+        if isinstance(value, str) and value and sources.get(dest, "default") != "default":
+            values[dest] = os.path.abspath(value)
 
 
-def _refuse_secrets(args: argparse.Namespace) -> None:
+def _refuse_secrets(values: Settings) -> None:
     """A generated script is a file people share and commit: it never holds a secret's value."""
     from launcher.environment import is_secret
 
-    for item in getattr(args, "env", None) or []:
+    for item in values.get("env") or []:
         name = item.partition("=")[0].strip()
         if is_secret(name):
             raise UsageError(f"--env {name}=... looks like a secret, and a generated script would hold it in "
@@ -327,37 +305,37 @@ def _refuse_secrets(args: argparse.Namespace) -> None:
                              f"secret), or export {name} where the script runs (ranks inherit it)")
 
 
-def _resolve(args: argparse.Namespace) -> dict:
+def _resolve(values: Settings, sources: Sources) -> dict:
     """Check the settled options against the template; the template's context."""
     from launcher import __version__
 
-    name = args.template
+    name = values["template"]
     base = name[len(SHIPPED_PREFIX) + 1:] if name.startswith(SHIPPED_PREFIX + "/") else name
     shipped = base in SHIPPED
-    command = SHIPPED[base][0] if shipped else args.launch or ("cluster" if args.rank_table else "run")
-    if shipped and args.launch and args.launch != command:
-        raise UsageError(f"the {base} template runs dlaunch {command}, not {args.launch}")
-    notes = _drop_misfits(args, base, command, shipped)
-    if not args.output:
+    command = SHIPPED[base][0] if shipped else values["launch"] or ("cluster" if values["rank_table"] else "run")
+    if shipped and values["launch"] and values["launch"] != command:
+        raise UsageError(f"the {base} template runs dlaunch {command}, not {values['launch']}")
+    notes = _drop_misfits(values, sources, base, command, shipped)
+    if not values["output"]:
         raise UsageError("dlaunch script needs -o FILE (- for stdout)")
-    if command == "cluster" and not args.rank_table and not getattr(args, "ssh", False):
+    if command == "cluster" and not values["rank_table"] and not values.get("ssh"):
         raise UsageError(f"the {name} template runs dlaunch cluster, which needs --rank-table FILE")
-    if args.script.startswith("-"):
-        raise UsageError(f"SCRIPT {args.script!r} looks like an option")
-    _refuse_secrets(args)
-    _absolute_paths(args)
-    groups, settings, remake = _recorded(args, command)
-    servers, world_size = _table_info(args)
-    slurm = _slurm_settings(args, servers, required=base == "slurm")
+    if values["script"].startswith("-"):
+        raise UsageError(f"SCRIPT {values['script']!r} looks like an option")
+    _refuse_secrets(values)
+    _absolute_paths(values, sources)
+    groups, settings, remake = _recorded(values, sources, command)
+    servers, world_size = _table_info(values)
+    slurm = _slurm_settings(values, servers, required=base == "slurm")
     for note in notes:
         say(f"script: {note}")
     return {
         "version": __version__, "template": name, "command": command,
         "dlaunch": [sys.executable, "-m", "launcher"],
         "launch_groups": groups, "launch_options": [w for g in groups for w in g],
-        "script_args": list(args.script_args), "settings": settings, "remake": remake,
-        "rank_table": args.rank_table, "servers": servers, "world_size": world_size, "run_id": args.run_id,
-        "output_name": "-" if args.output == "-" else os.path.basename(args.output), **slurm,
+        "script_args": list(values["script_args"]), "settings": settings, "remake": remake,
+        "rank_table": values["rank_table"], "servers": servers, "world_size": world_size, "run_id": values["run_id"],
+        "output_name": "-" if values["output"] == "-" else os.path.basename(values["output"]), **slurm,
     }
 
 
@@ -411,16 +389,18 @@ def write_script(path: str, text: str, force: bool) -> None:
     write_output(path, lambda fh: fh.write(text), force=force, executable=True)
 
 
-def cmd_script(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from launcher.options import settle
-
-    settle(args, script_options(), getattr(args, "script_args_given", False), usage=parser.format_usage())
-    if args.template_dir and not os.path.isdir(args.template_dir):
-        raise UsageError(f"--template-dir {args.template_dir} is not a directory")
-    context = _resolve(args)
-    text = render(args.template, context, args.template_dir)
-    write_script(args.output, text, args.force)
-    if args.output != "-":
-        where = f" on {context['nodes']} node(s)" if args.template == "slurm" else ""
-        say(f"wrote {printable(args.output)} (template {args.template}: dlaunch {context['command']}{where})")
+def script(values: Settings, sources: Sources, usage: str | None = None) -> int:
+    """``dlaunch script``: the settled options (``cli.script`` layers them) rendered into a script."""
+    if not values["script"]:
+        raise UsageError("dlaunch script: no SCRIPT given (on the command line or as script: in a config)",
+                         usage=usage)
+    if values["template_dir"] and not os.path.isdir(values["template_dir"]):
+        raise UsageError(f"--template-dir {values['template_dir']} is not a directory")
+    context = _resolve(values, sources)
+    text = render(values["template"], context, values["template_dir"])
+    write_script(values["output"], text, values["force"])
+    if values["output"] != "-":
+        where = f" on {context['nodes']} node(s)" if values["template"] == "slurm" else ""
+        say(f"wrote {printable(values['output'])} (template {values['template']}: dlaunch {context['command']}"
+            f"{where})")
     return 0

@@ -5,8 +5,8 @@ import json
 import pytest
 
 from launcher.cli.parsers import build_parser
+from launcher.cli.request import request_from_args
 from launcher.errors import UsageError
-from launcher.options import options_for, settle
 from tests.launching import RANK_PROGRAM, run_dlaunch
 
 
@@ -17,7 +17,7 @@ def settled(argv, environ=None, files=()):
     args = parser.parse_args(argv[:cut] if cut is not None else argv)
     args.script_args = script_args
     args.config = list(files) + (args.config or [])
-    return settle(args, options_for(args.command), cut is not None, environ=environ or {})
+    return request_from_args(args, cut is not None, environ=environ or {})
 
 
 # (option key in YAML, flag value, env value, file value, expected value of each layer, default)
@@ -27,7 +27,7 @@ CASES = [
     ("console", ["--console", "all"], "none", "1,2", ("all", "none", "1,2"), "0"),          # str
     ("cwd", ["--cwd", "rank"], "rank", "rank", ("rank", "rank", "rank"), "launch"),          # choices
     ("no_python", ["--no-python"], "true", True, (True, True, True), False),               # bool
-    ("env", ["--env", "A=1"], "B=2\nC=3", ["D=4"], (["A=1"], ["B=2", "C=3"], ["D=4"]), []),  # list
+    ("env", ["--env", "A=1"], "B=2\nC=3", ["D=4"], (("A=1",), ("B=2", "C=3"), ("D=4",)), ()),  # list
     ("resume", ["--resume"], "runs/x", True, ("", "runs/x", ""), None),                    # optional value
 ]
 
@@ -68,9 +68,9 @@ def test_script_and_args_from_the_file_yield_to_the_command_line(tmp_path):
     conf = tmp_path / "c.yaml"
     conf.write_text("script: train.py\nargs: [--epochs, 3]\n")
     args = settled(["run"], files=[conf])
-    assert (args.script, args.script_args) == ("train.py", ["--epochs", "3"])
+    assert (args.script, args.script_args) == ("train.py", ("--epochs", "3"))
     args = settled(["run", "other.py", "--", "--lr", "1"], files=[conf])
-    assert (args.script, args.script_args) == ("other.py", ["--lr", "1"])
+    assert (args.script, args.script_args) == ("other.py", ("--lr", "1"))
 
 
 @pytest.mark.parametrize("text,line,fragment", [

@@ -25,7 +25,7 @@ from launcher.errors import UsageError
 from launcher.execute import hangs
 from launcher.execute.sharedckpt import shared_checkpoint_warnings
 from launcher.observe import ckpt as ckpttool
-from launcher.plan import CWD_RANK, Command, Options, RankSpec, make_plan
+from launcher.plan import CWD_RANK, Command, Options, Policy, RankSpec, make_plan
 from launcher.table.build import single_server_table
 from tests.launching import ROOT, latest_run, run_dlaunch, summary
 
@@ -161,7 +161,8 @@ def test_shared_directory_warning_names_the_directory_and_prefix(tmp_path):
     assert f"prefix 'net' were saved into {launch / 'dlaunch_runs' / 'r1' / 'shared'}, a directory 4 ranks" in found[1]
     alone, _ = _plan(tmp_path, ranks=1)
     assert shared_checkpoint_warnings(alone, started) == []
-    own_dirs, _ = _plan(tmp_path, cwd_mode=CWD_RANK)   # each rank in its own directory: only the run dir is shared
+    # each rank in its own directory: only the run dir is shared
+    own_dirs, _ = _plan(tmp_path, policy=Policy(cwd_mode=CWD_RANK))
     assert [line.split(" were saved")[0] for line in shared_checkpoint_warnings(own_dirs, started)] == \
         ["warning: MindSpore checkpoints of prefix 'net'"]
 

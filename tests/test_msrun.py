@@ -24,9 +24,10 @@ def test_msrun_defaults_are_msrun_2_10s():
             ns.join, ns.cluster_time_out, ns.rank_table_file, ns.tail_worker_log) == \
         (8, 8, "127.0.0.1", 8118, -1, "", False, 600, "", "-1")
     done = translate(ns, "127.0.0.1", list(range(8)), environ={})
-    assert done.argv == ["run", "train.py", "--ms-scheduler", "--profile=structure", "--master-addr=127.0.0.1",
-                         "--master-port=8118", "--console=all", "--ms-topo-timeout=600", "--ranks=8"]
-    assert done.rank_table_text is None and done.topo_timeout is None
+    assert (done.command, done.script) == ("run", "train.py")
+    assert done.flags == {"ms_scheduler": True, "profile": "structure", "master_addr": "127.0.0.1",
+                          "master_port": 8118, "console": "all", "ms_topo_timeout": 600, "ranks": 8}
+    assert done.rank_table_text is None and not done.checked
 
 
 def test_one_node_line_maps_every_flag_and_keeps_script_arguments_apart():
@@ -34,33 +35,32 @@ def test_one_node_line_maps_every_flag_and_keeps_script_arguments_apart():
                "--join=True", "--cluster_time_out", "120", "--tail_worker_log", "0,2", "--node_rank", "0",
                "train.py", "--worker_num", "2", "--lr", "0.1")
     done = translate(ns, "127.0.0.1", [0, 1, 2, 3], environ={})
-    argv = done.argv
-    assert argv[:2] == ["run", "train.py"] and "--ms-scheduler" in argv
-    flags = dict(flag.split("=", 1) for flag in argv[2:] if "=" in flag)
-    assert flags["--ranks"] == "4" and flags["--master-port"] == "9123" and flags["--output-dir"] == "msrun_log"
-    assert flags["--ms-topo-timeout"] == "120" and flags["--console"] == "0,2"
+    flags = done.flags
+    assert (done.command, done.script) == ("run", "train.py") and flags["ms_scheduler"]
+    assert flags["ranks"] == 4 and flags["master_port"] == 9123 and flags["output_dir"] == "msrun_log"
+    assert flags["ms_topo_timeout"] == 120 and flags["console"] == "0,2"
     assert done.script_args == ["--worker_num", "2", "--lr", "0.1"]   # after the script: the script's, as msrun
     assert not done.notes
 
 
-@pytest.mark.parametrize("task, target, rest", [
-    (["python", "train.py", "--a"], ["train.py"], ["--a"]),
-    (["python3", "-m", "pkg.train", "--a"], ["-m", "pkg.train"], ["--a"]),
-    (["python", "-u", "train.py"], ["--no-python", "python"], ["-u", "train.py"]),
-    (["pytest", "-x", "tests"], ["--no-python", "pytest"], ["-x", "tests"]),
-    (["train.py", "python"], ["train.py"], ["python"]),
+@pytest.mark.parametrize("task, script, what, rest", [
+    (["python", "train.py", "--a"], "train.py", {}, ["--a"]),
+    (["python3", "-m", "pkg.train", "--a"], "pkg.train", {"module": True}, ["--a"]),
+    (["python", "-u", "train.py"], "python", {"no_python": True}, ["-u", "train.py"]),
+    (["pytest", "-x", "tests"], "pytest", {"no_python": True}, ["-x", "tests"]),
+    (["train.py", "python"], "train.py", {}, ["python"]),
 ])
-def test_task_script_as_msrun_runs_it(task, target, rest):
+def test_task_script_as_msrun_runs_it(task, script, what, rest):
     done = translate(msrun("--worker_num=2", "--local_worker_num=2", *task), "127.0.0.1", [0, 1], environ={})
-    assert done.argv[1:1 + len(target)] == target and done.script_args == rest
+    assert done.script == script and done.script_args == rest
+    assert {k: done.flags.get(k) for k in ("module", "no_python") if k in done.flags} == what
 
 
 def test_node_rank_over_several_nodes_is_cluster_with_this_nodes_share():
     ns = msrun("--worker_num=8", "--local_worker_num=4", "--node_rank=1", "--master_addr=10.1.2.3", "train.py")
     done = translate(ns, "10.1.2.3", [4, 5, 6, 7], environ={})
     assert done.command == "cluster"
-    flags = dict(flag.split("=", 1) for flag in done.argv[2:] if "=" in flag)
-    assert flags["--rank-start"] == "4" and flags["--master-addr"] == "10.1.2.3"
+    assert done.flags["rank_start"] == 4 and done.flags["master_addr"] == "10.1.2.3"
     table = loads(done.rank_table_text)
     assert [s.server_id for s in table.servers] == ["node0", "node1"]
     assert [[(d.device, d.rank) for d in s.devices] for s in table.servers] == \
@@ -70,7 +70,7 @@ def test_node_rank_over_several_nodes_is_cluster_with_this_nodes_share():
 def test_negative_cluster_time_out_waits_forever_and_one_node_ignores_node_rank():
     done = translate(msrun("--worker_num=2", "--local_worker_num=2", "--node_rank=3", "--cluster_time_out=-1",
                            "train.py"), "127.0.0.1", [0, 1], environ={})
-    assert not any(flag.startswith("--ms-topo-timeout") for flag in done.argv) and done.topo_timeout == -1.0
+    assert "ms_topo_timeout" not in done.flags and done.checked == {"ms_topo_timeout": -1.0}
     assert done.notes == ["all 2 workers run on this node, so --node_rank 3 is ignored (as msrun does)"]
 
 

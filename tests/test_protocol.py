@@ -70,8 +70,9 @@ def test_a_host_launcher_driven_over_its_channel(tmp_path):
     """What the head sends (ssh.plan's request) starts a real host launcher; its events come back; a SIGTERM
     line stops it like a signal would, with the exit code of one."""
     from launcher.cli.parsers import build_parser
+    from launcher.cli.request import request_from_args
     from launcher.execute.ssh.plan import make_ssh_plan
-    from launcher.options import head_launch, options_for, settle
+    from launcher.options import head_launch
 
     table = write_rank_table(tmp_path / "rt.json", devices_per_host=1)
     argv = ["cluster", RANK_PROGRAM, "--rank-table", str(table), "--ssh", "--profile", "a2",
@@ -81,8 +82,8 @@ def test_a_host_launcher_driven_over_its_channel(tmp_path):
     try:
         args = build_parser().parse_args(argv)
         args.script_args = ["--sleep", "60"]
-        settle(args, options_for("cluster"), True, environ={})
-        plan = make_ssh_plan(args, *head_launch(args), environ={})
+        request = request_from_args(args, True, environ={})
+        plan = make_ssh_plan(request, *head_launch(request), environ={})
     finally:
         os.chdir(cwd)
     host = plan.hosts[1]

@@ -8,8 +8,9 @@ import signal
 import pytest
 
 from launcher.cli.parsers import build_parser
+from launcher.cli.request import request_from_args
 from launcher.errors import UsageError
-from launcher.options import launch_options, launch_table, options_for, settle
+from launcher.options import launch_options, launch_table
 from launcher.plan import describe, make_plan
 from launcher.results import RankResult, how_it_ended, job_verdict
 from launcher.rundir import HEAD_SUMMARY, LAYOUT_VERSION, load_run
@@ -24,7 +25,7 @@ def settled(tmp_path, *argv, environ=None):
     cut = argv.index("--") if "--" in argv else len(argv)
     args = parser.parse_args([argv[0], str(script), *argv[1:cut]])
     args.script_args = list(argv[cut + 1:])
-    return settle(args, options_for(args.command), cut < len(argv), environ=environ or {})
+    return request_from_args(args, cut < len(argv), environ=environ or {})
 
 
 @pytest.fixture
@@ -49,8 +50,10 @@ def test_every_setting_reaches_the_plan_and_the_dry_run(in_tmp):
     opts, plan = plan_for(in_tmp, "run", "--ranks", "2", "--hang-timeout", "30", "--env", "API_TOKEN=s3cret",
                           "--max-restarts", "2", "--master-port", "29999", "--", "--password", "pw1",
                           "--wandb-api-key=k2", "DB_PASS=pw3", "--lr", "1")
-    assert (opts.hang_timeout, opts.fixed_port, opts.prefix_host, opts.shared_run_dir) == (30.0, True, False, False)
-    assert plan.hang_timeout == 30.0 and plan.master_port == 29999 and plan.max_restarts == 2
+    assert (opts.policy.hang_timeout, opts.fixed_port, opts.policy.prefix_host, opts.shared_run_dir) == \
+        (30.0, True, False, False)
+    assert plan.policy is opts.policy and plan.master_port == 29999 and plan.policy.max_restarts == 2
+    assert plan.to_dict()["hang_timeout"] == 30.0   # plan.json keeps its flat keys
     rank1 = plan.ranks[1]
     assert rank1.env["API_TOKEN"] == "s3cret" and rank1.argv[-2:] == ["--lr", "1"] and rank1.cwd == str(in_tmp)
     text = describe(plan)
@@ -104,7 +107,7 @@ def test_cluster_options_agree_across_hosts(in_tmp):
     table, index, _, view = launch_table(args)
     opts = launch_options(args, table, index, view=view)
     assert index == 1 and opts.master_addr == "10.0.0.1" and opts.master_port == 29500
-    assert opts.host_files_suffix == ".10.0.0.2" and opts.prefix_host and opts.shared_run_dir and opts.fixed_port
+    assert opts.host_files_suffix == ".10.0.0.2" and opts.policy.prefix_host and opts.shared_run_dir and opts.fixed_port
 
 
 def test_run_refuses_a_table_of_several_hosts_naming_the_cluster_command(in_tmp):

@@ -271,7 +271,7 @@ def fake_run(out, run_id, hosts, *, written=None, fail=(), resume_dir=None, extr
     from launcher import rundir
     from launcher.checkpoint.resume import ResumePoint
     from launcher.execute.local import AttemptResult, RankResult
-    from launcher.plan import Command, Options, make_plan
+    from launcher.plan import Command, Options, Policy, make_plan
     from launcher.results import summarize
     from launcher.rundir import host_suffix
     from launcher.table.model import dumps, loads
@@ -290,7 +290,7 @@ def fake_run(out, run_id, hosts, *, written=None, fail=(), resume_dir=None, extr
         opts = Options(command=Command(str(ROOT / "examples" / "train_cifar.py"), ("--epochs", str(EPOCHS),
                                                                                   "--batch-size", "32")),
                        run_id=run_id, output_dir=str(out), launch_dir=str(out.parent), python=sys.executable,
-                       grace_period=7.0, max_restarts=len(fail), host_files_suffix=suffix,
+                       policy=Policy(grace_period=7.0, max_restarts=len(fail)), host_files_suffix=suffix,
                        extra_env=extra_env or {})
         ranks_here = [int(d["rank_id"]) for d in servers[index]["device"]]
         resume = ResumePoint(run_dir=resume_dir, label="resnet-1_50", epoch=1, step=50,

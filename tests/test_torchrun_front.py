@@ -109,10 +109,11 @@ def test_pet_variables_are_defaults_the_command_line_wins():
     ns, done = _translated(["train.py", "--lr", "1"], environ, nproc=3)
     assert ns.nproc_per_node == "3"
     assert done.command == "cluster" and done.script_args == ["--lr", "1"]
-    assert {"--rank-start=3", "--master-addr=10.0.0.1", "--master-port=23456", "--max-restarts=2"} <= set(done.argv)
+    assert {"rank_start": 3, "master_addr": "10.0.0.1", "master_port": 23456, "max_restarts": 2}.items() <= \
+        done.flags.items()
     assert json.loads(done.rank_table_text)["server_count"] == "2"
     ns, done = _translated(["--nnodes", "1", "--max_restarts=0", "train.py"], environ)
-    assert done.command == "run" and "--ranks=2" in done.argv and "--max-restarts=0" in done.argv
+    assert done.command == "run" and done.flags["ranks"] == 2 and done.flags["max_restarts"] == 0
 
 
 def test_pet_nproc_per_node_launches_that_many(tmp_path, monkeypatch, capsys):
@@ -126,12 +127,12 @@ def test_pet_nproc_per_node_launches_that_many(tmp_path, monkeypatch, capsys):
 def test_endpoint_module_and_console_mapping():
     _, done = _translated(["--nnodes", "2:2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "10.1.2.3:29400",
                            "--node-rank", "0", "--local-ranks-filter", "1", "--rdzv-id", "job7", "-m", "pkg.train"])
-    assert done.argv[1:3] == ["-m", "pkg.train"]
-    assert {"--master-addr=10.1.2.3", "--master-port=29400", "--rank-start=0", "--console=1",
-            "--run-id=job7"} <= set(done.argv)
+    assert done.script == "pkg.train" and done.flags["module"]
+    assert {"master_addr": "10.1.2.3", "master_port": 29400, "rank_start": 0, "console": "1",
+            "run_id": "job7"}.items() <= done.flags.items()
     _, done = _translated(["--standalone", "-r", "3", "--no-python", "./train.sh"])
-    assert done.argv[1:3] == ["--no-python", "./train.sh"] and "--console=none" in done.argv
-    assert not any(a.startswith("--master-port") for a in done.argv)   # a free port, as torchrun --standalone
+    assert (done.script, done.flags["no_python"], done.flags["console"]) == ("./train.sh", True, "none")
+    assert "master_port" not in done.flags   # a free port, as torchrun --standalone
 
 
 @pytest.mark.parametrize("argv, says", [
@@ -143,6 +144,7 @@ def test_endpoint_module_and_console_mapping():
     (["--nnodes", "2", "--node-rank", "2", "t.py"], "--node-rank"),
     (["--nproc-per-node", "many", "t.py"], "--nproc-per-node"),
     (["--virtual-local-rank", "t.py"], "--virtual-local-rank"),
+    (["--shutdown-timeout", "x", "t.py"], "expected seconds, not 'x'"),   # was a traceback, exit 1
 ])
 def test_what_dlaunch_cannot_honour_is_one_line_and_exit_2(argv, says, capsys):
     assert main(["torchrun", *argv]) == 2

@@ -90,6 +90,8 @@ def parse_dlaunch(name: str) -> tuple[str, int, int] | None:
     parsed = parse(name)
     if parsed is None or parsed.kind != CHECKPOINT or parsed.format != DLAUNCH_FORMAT:
         return None
+    if parsed.epoch is None or parsed.step is None:
+        return None
     return parsed.prefix, parsed.epoch, parsed.step
 
 
@@ -138,8 +140,8 @@ def by_series(names: Iterable[str], kind: str = CHECKPOINT) -> dict[Key, str]:
     instances = series(found for _, found in parsed)
     chosen: dict[Key, tuple[int, str]] = {}
     for name, found in parsed:
-        if found.kind != kind:
-            continue
+        if found.kind != kind or found.epoch is None or found.step is None or found.format is None:
+            continue   # a checkpoint's or breakpoint's name always has all three: never true for ``kind``
         base, instance = instances.get(found.prefix, (found.prefix, 0))
         key = (base, found.epoch, found.step, found.format)
         if key not in chosen or instance > chosen[key][0]:

@@ -119,7 +119,8 @@ def find_resume_point(run_dir: str, world_size: int, log=None) -> ResumePoint | 
 REQUEUE_SUFFIX = ".requeue"   # run id of a job Slurm requeued K times: <run id>.requeueK
 
 
-def slurm_requeue(run_id: str | None, output_dir: str, world_size: int, environ) -> tuple[str | None, str | None, str]:
+def slurm_requeue(run_id: str | None, output_dir: str, world_size: int,
+                  environ) -> tuple[str | None, str | None, str] | None:
     """For a job Slurm requeued (``SLURM_RESTART_COUNT`` K > 0): (its run id, the run directory to resume from
     or None, the line that says so); None for any other launch.
 

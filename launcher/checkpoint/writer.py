@@ -190,7 +190,9 @@ class _Writer:
             self.failed = unreported[1:]
             if unreported:
                 unreported[0].reported = True
-                raise unreported[0]._error
+                error = unreported[0]._error
+                assert error is not None   # only handles whose write failed are in self.failed
+                raise error
 
     def submit(self, path: str, state, store) -> SaveHandle:
         """Capture ``state`` and queue ``store(snapshot)``; first report a failure, wait for room."""

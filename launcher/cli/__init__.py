@@ -1,7 +1,9 @@
 """dlaunch's command line: split at "--", parse, dispatch, turn errors into exit codes.
 
-``parsers`` declares every command's options; ``commands`` holds the built-in handlers; other commands
-register their own. A ``UsageError`` is one line on stderr and exit code 2, never a traceback.
+One module per command (``cli/run.py``, ``cli/status.py``, ...: as pip does) declares the command's parser
+and registers its handler; ``parsers`` builds the top-level parser from them; ``request`` is where run's and
+cluster's Namespace becomes a typed ``LaunchRequest``. A ``UsageError`` is one line on stderr and exit code
+2, never a traceback.
 """
 
 from __future__ import annotations
@@ -9,29 +11,11 @@ from __future__ import annotations
 import os
 import sys
 
-from launcher.cli.commands import HANDLERS, cmd_cluster
 from launcher.cli.parsers import SCRIPT_ARG_COMMANDS, build_parser, unrecognized
 from launcher.console import printable, say, settle_streams, silence
 from launcher.contract import ExitCode
 from launcher.errors import DlaunchError, UsageError
-from launcher.options import LAUNCH_COMMANDS, options_for, settle
-
-
-def cmd_from_head() -> int:
-    """``cluster --from-head``: this host's launcher, its request read from the SSH channel (ssh.protocol)."""
-    from launcher.execute.ssh import protocol
-
-    request, pending = protocol.read_request(0)
-    args = build_parser().parse_args(["cluster", *map(str, request["argv"])])
-    args.script_args = [str(a) for a in request.get("script_args", [])]
-    settle(args, options_for("cluster"), True, environ={})
-    args.rank_table_text = request.get("rank_table")
-    args.head_env = {str(k): str(v) for k, v in (request.get("env") or {}).items()}
-
-    def started(ranks):
-        protocol.emit("started", ranks=len(ranks), at=min(r.start for r in ranks))
-
-    return cmd_cluster(args, control=(0, pending), on_started=started)
+from launcher.options import LAUNCH_COMMANDS
 
 
 def separator_as_value(argv: list[str]) -> str | None:
@@ -57,8 +41,10 @@ def _after_script_hint(argv: list[str], cut_at: int | None) -> str:
     if cut_at is not None or not argv or argv[0] not in SCRIPT_ARG_COMMANDS:
         return ""
     script = next((i for i, a in enumerate(argv) if i and a.endswith(".py") and not a.startswith("-")), None)
+    if script is None:
+        return ""
     # only options a training script commonly takes too: dlaunch's own options may follow the script
-    late = [a for a in argv[script + 1:] if a.split("=", 1)[0] in SCRIPT_LIKE_OPTIONS] if script is not None else []
+    late = [a for a in argv[script + 1:] if a.split("=", 1)[0] in SCRIPT_LIKE_OPTIONS]
     if not late:
         return ""
     verb = "were" if len(late) > 1 else "was"
@@ -109,13 +95,15 @@ def main(argv: list[str] | None = None) -> int:
             f" (commands: {', '.join(parser.subcommands)})"), usage=parser.format_usage())
         return UsageError.exit_code
     if argv == ["cluster", "--from-head"]:
+        from launcher.cli.cluster import cmd_from_head
+
         handler = cmd_from_head
     else:
         args, extras = parser.parse_known_args(argv)
         if args.command is None:
             parser.print_help()
             return UsageError.exit_code
-        run = getattr(args, "handler", None) or HANDLERS[args.command]
+        run = args.handler   # every command's module registers its handler (cli.parsers)
         if args.command == "config":
             args.launch_flags = extras   # launch flags, judged by run's or cluster's parser in cmd_config
         elif extras:
@@ -123,10 +111,11 @@ def main(argv: list[str] | None = None) -> int:
             sub.error(unrecognized(sub, args.command, extras))
         if args.command in SCRIPT_ARG_COMMANDS:
             args.script_args, args.script_args_given = script_args, cut_at is not None
-        if args.command in LAUNCH_COMMANDS:
+        if args.command in LAUNCH_COMMANDS:   # the Namespace ends here: run and cluster take a LaunchRequest
+            from launcher.cli.request import request_from_args
+
             usage = parser.subcommands[args.command].format_usage()
-            handler = lambda: run(settle(args, options_for(args.command), cut_at is not None,  # noqa: E731
-                                         usage=usage))
+            handler = lambda: run(request_from_args(args, cut_at is not None, usage=usage))  # noqa: E731
         else:
             handler = lambda: run(args)  # noqa: E731
     try:

@@ -16,6 +16,7 @@ from dataclasses import replace
 from launcher.argtypes import positive_seconds
 from launcher.errors import LaunchError, UsageError
 from launcher.options import PROFILE, SSH_GROUP
+from launcher.request import LaunchRequest
 
 STDIN = "-"
 
@@ -72,14 +73,14 @@ def _read_table(path: str):
         raise UsageError(f"rank table on stdin: {exc}") from None
 
 
-def _settings(args, tool_path: str):
+def _settings(args: argparse.Namespace | LaunchRequest, tool_path: str):
     from launcher.netcheck.device import Settings
 
     return Settings(hccn_tool=tool_path, timeout=getattr(args, "tool_timeout", 10.0),   # cluster has no --tool-timeout
                     health_timeout=args.health_timeout)
 
 
-def run_checks(args, text: str, table, server_index: int | None) -> list[dict]:
+def run_checks(args: argparse.Namespace | LaunchRequest, text: str, table, server_index: int | None) -> list[dict]:
     """Every host's results: all servers over SSH when ``args.ssh``, else this host's server ``server_index``."""
     from launcher.netcheck.report import compare_tls
 
@@ -120,7 +121,7 @@ def cmd_check_network(args: argparse.Namespace) -> int:
     return report.exit_code(hosts)
 
 
-def check_before_launch(args: argparse.Namespace, text: str, table, server_index: int | None) -> None:
+def check_before_launch(args: LaunchRequest, text: str, table, server_index: int | None) -> None:
     """``cluster --check-network``: the checks first; a failure stops the launch before any rank starts."""
     from launcher.netcheck import report
 

@@ -7,21 +7,25 @@ exactly what ``--ms-scheduler`` gives.  So a user's msrun line works by changing
 dlaunch's guarantees on top: a run directory, the failing rank's exit code (msrun exits 1 with a traceback),
 128+N on signal N, and no process left behind.
 
-``translate`` is pure: msrun's flags in, the dlaunch ``run``/``cluster`` command line (and, for several nodes,
-the rank table of the job) out, so the mapping is tested without starting anything.  ``settled_launch`` does
-what needs the host (the master address resolved and checked, the devices this host offers), then runs the
-translated command through run's or cluster's declared options and layers, and ``cli.commands`` runs it
-with the same handler as if it had been typed.
+``translate`` is pure: msrun's flags in, the dlaunch ``run``/``cluster`` options they mean (and, for several
+nodes, the rank table of the job) out, so the mapping is tested without starting anything.  ``settled_launch``
+does what needs the host (the master address resolved and checked, the devices this host offers), then
+builds the ``LaunchRequest`` from those options, checked by their declared types and layered as a typed
+command line would be (``cli.request.front_request``), and ``cmd_msrun`` runs it with the same handler
+as if it had been typed.
 """
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from launcher.argtypes import MAX_SECONDS, port, whole
 from launcher.errors import UsageError
 from launcher.options import MAX_LOCAL_RANKS
+from launcher.request import LaunchRequest
 
 # msrun 2.10's defaults (run.py get_args), kept so a line that relies on them means the same here
 MSRUN_WORKER_NUM = 8
@@ -51,17 +55,23 @@ MS_SIMULATION_LEVEL), --worker_log_name (logs are rank_NNN/output.log in the run
 
 @dataclass(frozen=True)
 class Translation:
-    """The dlaunch command an msrun line means: ``argv`` for run/cluster, the script's own arguments apart."""
+    """The dlaunch command a front's line means (msrun's here, torchrun's in ``cli.torchrun``): run or cluster,
+    the script, the options it sets as their flags would give them (dest -> value), the script's arguments."""
 
-    argv: list[str]
+    command: str
+    script: str
+    flags: Mapping[str, Any]
     script_args: list[str]
     rank_table_text: str | None = None        # several nodes: the job's table (no file to write or share)
-    topo_timeout: float | None = None         # a negative --cluster_time_out, which --ms-topo-timeout refuses
+    checked: Mapping[str, Any] = field(default_factory=dict)   # values the front's own rules checked (below)
     notes: list[str] = field(default_factory=list)
 
-    @property
-    def command(self) -> str:
-        return self.argv[0]
+    def request(self, front: str) -> LaunchRequest:
+        """The request this line means, settled as if its options had been typed (``DLAUNCH_*`` layers too)."""
+        from launcher.cli.request import front_request
+
+        return front_request(front, self.command, self.script, self.script_args, self.flags,
+                             checked=self.checked, rank_table_text=self.rank_table_text)
 
 
 def _join(text: str) -> bool:
@@ -123,6 +133,7 @@ def add_parser(sub) -> None:
     p.add_argument("task_script", metavar="task_script",
                    help="the training script (python/python3 SCRIPT, python -m MODULE and pytest work too)")
     p.add_argument("task_script_args", nargs=argparse.REMAINDER, help="the script's arguments")
+    p.set_defaults(handler=cmd_msrun)
 
 
 def _refusals(ns: argparse.Namespace, environ) -> list[str]:
@@ -165,22 +176,21 @@ def _refusals(ns: argparse.Namespace, environ) -> list[str]:
     return refused
 
 
-def _command(script: str, args: list[str]) -> tuple[list[str], list[str]]:
-    """(dlaunch flags and SCRIPT, the script's arguments) for msrun's task_script and its arguments."""
+def _command(script: str, args: list[str]) -> tuple[str, dict[str, bool], list[str]]:
+    """(SCRIPT, -m or --no-python, the script's arguments) for msrun's task_script and its arguments."""
     if script in PYTHONS and args and args[0] == "-m" and len(args) > 1:
-        return ["-m", args[1]], args[2:]
+        return args[1], {"module": True}, args[2:]
     if script in PYTHONS and args and not args[0].startswith("-"):
-        return [args[0]], args[1:]
+        return args[0], {}, args[1:]
     if script in (*PYTHONS, "pytest"):
-        return ["--no-python", script], args   # an interpreter flag first (python -u x.py): run it as written
-    return [script], args
+        return script, {"no_python": True}, args   # an interpreter flag first (python -u x.py): run it as written
+    return script, {}, args
 
 
 def translate(ns: argparse.Namespace, master_ip: str, devices: list[int], environ=None) -> Translation:
-    """The dlaunch run/cluster command line for msrun flags ``ns`` (a UsageError for what dlaunch can't do).
+    """The dlaunch run/cluster options for msrun flags ``ns`` (a UsageError for what dlaunch can't do).
 
-Pure but for making ``--rank_table_file`` absolute, as the ranks will see it from their working directory.
-
+    Pure but for making ``--rank_table_file`` absolute, as the ranks will see it from their working directory.
     ``master_ip`` is ``--master_addr`` as an address; ``devices`` this host's first ``--local_worker_num``
     device ids (what ``--ranks`` would take).
     """
@@ -189,36 +199,37 @@ Pure but for making ``--rank_table_file`` absolute, as the ranks will see it fro
     refused = _refusals(ns, os.environ if environ is None else environ)
     if refused:
         raise UsageError(refused[0])
-    target, script_args = _command(ns.task_script, list(ns.task_script_args))
+    script, what, script_args = _command(ns.task_script, list(ns.task_script_args))
     tail = ns.tail_worker_log.strip()
-    # OPTION=VALUE throughout: a value that starts with "-" (a directory, an address) stays a value
-    argv = [*target, "--ms-scheduler", "--profile=structure", f"--master-addr={master_ip}",
-            f"--master-port={ns.master_port}", f"--console={'all' if tail == MSRUN_ALL_WORKERS else tail}"]
+    flags: dict[str, Any] = {**what, "ms_scheduler": True, "profile": "structure", "master_addr": master_ip,
+                             "master_port": ns.master_port, "console": "all" if tail == MSRUN_ALL_WORKERS else tail}
+    # msrun's "negative: wait forever", which MindSpore honours and --ms-topo-timeout refuses: msrun's own
+    # rules (_refusals) checked it
+    checked = {"ms_topo_timeout": float(ns.cluster_time_out)} if ns.cluster_time_out < 0 else {}
     if ns.cluster_time_out > 0:
-        argv.append(f"--ms-topo-timeout={ns.cluster_time_out}")
+        flags["ms_topo_timeout"] = ns.cluster_time_out
     if ns.log_dir:
-        argv.append(f"--output-dir={ns.log_dir}")
+        flags["output_dir"] = ns.log_dir
     if ns.rank_table_file:
-        argv.append(f"--env=RANK_TABLE_FILE={os.path.abspath(ns.rank_table_file)}")
+        flags["env"] = [f"RANK_TABLE_FILE={os.path.abspath(ns.rank_table_file)}"]
     if ns.run_id:
-        argv.append(f"--run-id={ns.run_id}")
+        flags["run_id"] = ns.run_id
     if ns.dry_run:
-        argv.append("--dry-run")
-    topo = float(ns.cluster_time_out) if ns.cluster_time_out < 0 else None
+        flags["dry_run"] = True
     notes = []
     if ns.local_worker_num == ns.worker_num:
         if ns.node_rank not in (-1, 0):
             notes.append(f"all {ns.worker_num} workers run on this node, so --node_rank {ns.node_rank} is "
                          f"ignored (as msrun does)")
-        return Translation(["run", *argv, f"--ranks={ns.worker_num}"], script_args, topo_timeout=topo,
+        return Translation("run", script, {**flags, "ranks": ns.worker_num}, script_args, checked=checked,
                            notes=notes)
     from launcher.table.build import job_table
 
     per_node = ns.local_worker_num
     nodes = ns.worker_num // per_node
     table = job_table(nodes, devices[:per_node])
-    return Translation(["cluster", *argv, f"--rank-start={ns.node_rank * per_node}"], script_args,
-                       rank_table_text=table, topo_timeout=topo, notes=notes)
+    return Translation("cluster", script, {**flags, "rank_start": ns.node_rank * per_node}, script_args,
+                       rank_table_text=table, checked=checked, notes=notes)
 
 
 def master_ip(addr: str) -> str:
@@ -248,22 +259,11 @@ def is_local_address(ip: str) -> bool:
     return True
 
 
-class _Translated(argparse.ArgumentParser):
-    """The parser of the translated command line: a value it refuses is one line (its usage, printed on an
-    error, would name options the user never typed, and argparse cannot format it: "empty group")."""
-
-    def error(self, message):
-        raise UsageError(f"msrun: {message}")
-
-
-def settled_launch(args: argparse.Namespace) -> tuple[str, argparse.Namespace]:
-    """("run" or "cluster", its settled arguments) for an msrun command line: parsed by that command's own
-    declared options and layered like a typed command line (``cli.commands.cmd_msrun`` then runs it)."""
-    import os
-
+def settled_launch(args: argparse.Namespace) -> tuple[str, LaunchRequest]:
+    """("run" or "cluster", its request) for an msrun command line: its options checked by their declared
+    types and layered like a typed command line (``cmd_msrun`` then runs it)."""
     from launcher import host
     from launcher.console import say
-    from launcher.options import add_launch_arguments, options_for, settle
 
     ip = master_ip(args.master_addr)
     view = host.discover()
@@ -274,16 +274,21 @@ def settled_launch(args: argparse.Namespace) -> tuple[str, argparse.Namespace]:
                          f"{args.master_addr}, not an address of this host: run --node_rank 0 on that host")
     for note in done.notes:
         say(f"msrun: {note}")
-    parser = _Translated(prog=f"dlaunch {done.command}")
-    add_launch_arguments(parser, options_for(done.command))
-    parsed = parser.parse_args(done.argv[1:])
-    parsed.command, parsed.script_args = done.command, done.script_args
-    parsed = settle(parsed, options_for(done.command), True, environ=os.environ)
-    if done.topo_timeout is not None:
-        parsed.ms_topo_timeout = done.topo_timeout   # msrun's "negative: wait forever", which MindSpore honours
-    if done.rank_table_text is not None:
-        parsed.rank_table_text = done.rank_table_text
-    return done.command, parsed
+    return done.command, done.request("msrun")
+
+
+def cmd_msrun(args: argparse.Namespace) -> int:
+    """An msrun command line, carried out as the dlaunch run or cluster it translates to (``cli.msrun``)."""
+    from launcher.cli.launch import launch
+    from launcher.console import say
+
+    _, request = settled_launch(args)
+    if not request.dry_run:
+        try:
+            link_msrun_logs(args, request.output_dir)
+        except OSError as exc:   # msrun's names are a convenience: the run goes on without them
+            say(f"msrun's log names (worker_N.log) not made in {request.output_dir}: {exc.strerror}")
+    return launch(request)
 
 
 def link_msrun_logs(ns: argparse.Namespace, output_dir: str) -> None:

@@ -18,10 +18,12 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Mapping
+from typing import Any
 
 from launcher.argtypes import port, whole
 from launcher.cli.msrun import Translation
 from launcher.errors import UsageError
+from launcher.request import LaunchRequest
 
 FLAG, VALUE = "flag", "value"
 # (flags, dest, torchrun 2.13's default, kind): get_args_parser() in torch/distributed/run.py
@@ -102,6 +104,7 @@ def add_parser(sub) -> None:
     own.add_argument("--dry-run", action="store_true", help="print the plan and start nothing")
     p.add_argument("training_script", help="the training script (a module with -m, a program with --no-python)")
     p.add_argument("training_script_args", nargs=argparse.REMAINDER, help="the script's arguments")
+    p.set_defaults(handler=cmd_torchrun)
 
 
 def with_env_defaults(ns: argparse.Namespace, environ: Mapping[str, str]) -> argparse.Namespace:
@@ -227,7 +230,7 @@ def _console(ns: argparse.Namespace, node_rank: int, nproc: int, notes: list[str
 
 
 def translate(ns: argparse.Namespace, nproc: int, devices: list[int]) -> Translation:
-    """The dlaunch run/cluster command line for torchrun flags ``ns`` (filled by ``with_env_defaults``).
+    """The dlaunch run/cluster options for torchrun flags ``ns`` (filled by ``with_env_defaults``).
 
     ``nproc`` is --nproc-per-node as a number (``host.ranks_per_node``); ``devices`` this host's first
     ``nproc`` device ids.  A UsageError for what dlaunch cannot do.
@@ -250,51 +253,46 @@ def translate(ns: argparse.Namespace, nproc: int, devices: list[int]) -> Transla
             raise UsageError(f"--standalone runs one node, but --nnodes is {ns.nnodes}: leave out --standalone "
                              f"and give --master-addr A --node-rank K on each node")
         addr, port_number = "127.0.0.1", None
-    if ns.module:
-        target = ["-m", ns.training_script]
-    elif ns.no_python:
-        target = ["--no-python", ns.training_script]
-    else:
-        target = [ns.training_script]
+    what = {"module": True} if ns.module else {"no_python": True} if ns.no_python else {}
     restarts = _number("--max-restarts", ns.max_restarts, 0, 1000)
-    argv = [*target, "--profile=structure", f"--max-restarts={restarts}"]   # no Ascend topology rules
+    flags: dict[str, Any] = {**what, "profile": "structure", "max_restarts": restarts}   # no Ascend topology rules
     if ns.log_dir:
-        argv.append(f"--output-dir={ns.log_dir}")
+        flags["output_dir"] = ns.log_dir
     if ns.rdzv_id not in ("", "none"):
-        argv.append(f"--run-id={ns.rdzv_id}")
+        flags["run_id"] = ns.rdzv_id
     if ns.dlaunch_run_id:
-        argv.append(f"--run-id={ns.dlaunch_run_id}")
+        flags["run_id"] = ns.dlaunch_run_id
     if ns.shutdown_timeout not in (None, ""):
-        argv.append(f"--grace-period={ns.shutdown_timeout}")
+        flags["grace_period"] = ns.shutdown_timeout
     if ns.dry_run:
-        argv.append("--dry-run")
+        flags["dry_run"] = True
     if ns.rdzv_conf.strip():
         notes.append(f"--rdzv-conf {ns.rdzv_conf[:60]} has no effect: dlaunch has no rendezvous to tune")
+    script, script_args = ns.training_script, list(ns.training_script_args)
     if nodes == 1:
         if ns.node_rank not in (None, "0", 0):
             notes.append(f"one node, so --node-rank {ns.node_rank} is ignored")
-        argv += [f"--console={_console(ns, 0, nproc, notes)}", f"--master-addr={addr}", f"--ranks={nproc}"]
+        flags.update(console=_console(ns, 0, nproc, notes), master_addr=addr, ranks=nproc)
         if port_number is not None:
-            argv.append(f"--master-port={port_number}")
-        return Translation(["run", *argv], list(ns.training_script_args), notes=notes)
+            flags["master_port"] = port_number
+        return Translation("run", script, flags, script_args, notes=notes)
     if ns.node_rank in (None, ""):
         raise UsageError(f"--nnodes {nodes} needs --node-rank K (or PET_NODE_RANK) on each node: dlaunch numbers "
                          f"ranks by node (node K runs ranks K*{nproc}..) and cannot assign node ranks on arrival")
     node_rank = _number("--node-rank", ns.node_rank, 0, nodes - 1)
-    argv += [f"--console={_console(ns, node_rank, nproc, notes)}", f"--master-addr={addr}",
-             f"--master-port={TORCHRUN_DEFAULT_PORT if port_number is None else port_number}",
-             f"--rank-start={node_rank * nproc}"]
-    return Translation(["cluster", *argv], list(ns.training_script_args),
-                       rank_table_text=job_table(nodes, devices[:nproc]), notes=notes)
+    flags.update(console=_console(ns, node_rank, nproc, notes), master_addr=addr,
+                 master_port=TORCHRUN_DEFAULT_PORT if port_number is None else port_number,
+                 rank_start=node_rank * nproc)
+    return Translation("cluster", script, flags, script_args, rank_table_text=job_table(nodes, devices[:nproc]),
+                       notes=notes)
 
 
-def settled_launch(args: argparse.Namespace) -> tuple[str, argparse.Namespace]:
-    """("run" or "cluster", its settled arguments) for a torchrun command line, parsed by that command's own
-    declared options (``cli.commands.cmd_torchrun`` then runs it)."""
+def settled_launch(args: argparse.Namespace) -> tuple[str, LaunchRequest]:
+    """("run" or "cluster", its request) for a torchrun command line: its options checked by their declared
+    types and layered like a typed command line (``cmd_torchrun`` then runs it)."""
     from launcher import host
     from launcher.console import say
     from launcher.host import ranks_per_node
-    from launcher.options import add_launch_arguments, options_for, settle
 
     for note in with_pod_defaults(args, os.environ):
         say(f"torchrun: {note}")
@@ -306,14 +304,14 @@ def settled_launch(args: argparse.Namespace) -> tuple[str, argparse.Namespace]:
                      if node_count(args.nnodes) > 1 else [])
     for note in done.notes:
         say(f"torchrun: {note}")
-    parser = argparse.ArgumentParser(prog=f"dlaunch {done.command}")
-    add_launch_arguments(parser, options_for(done.command))
-    parsed = parser.parse_args(done.argv[1:])
-    parsed.command, parsed.script_args = done.command, done.script_args
-    parsed = settle(parsed, options_for(done.command), True, environ=os.environ)
-    if done.rank_table_text is not None:
-        parsed.rank_table_text = done.rank_table_text
-    return done.command, parsed
+    return done.command, done.request("torchrun")
+
+
+def cmd_torchrun(args: argparse.Namespace) -> int:
+    """A torchrun command line, carried out as the dlaunch run or cluster it translates to (``cli.torchrun``)."""
+    from launcher.cli.launch import launch
+
+    return launch(settled_launch(args)[1])
 
 
 # torchrun's flags that dlaunch run does not take, and what to type instead (``parsers.unrecognized``)

@@ -108,7 +108,7 @@ def launch(table: RankTable, server_index: int, opts: Options, *, dry_run: bool,
     attempts: list[AttemptResult] = []
     failure: Exception | None = None
     try:
-        for attempt in range(opts.max_restarts + 1):
+        for attempt in range(opts.policy.max_restarts + 1):
             if attempt:
                 port = opts.master_port if opts.fixed_port else free_port(opts.master_addr)
                 if reread is not None:
@@ -136,14 +136,14 @@ def launch(table: RankTable, server_index: int, opts: Options, *, dry_run: bool,
                 if not verdict.get("restart"):
                     break
                 say(f"{job.cause_line(verdict)}; restarting the job on every host "
-                    f"(restart {attempt + 1} of {opts.max_restarts})")
+                    f"(restart {attempt + 1} of {opts.policy.max_restarts})")
                 continue
+            cause = result.root_cause   # a rank failed: the one failure a restart answers
             if (result.exit_code == 0 or result.interrupted_by is not None or result.launcher_error is not None
-                    or attempt == opts.max_restarts):
+                    or cause is None or attempt == opts.policy.max_restarts):
                 break
-            cause = result.root_cause
             say(f"rank {cause.rank} {how_it_ended(cause.to_dict())}; restarting all ranks "
-                f"(restart {attempt + 1} of {opts.max_restarts})")
+                f"(restart {attempt + 1} of {opts.policy.max_restarts})")
     finally:
         if link is not None:
             link.close()

@@ -19,6 +19,11 @@ _UNCATCHABLE = (signal.SIGKILL, signal.SIGSTOP)
 _LAUNCHER_OWN = (signal.SIGCHLD, signal.SIGPIPE)   # dlaunch needs these itself
 
 
+def signal_names(signals) -> str:
+    """Signals as ``--forward-signals`` takes them back: ``SIGWINCH,SIGURG``."""
+    return ",".join(signal.Signals(s).name for s in signals)
+
+
 def signal_list(text) -> tuple[int, ...]:
     """``--forward-signals USR1,SIGWINCH,10``: names (with or without SIG) or numbers, comma-separated."""
     found: list[int] = []

@@ -49,8 +49,10 @@ def _saves_in_progress(directory: str) -> float:
 def last_sign_of_life(spec: RankSpec, started: float) -> float:
     """When the rank last wrote output, beat its heartbeat, touched its checkpoint directory or wrote a
     checkpoint into it (epoch seconds)."""
-    return max(started, _mtime(spec.log_file), _mtime(os.path.join(spec.rank_dir, HEARTBEAT_FILE)),
-               _mtime(spec.ckpt_dir), _saves_in_progress(spec.ckpt_dir))
+    signs = [started, _mtime(spec.log_file), _mtime(os.path.join(spec.rank_dir, HEARTBEAT_FILE))]
+    if spec.ckpt_dir is not None:   # MindSpore's scheduler has no checkpoint directory
+        signs += [_mtime(spec.ckpt_dir), _saves_in_progress(spec.ckpt_dir)]
+    return max(signs)
 
 
 class HangWatch:
@@ -102,10 +104,12 @@ def describe_hang(spec: RankSpec, silent_for: float) -> str:
             f"(--hang-timeout); {said}")
 
 
-def dump_stacks(specs_and_pids: list[tuple[RankSpec, int]], attempt: int) -> tuple[dict[int, str], str | None]:
-    """Write every rank's Python stack to ``rank_dir/stack.txt`` in parallel; (files, why none) ."""
+def dump_stacks(specs_and_pids: list[tuple[RankSpec, int]],
+                attempt: int) -> tuple[dict[int | None, str], str | None]:
+    """Write every rank's Python stack to ``rank_dir/stack.txt`` in parallel; (files by rank, None for MindSpore's
+    scheduler; why none) ."""
     py_spy = shutil.which("py-spy") or _beside_python("py-spy")
-    files = {}
+    files: dict[int | None, str] = {}
     if py_spy is None:
         why = "no stack could be taken: py-spy is not installed (pip install py-spy, or dlaunch[torch])"
         for spec, _ in specs_and_pids:

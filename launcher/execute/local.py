@@ -90,6 +90,7 @@ class SignalWatch:
 
     def read_control(self) -> list[int]:
         """Signals the head sent over the control channel; EOF (the head is gone) is SIGHUP."""
+        assert self.control_fd is not None   # read only while registered (attempts.py), until EOF unsets it
         try:
             chunk = os.read(self.control_fd, 4096)
         except OSError:
@@ -133,6 +134,12 @@ class _Process:
     @property
     def alive(self) -> bool:
         return self.proc is not None and self.result.returncode is None
+
+    @property
+    def popen(self) -> subprocess.Popen:
+        """Its Popen, for a process that started (alive, or being reaped: only those are signalled or waited)."""
+        assert self.proc is not None, f"{self.spec.rank_dir}: never started"
+        return self.proc
 
 
 class _Attempt:
@@ -220,7 +227,7 @@ class LocalWorkers:
                 else:
                     attempt.ranks.append(process)
                     result.ranks.append(process.result)
-                self._spawn(process, selector, tee, attempt.plan.prefix_host)
+                self._spawn(process, selector, tee, attempt.plan.policy.prefix_host)
                 if process.result.spawn_error:
                     self._begin_stop(attempt, root_cause=process.result)
                     return
@@ -247,30 +254,30 @@ class LocalWorkers:
         unbounded wait.
         """
         plan = attempt.plan
-        hangs = HangWatch(plan.hang_timeout, time.time()) if plan.hang_timeout else None
-        peers = PeerWait(plan, time.time()) if plan.peers and plan.waiting_notice > 0 else None
+        hangs = HangWatch(plan.policy.hang_timeout, time.time()) if plan.policy.hang_timeout else None
+        peers = PeerWait(plan, time.time()) if plan.peers and plan.policy.waiting_notice > 0 else None
         rest_until: float | None = None   # after the last rank: how long the scheduler and the pipes may take
         while True:
             if attempt.ranks_done():
                 if rest_until is None:
                     self._kill_groups(attempt.ranks)
-                    patience = plan.grace_period if attempt.scheduler and attempt.scheduler.alive else 0.0
+                    patience = plan.policy.grace_period if attempt.scheduler and attempt.scheduler.alive else 0.0
                     rest_until = time.monotonic() + patience + PIPE_DRAIN_SECONDS
                 busy = (attempt.scheduler is not None and attempt.scheduler.alive) or self._pipes(selector)
                 if not busy:
                     return
                 if time.monotonic() >= rest_until:
                     if attempt.scheduler and attempt.scheduler.alive:
-                        say(f"the MindSpore scheduler did not leave within {plan.grace_period:g} s of the last "
+                        say(f"the MindSpore scheduler did not leave within {plan.policy.grace_period:g} s of the last "
                             f"rank's end; killed it")
                         self._kill_groups([attempt.scheduler])
                         rest_until = time.monotonic() + PIPE_DRAIN_SECONDS
                         continue
                     return
                 timeout = max(0.0, rest_until - time.monotonic())
-                if attempt.stopping:
+                if attempt.deadline is not None:
                     timeout = min(timeout, max(0.0, attempt.deadline - time.monotonic()))
-            elif attempt.stopping:
+            elif attempt.deadline is not None:
                 timeout = max(0.0, attempt.deadline - time.monotonic())
             elif hangs or peers:
                 timeout = min(watch.interval for watch in (hangs, peers) if watch)
@@ -281,10 +288,10 @@ class LocalWorkers:
                 self._watch(attempt, hangs, peers)
             for kind, value in events:
                 self._on_event(attempt, kind, value)
-            if attempt.stopping and not attempt.killed and time.monotonic() >= attempt.deadline:
+            if attempt.deadline is not None and not attempt.killed and time.monotonic() >= attempt.deadline:
                 if attempt.alive():
-                    say(f"the grace period of {plan.grace_period:g} s is over: killed {attempt.describe_alive()} "
-                        f"still running (SIGKILL)")
+                    say(f"the grace period of {plan.policy.grace_period:g} s is over: killed "
+                        f"{attempt.describe_alive()} still running (SIGKILL)")
                 self._kill_groups(attempt.processes)
                 attempt.killed = True
 
@@ -323,7 +330,7 @@ class LocalWorkers:
         """A pass-through signal (SIGUSR1, --forward-signals): every live process gets it; nothing stops.
         Returns the pass-through set, so callers can filter with it."""
         if sig in self.signals.pass_through:
-            told = sum(_killpg(p.proc.pid, sig) for p in attempt.processes if p.alive)
+            told = sum(_killpg(p.popen.pid, sig) for p in attempt.processes if p.alive)
             say(f"{signal.Signals(sig).name}: forwarded to {told} process(es); the job goes on")
         return self.signals.pass_through
 
@@ -331,7 +338,7 @@ class LocalWorkers:
         """A signal to dlaunch: forwarded to every process, and said at once: who, how long, how to cut it short."""
         self._begin_stop(attempt, signal_=sig)
         say(f"{signal.Signals(sig).name}: told {attempt.describe_alive()} to stop; they have "
-            f"{attempt.plan.grace_period:g} s (--grace-period) before SIGKILL; Ctrl-C again kills them now")
+            f"{attempt.plan.policy.grace_period:g} s (--grace-period) before SIGKILL; Ctrl-C again kills them now")
 
     def _begin_stop(self, attempt: _Attempt, root_cause: RankResult | None = None, signal_: int | None = None,
                     launcher_error: str | None = None, stopped_by: dict | None = None) -> None:
@@ -345,8 +352,8 @@ class LocalWorkers:
             self.job.stopped(result)
         for process in attempt.processes:
             if process.alive:
-                _killpg(process.proc.pid, signal_ or signal.SIGTERM)
-        attempt.deadline = time.monotonic() + attempt.plan.grace_period
+                _killpg(process.popen.pid, signal_ or signal.SIGTERM)
+        attempt.deadline = time.monotonic() + attempt.plan.policy.grace_period
 
     # ------------------------------------------------------------------ the end
 
@@ -355,7 +362,7 @@ class LocalWorkers:
         self._kill_groups(attempt.processes)
         for process in attempt.processes:
             if process.alive:
-                process.result.returncode = process.proc.wait()
+                process.result.returncode = process.popen.wait()
                 process.result.end = time.time()
             if process.pidfd is not None:
                 os.close(process.pidfd)
@@ -395,7 +402,7 @@ class LocalWorkers:
     def _dump_stacks(self, live: list[_Process], attempt: int) -> None:
         """Every live rank's stack into its rank directory (py-spy), recorded in its result."""
         try:
-            files, why = dump_stacks([(p.spec, p.proc.pid) for p in live], attempt)
+            files, why = dump_stacks([(p.spec, p.popen.pid) for p in live], attempt)
         except OSError as exc:   # a full disk must not turn a hang into a traceback
             files, why = {}, f"no stack could be written: {describe_os_error(exc)}"
         for process in live:
@@ -407,6 +414,7 @@ class LocalWorkers:
 
     def _spawn(self, process: _Process, selector, tee: ConsoleTee, prefix_host: bool) -> None:
         spec, result = process.spec, process.result
+        log_fd: int | None   # closed at the end unless the tee took it
         try:
             os.makedirs(spec.ckpt_dir or spec.rank_dir, exist_ok=True)
             with open(spec.env_log, "w", encoding="utf-8", errors="surrogateescape") as fh:   # bytes as given
@@ -440,6 +448,7 @@ class LocalWorkers:
             result.pid = process.proc.pid
             if spec.console:
                 prefix = f"[{spec.server_id}][rank{spec.rank}]: " if prefix_host else f"[rank{spec.rank}]: "
+                assert spec.rank is not None   # a console spec is a rank, never the scheduler (plan.py)
                 tee.add(spec.rank, prefix, log_fd)
                 selector.register(read_fd, selectors.EVENT_READ, ("pipe", spec.rank))
                 read_fd = log_fd = None   # the tee owns them now
@@ -521,12 +530,12 @@ class LocalWorkers:
                 happened.extend(("signal", sig) for sig in self.signals.drain())
         if polling:
             for process in processes:
-                if process.pidfd is None and process.alive and process.proc.poll() is not None:
+                if process.pidfd is None and process.alive and process.popen.poll() is not None:
                     happened.append(("exit", self._reap(process)))
         return happened
 
     def _reap(self, process: _Process) -> RankResult:
-        process.result.returncode = process.proc.wait()
+        process.result.returncode = process.popen.wait()
         process.result.end = time.time()
         return process.result
 

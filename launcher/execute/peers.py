@@ -31,13 +31,13 @@ def _reachable(address: str, port: int) -> bool:
 
 
 class PeerWait:
-    """Checks, ``plan.waiting_notice`` seconds into a silence, whether peers are missing; a message if so."""
+    """Checks, ``plan.policy.waiting_notice`` seconds into a silence, whether peers are missing; a message if so."""
 
     def __init__(self, plan: LaunchPlan, started: float):
         self.plan = plan
         self.started = started
-        self.interval = min(plan.waiting_notice / 2, 5.0)
-        self._next = time.monotonic() + plan.waiting_notice
+        self.interval = min(plan.policy.waiting_notice / 2, 5.0)
+        self._next = time.monotonic() + plan.policy.waiting_notice
 
     def due(self) -> bool:
         return time.monotonic() >= self._next
@@ -47,8 +47,8 @@ class PeerWait:
         plan = self.plan
         now = time.time()
         quiet_since = max((last_sign_of_life(spec, self.started) for spec in specs), default=now)
-        if now - quiet_since < plan.waiting_notice:
-            self._next = time.monotonic() + plan.waiting_notice - (now - quiet_since)
+        if now - quiet_since < plan.policy.waiting_notice:
+            self._next = time.monotonic() + plan.policy.waiting_notice - (now - quiet_since)
             return None
         self._next = time.monotonic() + REPEAT_SECONDS
         missing = [peer for peer in plan.peers

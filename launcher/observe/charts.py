@@ -319,7 +319,7 @@ def chart_svg(name: str, stories: list[RankStory], width: int = 1056, plot_h: in
     xt = nice_ticks(min(steps), max(steps), 8, integer=all(float(s).is_integer() for s in steps))
     scale = log_ticks(min(values), max(values)) if LOG_SCALE_NAMES.search(name) and min(values) > 0 else None
     log = scale is not None
-    if log:
+    if scale is not None:
         bottom, ceiling, yt = scale
     else:
         yt = nice_ticks(min(values), max(values), 6, within=value_range(name, values))

@@ -5,12 +5,12 @@ from __future__ import annotations
 import os
 import sys
 import time
+from dataclasses import dataclass
 
-from launcher.argtypes import whole
 from launcher.console import settle_streams
 from launcher.errors import UsageError
 from launcher.lines import LineBuffer, open_regular, tail_offset, with_prefix
-from launcher.observe import add_run_arguments, tell_problems
+from launcher.observe import tell_problems
 from launcher.observe.processes import Observer
 from launcher.rundir import RankRef, current_attempt, load_run, log_attempts, log_path, run_directory, select_ranks
 
@@ -68,7 +68,19 @@ def _parse_attempt(text: str):
     return value
 
 
-def cmd_logs(args) -> int:
+@dataclass(frozen=True)
+class LogsRequest:
+    """``dlaunch logs``'s settings (``cli.logs`` builds it)."""
+
+    run_dir: str | None
+    output_dir: str
+    rank: list[str] | None
+    follow: bool
+    lines: int | None
+    attempt: str | None
+
+
+def cmd_logs(args: LogsRequest) -> int:
     try:
         return _logs(args)
     except KeyboardInterrupt:  # Ctrl-C is how one leaves --follow: not an error
@@ -76,7 +88,7 @@ def cmd_logs(args) -> int:
         return 0
 
 
-def _logs(args) -> int:
+def _logs(args: LogsRequest) -> int:
     run_dir = run_directory(args.run_dir, args.output_dir)
     attempt = _parse_attempt(args.attempt) if args.attempt is not None else None
     run = load_run(run_dir)
@@ -117,7 +129,7 @@ def _logs(args) -> int:
     return _follow(run_dir, args, tails, fixed_attempt=isinstance(attempt, int), out=out)
 
 
-def _follow(run_dir: str, args, tails: dict[int, _Tail], fixed_attempt: bool, out) -> int:
+def _follow(run_dir: str, args: LogsRequest, tails: dict[int, _Tail], fixed_attempt: bool, out) -> int:
     """Print lines as they are appended to any followed log, until the run is over or Ctrl-C."""
     observer = Observer(run_dir)
     next_scan = 0.0
@@ -172,23 +184,3 @@ def _switch_attempts(tails: dict[int, _Tail], out) -> None:
             tail.read(out, final=True)
             _note(out, f"rank {rank} restarted: following {os.path.basename(log_path(tail.ref, newest))}")
             tails[rank] = _Tail(tail.ref, newest)
-
-
-def add_parser(sub) -> None:
-    """Register ``logs``."""
-    p = sub.add_parser("logs", help="print ranks' logs, each line prefixed [rankN]: ; --follow to stream",
-                       description="Print ranks' output logs, each line prefixed [rankN]: . Lines carry no "
-                                   "time, so what is already written is printed rank by rank, each in file "
-                                   "order; with --follow, lines appended afterwards are printed as they "
-                                   "appear (within 0.1 s), interleaved in the order they arrived, until the "
-                                   "run is over. Default: every rank's newest attempt.")
-    add_run_arguments(p)
-    p.add_argument("-f", "--follow", action="store_true",
-                   help="keep printing new lines until the run has finished, then exit with its exit code "
-                        "(Ctrl-C stops); follows restarts")
-    p.add_argument("-n", "--lines", type=whole(0, 10**7), metavar="N",
-                   help="start with only the last N lines of each rank")
-    p.add_argument("--attempt", metavar="K",
-                   help="which attempt's log: 0 the first, 1 after the first restart, ..., or all "
-                        "(default: each rank's newest)")
-    p.set_defaults(handler=cmd_logs)

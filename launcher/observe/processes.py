@@ -176,7 +176,7 @@ class Observer:
                 pass
         if fresh:
             time.sleep(CPU_SAMPLE_SECONDS)
-        usage = {}
+        usage: dict[int, tuple[float | None, int | None]] = {}
         for rank, procs in trees.items():
             cpu, rss, any_alive = 0.0, 0, False
             for proc in procs:

@@ -15,8 +15,8 @@ import re
 import secrets
 import shutil
 import time
+from dataclasses import dataclass
 
-from launcher.argtypes import whole
 from launcher.console import printable, say
 from launcher.errors import UsageError
 from launcher.observe import tell_problems
@@ -124,7 +124,16 @@ def _runs(output_dir: str) -> tuple[list[Run], list[str]]:
     return runs, leftovers
 
 
-def cmd_prune(args) -> int:
+@dataclass(frozen=True)
+class PruneRequest:
+    """``dlaunch prune``'s settings (``cli.prune`` builds it)."""
+
+    output_dir: str
+    keep: int
+    dry_run: bool
+
+
+def cmd_prune(args: PruneRequest) -> int:
     output_dir = args.output_dir
     if not os.path.isdir(output_dir):
         raise UsageError(f"no output directory {output_dir}")
@@ -165,14 +174,3 @@ def cmd_prune(args) -> int:
     if args.dry_run:
         print("\n".join(printable(path) for path in removed))
     return 1 if failed else 0
-
-
-def add_parser(sub) -> None:
-    p = sub.add_parser("prune", help="remove old run directories, keeping the newest N",
-                       description="Remove old run directories from --output-dir, keeping the newest --keep N (by "
-                                   "start time). A run that may still be running (a host with a plan and no "
-                                   "summary whose launcher is not known to be gone) is never removed.")
-    p.add_argument("--keep", type=whole(0, 10**6), required=True, metavar="N", help="how many of the newest to keep")
-    p.add_argument("--output-dir", default="dlaunch_runs", metavar="DIR", help="default ./dlaunch_runs")
-    p.add_argument("--dry-run", action="store_true", help="list what would be removed; remove nothing")
-    p.set_defaults(handler=cmd_prune)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
 
 from launcher.console import say
 from launcher.contract import RESUME_FROM_ENV, RESUME_STEP_ENV, Role
@@ -153,7 +154,17 @@ def render(run_dir: str) -> str:
     return env.get_template("report.html.j2").render(**page_context(run, stories))
 
 
-def cmd_report(args) -> int:
+@dataclass(frozen=True)
+class ReportRequest:
+    """``dlaunch report``'s settings (``cli.report`` builds it)."""
+
+    run_dir: str | None
+    output_dir: str
+    output: str | None
+    force: bool
+
+
+def cmd_report(args: ReportRequest) -> int:
     run_dir = run_directory(args.run_dir, args.output_dir)
     # a lone surrogate (JSON's "\ud800", or a non-UTF-8 name read back) cannot be written as UTF-8: shown as "?"
     page = render(run_dir).encode("utf-8", "replace").decode("utf-8")
@@ -162,25 +173,3 @@ def cmd_report(args) -> int:
     if output != "-":
         say(f"report of {os.path.basename(run_dir)} written to {where}")
     return 0
-
-
-def add_parser(sub) -> None:
-    """Register ``report``."""
-    p = sub.add_parser("report", help="write a self-contained HTML page: command, timeline, loss and accuracy",
-                       description="Write one HTML file that needs no network to view: the command and settings "
-                                   "the ranks ran with, a timeline of every rank's attempts (start, end, how it "
-                                   "ended, the root cause marked) and, per metric, a chart with a line per rank "
-                                   "over steps (losses on a log scale). Metrics are read from the ranks' logs: "
-                                   "lines like 'epoch: 1 step: 20, loss is 2.29' (the seeds' LossMonitor), "
-                                   "'accuracy is 0.91', 'acc: 0.91', {'accuracy': 0.91}, or JSON lines like "
-                                   '{"dlaunch": "metric", "step": 20, "loss": 2.29}.')
-    p.add_argument("run_dir", metavar="RUN_DIR", nargs="?",
-                   help="a run directory, or an output directory (its latest run); default: the latest run in "
-                        "--output-dir")
-    p.add_argument("--output-dir", default="dlaunch_runs", metavar="DIR",
-                   help="where run directories are (default ./dlaunch_runs)")
-    p.add_argument("-o", "--output", metavar="FILE",
-                   help="the HTML file to write, - for stdout (default ./report-RUN_ID.html; the run "
-                        "directory itself is left as the run left it)")
-    p.add_argument("--force", action="store_true", help="replace FILE if it exists")
-    p.set_defaults(handler=cmd_report)

@@ -9,11 +9,10 @@ from __future__ import annotations
 import json
 import sys
 import time
+from dataclasses import dataclass
 
-from launcher.argtypes import positive_seconds
 from launcher.console import printable
 from launcher.contract import Role
-from launcher.observe import add_run_arguments
 from launcher.observe.processes import Observer
 from launcher.results import how_it_ended, who
 from launcher.rundir import run_directory
@@ -108,7 +107,20 @@ def format_status(snap: dict, width: int | None = 120) -> str:
     return "\n".join(printable(text) for text in headline(snap) + [line(header)] + [line(r) for r in table])
 
 
-def cmd_status(args) -> int:
+@dataclass(frozen=True)
+class StatusRequest:
+    """``dlaunch status``'s settings (``cli.status`` builds it)."""
+
+    run_dir: str | None
+    output_dir: str
+    rank: list[str] | None
+    watch: bool
+    interval: float
+    json: bool
+    hang_after: float | None
+
+
+def cmd_status(args: StatusRequest) -> int:
     import shutil
 
     run_dir = run_directory(args.run_dir, args.output_dir)
@@ -140,24 +152,3 @@ def cmd_status(args) -> int:
             time.sleep(args.interval)
     except KeyboardInterrupt:
         return 0
-
-
-def add_parser(sub) -> None:
-    """Register ``status``."""
-    p = sub.add_parser("status", help="each rank of a run, live or finished: state, CPU, memory, last output",
-                       description="One row per rank: host, device, pid, state (starting, running, exited N, "
-                                   "died of SIG, hung, ended, remote), CPU % and resident memory of its "
-                                   "processes, seconds since its last output and its last line. Works from any "
-                                   "terminal while the job runs (live processes, pids*.json) and after it "
-                                   "(summary*.json).",
-                       epilog="states: ended = gone but its launcher has not written the summary yet; "
-                              "remote = on another host, whose processes cannot be seen from here")
-    add_run_arguments(p)
-    p.add_argument("--watch", action="store_true",
-                   help="refresh in place until the run finishes, then exit with its exit code (Ctrl-C stops)")
-    p.add_argument("--interval", type=positive_seconds, default=2.0, metavar="SECONDS",
-                   help="--watch refresh (default 2)")
-    p.add_argument("--json", action="store_true", help="print JSON (with --watch: one object a line)")
-    p.add_argument("--hang-after", type=positive_seconds, metavar="SECONDS",
-                   help="call a running rank hung when it has printed nothing for this long")
-    p.set_defaults(handler=cmd_status)

@@ -99,12 +99,34 @@ class Device:
         return as_int(self.device_id)
 
 
+@dataclass(frozen=True)
+class Placed:
+    """A device of a validated table as the launch uses it: its rank and its device id, both numbers."""
+
+    rank: int
+    device: int
+    entry: Device
+
+
 @dataclass
 class Server:
     server_id: Any = MISSING
     devices: list[Device] = field(default_factory=list)
     extra: dict = field(default_factory=dict)
     device_list_raw: Any = MISSING  # the "device" value when it was not a list
+
+    def placed(self) -> list[Placed]:
+        """This server's devices in rank order, ranks and device ids as numbers: what a table that passed its
+        rules (``rules.require_valid``: S structure checks both) holds.  A device without them means the table
+        was never validated, a programming error: RankTableError."""
+        found = []
+        for index, dev in enumerate(self.devices):
+            rank, device = dev.rank, dev.device
+            if rank is None or device is None:
+                raise RankTableError(f"device[{index}] of server {self.server_id!r} has no numeric rank_id and "
+                                     f"device_id: the table was used before it was validated")
+            found.append(Placed(rank, device, dev))
+        return sorted(found, key=lambda p: p.rank)
 
 
 @dataclass

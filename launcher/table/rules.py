@@ -31,6 +31,12 @@ def _is_text(value) -> bool:
     return isinstance(value, str) and value.strip() != ""
 
 
+def _numbers(values: list[int | None]) -> list[int] | None:
+    """``values`` when every one is a number, else None (a rule skips what another rule reports)."""
+    numbers = [value for value in values if value is not None]
+    return numbers if len(numbers) == len(values) else None
+
+
 def rule_structure(table: RankTable) -> Iterable[Problem]:
     """S: the table can be interpreted: known version, numbers where numbers belong."""
     yield from table.shape_problems
@@ -100,8 +106,8 @@ def rule_device_half(table: RankTable) -> Iterable[Problem]:
     for s, server in enumerate(table.servers):
         if len(server.devices) not in (2, 4):
             continue
-        ids = [dev.device for dev in server.devices]
-        if any(i is None or i > 7 for i in ids):
+        ids = _numbers([dev.device for dev in server.devices])
+        if ids is None or any(i > 7 for i in ids):
             continue  # reported by S / R3
         halves = {i // 4 for i in ids}
         if len(halves) > 1:
@@ -228,10 +234,11 @@ def rule_ranks(table: RankTable) -> Iterable[Problem]:
             yield Problem(where[r], raw[r],
                           f"is out of range: {total} devices need ranks 0..{total - 1} (missing {shown}).",
                           "number ranks contiguously from 0.", "R5 rank-contiguous")
-    previous_max, previous_server = None, None
+    previous_max: int | None = None
+    previous_server: int | None = None
     for s, server in enumerate(table.servers):
-        ranks = [dev.rank for dev in server.devices]
-        if not ranks or any(r is None for r in ranks):
+        ranks = _numbers([dev.rank for dev in server.devices])
+        if not ranks:
             continue
         lo, hi = min(ranks), max(ranks)
         if len(set(ranks)) == len(ranks) and hi - lo + 1 != len(ranks):
@@ -263,8 +270,8 @@ def rule_server_order(table: RankTable) -> Iterable[Problem]:
         return   # a 2.0 table names no servers
     blocks = []
     for s, server in enumerate(table.servers):
-        ranks = [dev.rank for dev in server.devices]
-        if not _is_text(server.server_id) or not ranks or any(r is None for r in ranks):
+        ranks = _numbers([dev.rank for dev in server.devices])
+        if not _is_text(server.server_id) or not ranks:
             return  # reported elsewhere; order is meaningless without ids and ranks
         blocks.append((min(ranks), s, server.server_id))
     blocks.sort()

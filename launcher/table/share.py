@@ -42,7 +42,7 @@ def _matching(table: RankTable, names: set[str], field: str) -> list[int]:
 def _servers_listed(table: RankTable) -> str:
     parts = []
     for server in table.servers:
-        ranks = sorted(dev.rank for dev in server.devices)
+        ranks = [dev.rank for dev in server.placed()]   # select_server's tables are validated
         parts.append(f"{server.server_id} (ranks {ranks[0]}-{ranks[-1]})" if ranks else str(server.server_id))
     return ", ".join(parts)
 
@@ -56,7 +56,7 @@ def this_host_names() -> set[str]:
 
 def select_server(table: RankTable, server_id: str | None = None, rank_start: int | None = None,
                   environ: Mapping[str, str] | None = None, host_names=this_host_names) -> int:
-    """Index of this host's server in ``table.servers``."""
+    """Index of this host's server in ``table.servers`` (a table that passed ``rules.require_valid``)."""
     environ = os.environ if environ is None else environ
     if server_id is not None:
         for index, server in enumerate(table.servers):
@@ -65,7 +65,7 @@ def select_server(table: RankTable, server_id: str | None = None, rank_start: in
         raise UsageError(f"--server-id {server_id} is not in the rank table; its servers: {_servers_listed(table)}")
     if rank_start is not None:
         for index, server in enumerate(table.servers):
-            if server.devices and min(dev.rank for dev in server.devices) == rank_start:
+            if server.devices and server.placed()[0].rank == rank_start:
                 return index
         raise UsageError(f"no server's ranks start at --rank-start {rank_start}; "
                          f"the table's servers: {_servers_listed(table)}")

@@ -21,7 +21,7 @@ def open_link(plan, opts, table, control) -> JobLink | None:
     """A job of several hosts started per host (by hand, Slurm, an operator) talks over the master address;
     under ``cluster --ssh`` the head already ties the hosts together, except for restarts, which the hosts
     agree on among themselves."""
-    if plan.server_count < 2 or (control is not None and not opts.max_restarts):
+    if plan.server_count < 2 or (control is not None and not opts.policy.max_restarts):
         return None
     link = JobLink.for_plan(plan, opts, table)
     link.start()

@@ -93,7 +93,7 @@ class JobLink:
                    port=job_port(opts),
                    secret=protocol.job_secret(os.environ if environ is None else environ, job_identity(table), job_id),
                    run_id=job_id, host_timeout=opts.host_timeout, join_timeout=opts.join_timeout,
-                   max_restarts=opts.max_restarts)
+                   max_restarts=opts.policy.max_restarts)
 
     def start(self) -> None:
         self._thread.start()
@@ -212,6 +212,7 @@ class JobLink:
                     elif owner == "member":
                         self.member.on_ready(mask)
                     else:
+                        assert self.coordinator is not None   # only the coordinator registers other keys
                         self.coordinator.on_ready(data, mask)
         finally:
             if self.coordinator:

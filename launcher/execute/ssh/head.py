@@ -20,12 +20,13 @@ from launcher.execute.ssh.outcome import head_summary, report
 from launcher.execute.ssh.plan import SshPlan, describe_plan, make_ssh_plan
 from launcher.execute.ssh.preflight import Probe, preflight, record_new_keys
 from launcher.execute.ssh.session import HostRun, Session, start_hosts
+from launcher.request import LaunchRequest
 from launcher.rundir import HEAD_SUMMARY
 
 # ---------------------------------------------------------------- entry point
 
 
-def launch_over_ssh(args, text: str, table, opts) -> int:
+def launch_over_ssh(args: LaunchRequest, text: str, table, opts) -> int:
     """``dlaunch cluster --ssh``: plan, preflight every host, start all, watch until the end; the exit code.
 
     ``text``, ``table`` and ``opts`` are what ``options.head_launch`` decided on the head."""

@@ -22,9 +22,10 @@ def host_causes(runs: list[HostRun]) -> list[dict]:
     launcher error); ``results.cluster_verdict`` picks the one that came first."""
     causes = []
     for run in runs:
-        cause = (run.summary or {}).get("root_cause")
+        summary = run.summary or {}
+        cause = summary.get("root_cause")
         if cause:  # the host launcher's own exit code says how it judged the cause (124: a hang)
-            causes.append({**cause, "host": run.server_id, "launcher_exit_code": run.summary.get("exit_code")})
+            causes.append({**cause, "host": run.server_id, "launcher_exit_code": summary.get("exit_code")})
         elif run.told is None and run.exit_code not in (0, None):
             reason = run.lost or f"its launcher exited with code {run.exit_code}"
             last = [line for line in run.stderr_tail if line.strip()]

@@ -13,12 +13,15 @@ import fnmatch
 import getpass
 import os
 import shlex
-import signal
 import sys
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from launcher import __version__
 from launcher.errors import UsageError
+
+if TYPE_CHECKING:
+    from launcher.request import LaunchRequest
 
 # Variables of the head's environment that every rank gets by default: the
 # collective libraries' knobs, the data location and the Python path a job
@@ -92,11 +95,11 @@ class SshPlan:
         return sum(len(h.ranks) for h in self.hosts)
 
 
-def make_ssh_plan(args, text: str, table, opts, environ=None) -> SshPlan:
-    """Everything ``cluster --ssh`` will do, decided from the flags, the table and the SSH config; no network.
+def make_ssh_plan(args: LaunchRequest, text: str, table, opts, environ=None) -> SshPlan:
+    """Everything ``cluster --ssh`` will do, decided from the request, the table and the SSH config; no network.
 
     ``text`` and ``table`` are the rank table as read and validated, ``opts`` the head's settings
-    (``options.head_launch``).
+    (``options.head_launch``), with the arguments every host's launcher gets (``opts.host_argv``).
     """
     server_ids = _server_ids(table)
     env = rank_env(os.environ if environ is None else environ, args.env, args.env_file)
@@ -105,7 +108,7 @@ def make_ssh_plan(args, text: str, table, opts, environ=None) -> SshPlan:
     config = load_ssh_config(args.ssh_config)
     hosts = []
     for server, server_id in zip(table.servers, server_ids):
-        request = {"argv": host_argv(opts, server_id, args.profile),
+        request = {"argv": [*opts.host_argv, "--server-id", server_id],
                    "script_args": list(args.script_args),
                    "env": env, "rank_table": text}
         hosts.append(HostLaunch(resolve_target(config, server_id), tuple(sorted(d.rank for d in server.devices)),
@@ -114,7 +117,7 @@ def make_ssh_plan(args, text: str, table, opts, environ=None) -> SshPlan:
     kind = "module" if command.module else "executable" if command.no_python else "script"
     return SshPlan(run_id=opts.run_id, output_dir=opts.output_dir, cwd=cwd, python=python, target_kind=kind,
                    target=command.target, remote_command=remote_command(python, cwd, kind, command.target),
-                   grace_period=opts.grace_period,
+                   grace_period=opts.policy.grace_period,
                    connect_timeout=args.connect_timeout, trust_new_hosts=args.trust_new_hosts, hosts=tuple(hosts),
                    forward_signals=tuple(opts.forward_signals))
 
@@ -131,7 +134,7 @@ def _server_ids(table) -> list[str]:
     return ids
 
 
-def rank_env(environ, assignments: list[str], env_file: str | None) -> dict[str, str]:
+def rank_env(environ, assignments, env_file: str | None) -> dict[str, str]:
     """The variables every remote rank gets: FORWARDED_ENV from the head, then --env-file, then --env."""
     from launcher.envfiles import parse_assignment, read_env_file
 
@@ -140,33 +143,6 @@ def rank_env(environ, assignments: list[str], env_file: str | None) -> dict[str,
         env.update(read_env_file(env_file))
     env.update(parse_assignment(text, "--env") for text in assignments)
     return env
-
-
-def host_argv(opts, server_id: str, profile: str) -> list[str]:
-    """The ``cluster`` arguments of one host's launcher: what to run and every value all hosts must share.
-
-    Values as the head settled them (flags, configs, DLAUNCH_* variables): the
-    remote launcher settles its arguments without its own environment or configs.
-    """
-    command = opts.command
-    what = ["--module"] if command.module else ["--no-python"] if command.no_python else []
-    hang = ["--hang-timeout", repr(float(opts.hang_timeout))] if opts.hang_timeout is not None else []
-    return [command.target, *what, "--server-id", server_id, "--run-id", opts.run_id,
-            "--master-addr", opts.master_addr, "--master-port", str(opts.master_port),
-            "--output-dir", opts.output_dir, "--profile", profile, "--cwd", opts.cwd_mode,
-            "--console", opts.console, "--grace-period", repr(float(opts.grace_period)), *hang,
-            "--waiting-notice", repr(float(opts.waiting_notice)),
-            *(["--ms-scheduler", "--ms-topo-timeout", repr(float(opts.ms_topo_timeout))] if opts.ms_scheduler else []),
-            *(["--forward-signals", ",".join(signal.Signals(s).name for s in opts.forward_signals)]
-              if opts.forward_signals else []),
-            *(job_argv(opts) if opts.max_restarts else [])]
-
-
-def job_argv(opts) -> list[str]:
-    """With restarts, the hosts agree on each attempt among themselves (execute/job): its settings."""
-    return ["--max-restarts", str(opts.max_restarts), "--host-timeout", repr(float(opts.host_timeout)),
-            "--join-timeout", repr(float(opts.join_timeout)),
-            *(["--job-port", str(opts.job_port)] if opts.job_port else [])]
 
 
 def remote_command(python: str, cwd: str, target_kind: str, target: str) -> str:

@@ -149,7 +149,9 @@ def _connect(target: Target, trust_new: bool, deadline: float):
                        look_for_keys=not target.identities_only, allow_agent=not target.identities_only,
                        timeout=min(remaining, target.connect_timeout or remaining), banner_timeout=remaining,
                        auth_timeout=remaining, channel_timeout=remaining)
-        client.get_transport().set_keepalive(KEEPALIVE_SECONDS)
+        transport = client.get_transport()
+        assert transport is not None   # connect() returned: paramiko holds the open transport
+        transport.set_keepalive(KEEPALIVE_SECONDS)
     except BaseException:
         client.close()
         raise

@@ -1,0 +1,88 @@
+"""``dlaunch cluster``: this host's share of a multi-host job, every host's over SSH (``--ssh``), or, started by
+a head (``--from-head``), the share its request names."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from launcher.errors import UsageError
+from launcher.options import (
+    CLUSTER_DEFAULT_PORT,
+    add_launch_arguments,
+    adopt_pod,
+    head_launch,
+    launch_options,
+    launch_table,
+    nodes_share,
+    options_for,
+)
+from launcher.request import LaunchRequest
+
+
+def cmd_cluster(args: LaunchRequest, control=None, on_started=None) -> int:
+    from launcher.execute.attempts import launch
+
+    checking = args.check_network and not args.dry_run
+    if checking:
+        from launcher.cli.checknet import check_before_launch
+    if args.ssh:
+        from launcher.execute.ssh.head import launch_over_ssh
+
+        text, head_table, opts = head_launch(args)
+        if checking:
+            check_before_launch(args, text, head_table, None)
+        return launch_over_ssh(args, text, head_table, opts)
+    shared = nodes_share(args, os.environ)
+    if shared is None and not args.rank_table and args.rank_table_text is None:
+        shared = adopt_pod(args, os.environ)
+        if shared is None:
+            raise UsageError("dlaunch cluster needs --rank-table FILE: on each host, dlaunch cluster SCRIPT "
+                             "--rank-table FILE --rank-start K; or from one head node, dlaunch cluster SCRIPT "
+                             "--rank-table FILE --ssh")
+    args = shared or args
+    table, server_index, _, view = launch_table(args)
+    if checking:
+        check_before_launch(args, "", table, server_index)
+    reread = (args.rank_table, args.profile, args.server_id, args.rank_start) if args.rank_table else None
+    return launch(table, server_index, launch_options(args, table, server_index, view=view), dry_run=args.dry_run,
+                  on_started=on_started, control=control, reread=reread)
+
+
+def cmd_from_head() -> int:
+    """``cluster --from-head``: this host's launcher, its request read from the SSH channel (ssh.protocol)."""
+    from launcher.cli.request import settled_request
+    from launcher.execute.ssh import protocol
+
+    request, pending = protocol.read_request(0)
+    parser = argparse.ArgumentParser(prog="dlaunch cluster")
+    add_launch_arguments(parser, options_for("cluster"))
+    args = parser.parse_args(list(map(str, request["argv"])))
+    # the head settled every value: this host's own environment and configs take no part
+    script_args = [str(a) for a in request.get("script_args", [])]
+    settled = settled_request("cluster", {**vars(args), "script_args": script_args},
+                              True, environ={}, rank_table_text=request.get("rank_table"),
+                              head_env={str(k): str(v) for k, v in (request.get("env") or {}).items()})
+
+    def started(ranks):
+        protocol.emit("started", ranks=len(ranks), at=min(r.start for r in ranks))
+
+    return cmd_cluster(settled, control=(0, pending), on_started=started)
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    """Register ``cluster``."""
+    p = sub.add_parser("cluster", help="run this host's share of a multi-host job, or every host's over SSH",
+                       usage="dlaunch cluster SCRIPT --rank-table FILE [options] [-- script arguments]",
+                       description="Run this host's share of a multi-host rank table (the seeds' run_cluster.sh): "
+                                   "everything dlaunch run does, with ranks, devices and GROUP_RANK from the "
+                                   "table, MASTER_ADDR = rank 0's server, and MASTER_PORT fixed "
+                                   f"(default {CLUSTER_DEFAULT_PORT}) so every host agrees without talking. "
+                                   "This host's server: --rank-start, --server-id, a server_id that is one of "
+                                   "this host's addresses, or SLURM_NODEID. With --ssh, start every server's "
+                                   "share from this head node over SSH.",
+                       epilog="examples: dlaunch cluster train.py --rank-table rt16.json --rank-start 8 "
+                              "--run-id job42;  dlaunch cluster train.py --rank-table rt16.json --ssh")
+    add_launch_arguments(p, options_for("cluster"))
+    p.set_defaults(handler=cmd_cluster)
+    return p

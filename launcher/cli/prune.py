@@ -1,0 +1,26 @@
+"""``dlaunch prune``: old run directories removed, the newest kept (``launcher.observe.prune`` does the work)."""
+
+from __future__ import annotations
+
+import argparse
+
+from launcher.argtypes import whole
+from launcher.cli.request import typed
+
+
+def _run(args: argparse.Namespace) -> int:
+    from launcher.observe.prune import PruneRequest, cmd_prune
+
+    return cmd_prune(typed(PruneRequest, args))
+
+
+def add_parser(sub) -> None:
+    """Register ``prune``: its parser, and a handler that runs it with a typed request."""
+    p = sub.add_parser("prune", help="remove old run directories, keeping the newest N",
+                       description="Remove old run directories from --output-dir, keeping the newest --keep N (by "
+                                   "start time). A run that may still be running (a host with a plan and no "
+                                   "summary whose launcher is not known to be gone) is never removed.")
+    p.add_argument("--keep", type=whole(0, 10**6), required=True, metavar="N", help="how many of the newest to keep")
+    p.add_argument("--output-dir", default="dlaunch_runs", metavar="DIR", help="default ./dlaunch_runs")
+    p.add_argument("--dry-run", action="store_true", help="list what would be removed; remove nothing")
+    p.set_defaults(handler=_run)

@@ -1,0 +1,85 @@
+"""``LaunchRequest``: ``run``'s or ``cluster``'s command line once it is settled, as one frozen, typed value.
+
+The argparse Namespace never leaves ``launcher.cli``: ``cli.request`` settles the flags with the
+``DLAUNCH_*`` and YAML layers (``config.apply_layers``) and builds this request; ``dlaunch
+msrun`` and ``dlaunch torchrun`` build the same request from their own flags, without an argv to re-parse.
+Everything below the CLI (``options``, ``execute.ssh``) reads typed fields, never probes attributes; this
+module imports nothing of dlaunch, so every layer may name the type.
+
+One field per declared launch option (``options._DECLARED``; a test keeps them in step), then what no flag
+says: where the request came from (the sources, for ``config show`` and generated scripts) and what the
+host's launcher learns from a head, an operator's pod or a front (the table's text, the head's variables).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    """Every setting of one ``dlaunch run`` or ``cluster``, settled (flags > DLAUNCH_* > YAML > defaults)."""
+
+    command: str                       # "run" or "cluster"
+    script: str
+    script_args: tuple[str, ...]
+    # the declared options (options._DECLARED), by dest; those of the other command keep their declared default
+    config: tuple[str, ...]
+    module: bool
+    no_python: bool
+    rank_table: str | None
+    profile: str
+    output_dir: str
+    run_id: str | None
+    cwd: str
+    console: str
+    grace_period: float
+    forward_signals: tuple[int, ...] | None
+    termination_log: str | None
+    max_restarts: int
+    hang_timeout: float | None
+    hccn_conf: str
+    waiting_notice: float
+    ms_scheduler: bool
+    ms_topo_timeout: float
+    env: tuple[str, ...]
+    env_file: str | None
+    dry_run: bool
+    master_addr: str | None
+    master_port: int | None
+    ranks: int | str
+    devices: str | None
+    resume: str | None
+    server_id: str | None
+    rank_start: int | None
+    nnodes: int | None
+    node_rank: int | None
+    nproc_per_node: str | None
+    check_network: bool
+    hccn_tool: str | None
+    health_timeout: float
+    job_port: int | None
+    host_timeout: float
+    join_timeout: float
+    ssh: bool
+    ssh_config: str | None
+    trust_new_hosts: bool
+    remote_python: str | None
+    connect_timeout: float
+    # what no flag says
+    sources: Mapping[str, str] = field(default_factory=dict)   # dest -> "command line", "$DLAUNCH_X", a file, "default"
+    rank_table_text: str | None = None     # the table itself (from a head, a front, a pod), not a file to read
+    head_env: Mapping[str, str] = field(default_factory=dict)   # the head's variables for every rank (--ssh)
+    ms_scheduler_elsewhere: bool = False   # MindSpore's scheduler runs in a pod of its own (an operator's job)
+    ms_scheduler_pod: bool = False         # this pod is that scheduler: one process, no device
+    job_addr: str | None = None            # the job's coordinator when the master address is not rank 0's
+
+    def source(self, dest: str) -> str:
+        """Where option ``dest`` came from ("default" when no layer gave it)."""
+        return self.sources.get(dest, "default")
+
+
+_LATER = {"command", "script", "script_args", "sources", "rank_table_text", "head_env", "ms_scheduler_elsewhere",
+          "ms_scheduler_pod", "job_addr"}
+OPTION_FIELDS = frozenset(f.name for f in fields(LaunchRequest)) - _LATER   # one per declared option's dest
