@@ -26,7 +26,7 @@ from typing import Any
 
 from launcher.console import say
 from launcher.contract import LAUNCHER_IDS_ENV, ExitCode, Role
-from launcher.environment import format_env, masked
+from launcher.environment import EnvLog
 from launcher.execute.forwarding import pass_through
 from launcher.execute.hangs import HangWatch, describe_hang, dump_stacks
 from launcher.execute.peers import PeerWait
@@ -178,7 +178,7 @@ class LocalWorkers:
         self.marker_chain = marker_chain(os.environ, self.launcher_id)
         # what every rank inherits, read (masked for env.log, encoded for the spawn) once, not once per rank
         self._environ = dict(os.environ)
-        self._masked_environ = masked(self._environ)
+        self._env_log = EnvLog(self._environ)
         self.spawner = RankSpawner(self._environ, {LAUNCHER_ID_VAR: self.launcher_id,
                                                    LAUNCHER_IDS_ENV: self.marker_chain})
         self.on_started: Callable | None = None  # callback(ranks, scheduler) once every process is running
@@ -230,6 +230,7 @@ class LocalWorkers:
                     return
         finally:
             self.reaper.flush()   # every group the watchdog was not told of yet
+            self._watch_exits(attempt.processes, selector)
         if self.on_started:
             try:
                 self.on_started([p.result for p in attempt.ranks], result.scheduler)
@@ -409,7 +410,7 @@ class LocalWorkers:
             os.makedirs(spec.ckpt_dir or spec.rank_dir, exist_ok=True)
             env_fd = os.open(spec.env_log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             try:   # bytes as given
-                data = memoryview(format_env(spec.env, self._masked_environ).encode("utf-8", "surrogateescape"))
+                data = memoryview(self._env_log.text(spec.env).encode("utf-8", "surrogateescape"))
                 while data:
                     data = data[os.write(env_fd, data):]
             finally:
@@ -442,15 +443,24 @@ class LocalWorkers:
                 tee.add(spec.rank, prefix, log_fd)
                 selector.register(read_fd, selectors.EVENT_READ, ("pipe", spec.rank))
                 read_fd = log_fd = None   # the tee owns them now
+        finally:
+            for fd in (log_fd, read_fd, write_fd):
+                if fd is not None:
+                    os.close(fd)
+
+    @staticmethod
+    def _watch_exits(processes: list[_Process], selector) -> None:
+        """A pidfd per started process, opened once all are spawned: each fd the launcher holds is copied into
+        every later spawn's fd table and closed again at its exec (1,024 pidfds held while spawning: O(N^2)).
+        A rank that ended meanwhile is a zombie until reaped: its pid cannot be reused, its pidfd is readable."""
+        for process in processes:
+            if process.proc is None or process.pidfd is not None:
+                continue
             try:
                 process.pidfd = os.pidfd_open(process.proc.pid)
                 selector.register(process.pidfd, selectors.EVENT_READ, ("exit", process))
             except (AttributeError, OSError):
                 process.pidfd = None  # old kernel: _dispatch polls instead
-        finally:
-            for fd in (log_fd, read_fd, write_fd):
-                if fd is not None:
-                    os.close(fd)
 
     def _pipe_keys(self, selector):
         return [key for key in selector.get_map().values() if key.data[0] == "pipe"]

@@ -22,6 +22,7 @@ import errno
 import os
 import signal
 import subprocess
+import sys
 from collections.abc import Mapping
 
 from launcher.execute.reaper import child_setup, death_signal_wrapper
@@ -72,8 +73,12 @@ def _keep_fds_private() -> None:
             continue   # the listing's own descriptor, closed by now
 
 
+_FS_ENCODING, _FS_ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
+
+
 def _encode(env: Mapping[str, str]) -> dict[bytes, bytes]:
-    return {os.fsencode(k): os.fsencode(v) for k, v in env.items()}
+    """``os.fsencode`` of every name and value, without its two Python calls per string (a rank's ~30)."""
+    return {k.encode(_FS_ENCODING, _FS_ERRORS): v.encode(_FS_ENCODING, _FS_ERRORS) for k, v in env.items()}
 
 
 class RankSpawner:
