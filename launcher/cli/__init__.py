@@ -17,10 +17,15 @@ from launcher.errors import DlaunchError, UsageError
 from launcher.options import LAUNCH_COMMANDS, options_for, settle
 
 
-def cmd_from_head() -> int:
-    """``cluster --from-head``: this host's launcher, its request read from the SSH channel (ssh.protocol)."""
+def cmd_from_head(announce: bool = False) -> int:
+    """``cluster --from-head``: this host's launcher, its request read from the SSH channel (ssh.protocol);
+    with ``--announce``, first its version and the preflight's ready mark (one Python start per host)."""
     from launcher.execute.ssh import protocol
 
+    if announce:
+        from launcher.execute.ssh.plan import CHECK_MARK
+
+        protocol.announce(CHECK_MARK + "ready")
     request, pending = protocol.read_request(0)
     args = build_parser().parse_args(["cluster", *map(str, request["argv"])])
     args.script_args = [str(a) for a in request.get("script_args", [])]
@@ -108,8 +113,8 @@ def main(argv: list[str] | None = None) -> int:
         say(f"error: unknown command {printable(argv[0])!r}" + (f"; did you mean {meant[0]!r}?" if meant else
             f" (commands: {', '.join(parser.subcommands)})"), usage=parser.format_usage())
         return UsageError.exit_code
-    if argv == ["cluster", "--from-head"]:
-        handler = cmd_from_head
+    if argv in (["cluster", "--from-head"], ["cluster", "--from-head", "--announce"]):   # the SSH head's, verbatim
+        handler = lambda: cmd_from_head(announce=len(argv) == 3)  # noqa: E731
     else:
         args, extras = parser.parse_known_args(argv)
         if args.command is None:

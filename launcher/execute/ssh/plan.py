@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from launcher import __version__
 from launcher.errors import UsageError
+from launcher.execute.ssh.protocol import ANNOUNCE_FLAG
 
 # Variables of the head's environment that every rank gets by default: the
 # collective libraries' knobs, the data location and the Python path a job
@@ -169,14 +170,11 @@ def job_argv(opts) -> list[str]:
             *(["--job-port", str(opts.job_port)] if opts.job_port else [])]
 
 
-HOST_ENTRY = "launcher.execute.ssh.hostentry"   # says the version and the ready mark, then is the host's launcher
-
-
 def remote_command(python: str, cwd: str, target_kind: str, target: str) -> str:
     """Each host's one command: the checks shell builtins can make, then ``exec`` the launcher.
 
     Every piece is quoted and only paths appear.  A failed check prints its
-    mark and exits before the launcher.  The launcher (``HOST_ENTRY``) prints
+    mark and exits before the launcher.  The launcher (``--announce``) prints
     its version and the ready mark, then only waits for its request, so
     starting nothing is still the head's call: one Python start per host (the
     version used to be a ``python -m launcher --version`` of its own).
@@ -192,9 +190,9 @@ def remote_command(python: str, cwd: str, target_kind: str, target: str) -> str:
         find = f"command -v {q(target)} >/dev/null 2>&1 || {fail('missing')}; "
     else:
         find = ""  # a module is found by the ranks' Python; checking would mean importing the user's code
-    return (f"cd {q(cwd)} 2>/dev/null || {fail('nocwd')}; "
-            f"command -v {q(python)} >/dev/null 2>&1 || {fail('noversion')}; {find}"
-            f"exec {shlex.join([python, '-m', HOST_ENTRY])}")
+    return (f"command -v {q(python)} >/dev/null 2>&1 || {fail('noversion')}; "
+            f"cd {q(cwd)} 2>/dev/null || {fail('nocwd')}; {find}"
+            f"exec {shlex.join([python, '-m', 'launcher', 'cluster', '--from-head', ANNOUNCE_FLAG])}")
 
 
 def load_ssh_config(path: str | None):

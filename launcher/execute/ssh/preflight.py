@@ -2,7 +2,8 @@
 
 One thread per host (paramiko blocks). Host keys are verified against known_hosts. The session's command
 first checks the remote dlaunch version, the working directory and the script, prints a ready mark, then
-``exec``s ``PYTHON -m launcher cluster --from-head``, which waits for its request. Every failing host is
+``exec``s ``PYTHON -m launcher cluster --from-head --announce``, which says its version and the ready mark,
+then waits for its request. Every failing host is
 reported together; unless all are ready the head hangs up, the waiting launchers read EOF instead of a
 request and exit, and nothing (no rank, no run directory) has started anywhere.
 
@@ -21,7 +22,8 @@ from typing import Any
 
 from launcher import __version__
 from launcher.console import say
-from launcher.execute.ssh.plan import CHECK_MARK, HOST_ENTRY, HostLaunch, SshPlan, Target
+from launcher.execute.ssh.plan import CHECK_MARK, HostLaunch, SshPlan, Target
+from launcher.execute.ssh.protocol import ANNOUNCE_FLAG
 
 KEEPALIVE_SECONDS = 5          # so a host that vanishes without a TCP reset is noticed
 
@@ -216,20 +218,20 @@ def _check_problem(output: str, mark: str, plan: SshPlan, expected_version: str)
     if what == "noversion":
         return (f"cannot run {plan.python} -m launcher there (exit {status}): "
                 f"{said[-1] if said else 'no output'}; pass --remote-python PATH")
+    if what == "nocwd":
+        return f"working directory {plan.cwd} does not exist there (ranks start from the head's directory)"
+    if what == "missing":
+        return f"{plan.target_kind} {plan.target} not found there"
     found = said[-1] if said else ""
-    if not mark and "No module named 'launcher')" in output:   # python -m's words when there is no dlaunch
+    if not mark and "No module named launcher" in output:   # python -m's words when there is no dlaunch
         return f"cannot run {plan.python} -m launcher there: {found}; pass --remote-python PATH"
-    if not mark and "No module named" in output and "launcher" in output:   # a dlaunch without HOST_ENTRY
-        return f"version mismatch: an older dlaunch there (it has no {HOST_ENTRY}), {expected_version} here; " \
+    if not mark and ANNOUNCE_FLAG in output and "unrecognized" in output:   # a dlaunch older than --announce
+        return f"version mismatch: an older dlaunch there (no {ANNOUNCE_FLAG}), {expected_version} here; " \
                "install the same dlaunch"
     if found != expected_version:
         if not mark:
             return f"the checks did not run (the remote shell said: {' / '.join(said[-2:]) or 'nothing'})"
         return f"version mismatch: {found or 'nothing'} there, {expected_version} here; install the same dlaunch"
-    if what == "nocwd":
-        return f"working directory {plan.cwd} does not exist there (ranks start from the head's directory)"
-    if what == "missing":
-        return f"{plan.target_kind} {plan.target} not found there"
     if what != "ready":
         return f"the checks ended unexpectedly ({mark or 'no ready mark'})"
     return None

@@ -1,8 +1,8 @@
 """One Python start per SSH host: the preflight's version check is the host launcher's own first line.
 
 The remote command checks with shell builtins what needs no Python, then execs
-``python -m launcher.execute.ssh.hostentry``, which prints the version and the
-ready mark and becomes the host's launcher.  Tested against a real sshd host
+``python -m launcher cluster --from-head --announce``, which prints the version
+and the ready mark, then waits for its request.  Tested against a real sshd host
 (tests/sshd_hosts.py): a launch works; a Python without dlaunch, and a dlaunch
 too old to have the host entry, are each one clear preflight line and exit 2.
 
@@ -19,7 +19,7 @@ from pathlib import Path
 from sshd_hosts import cluster_fixture
 from tests.launching import RANK_PROGRAM, ROOT, run_dlaunch, write_rank_table
 
-from launcher.execute.ssh.plan import HOST_ENTRY, remote_command
+from launcher.execute.ssh.plan import remote_command
 
 HOST = "127.0.0.2"
 ssh_host = cluster_fixture(1)
@@ -28,7 +28,8 @@ ssh_host = cluster_fixture(1)
 def test_the_remote_command_starts_python_once():
     words = shlex.split(remote_command("/opt/py/bin/python3", "/work dir", "script", "/work dir/train.py"))
     assert words.count("/opt/py/bin/python3") == 2   # `command -v` (a shell builtin) and the one exec
-    assert words[words.index("exec") + 1:] == ["/opt/py/bin/python3", "-m", HOST_ENTRY]
+    assert words[words.index("exec") + 1:] == ["/opt/py/bin/python3", "-m", "launcher", "cluster", "--from-head",
+                                               "--announce"]
     assert "--version" not in words
 
 
@@ -58,7 +59,9 @@ def test_a_python_without_dlaunch_is_named(ssh_host, tmp_path):
 def test_an_older_dlaunch_on_a_host_is_a_version_mismatch(ssh_host, tmp_path):
     old = tmp_path / "old"
     (old / "launcher").mkdir(parents=True)
-    (old / "launcher" / "__init__.py").write_text("__version__ = '0.0.1'\n")   # a dlaunch without the host entry
+    (old / "launcher" / "__main__.py").write_text(   # a dlaunch whose cluster --from-head takes no --announce
+        "import sys\nsys.exit('dlaunch cluster: error: unrecognized arguments: ' + ' '.join(sys.argv[3:]))\n")
+    (old / "launcher" / "__init__.py").write_text("")
     wrapper = tmp_path / "old-python"
     wrapper.write_text(f"#!/bin/sh\ncd {shlex.quote(str(old))}\nexec {shlex.quote(sys.executable)} \"$@\"\n")
     wrapper.chmod(0o755)
