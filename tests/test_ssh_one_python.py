@@ -17,9 +17,9 @@ import sys
 from pathlib import Path
 
 from sshd_hosts import cluster_fixture
-from tests.launching import RANK_PROGRAM, ROOT, run_dlaunch, write_rank_table
 
 from launcher.execute.ssh.plan import remote_command
+from tests.launching import RANK_PROGRAM, ROOT, run_dlaunch, write_rank_table
 
 HOST = "127.0.0.2"
 ssh_host = cluster_fixture(1)
