@@ -28,15 +28,22 @@ import argparse
 import os
 import shutil
 import socket
-import statistics
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_run import describe_procs, kill_procs, rank_processes, run_launcher  # noqa: E402
+from harness import (  # noqa: E402  (the shared harness: one run measured, one table)
+    Row,
+    alternating,
+    describe_procs,
+    fmt_list,
+    kill_procs,
+    print_table,
+    rank_processes,
+    run_launcher,
+)
 
 HERE = Path(__file__).resolve().parent
 MS_INIT = str(HERE / "ranks" / "ms_init.py")
@@ -54,20 +61,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-@dataclass
-class Row:
-    name: str
-    msrun: list[float]
-    dlaunch: list[float]
-    goal: str
-    met: bool
-    notes: list[str] = field(default_factory=list)
-
-    @staticmethod
-    def median(values: list[float]) -> float:
-        return statistics.median(values) if values else float("nan")
 
 
 class Bench:
@@ -101,11 +94,10 @@ class Bench:
         """(launcher, Run, work dir) for msrun and dlaunch, self.repeat times each, alternating who goes first."""
         if self.warmup:
             self.run("msrun", ranks)     # untimed: the first MindSpore imports fill the page cache
-        for rep in range(self.repeat):
-            for launcher in (("msrun", "dlaunch") if rep % 2 == 0 else ("dlaunch", "msrun")):
-                stamp_dir = self.fresh("stamp")
-                run, _ = self.run(launcher, ranks, *make_args(stamp_dir))
-                yield launcher, run, stamp_dir
+        for _, launcher in alternating(self.repeat, "msrun", "dlaunch"):
+            stamp_dir = self.fresh("stamp")
+            run, _ = self.run(launcher, ranks, *make_args(stamp_dir))
+            yield launcher, run, stamp_dir
 
     def launch(self, ranks: int) -> Row:
         walls = {"msrun": [], "dlaunch": []}
@@ -115,9 +107,9 @@ class Bench:
             codes[launcher].append(run.exit_code)
             if run.exit_code != 0:
                 self.problems.append(f"launch {ranks}: {launcher} exited {run.exit_code}: {run.stderr[-500:]}")
-        row = Row(f"launch, {ranks} ranks init() and exit (wall)", walls["msrun"], walls["dlaunch"],
+        row = Row(f"launch, {ranks} ranks init() and exit (wall)", "s", walls["dlaunch"], walls["msrun"],
                   "dlaunch <= 1.0 x msrun", False)
-        row.met = row.median(row.dlaunch) <= row.median(row.msrun) and not any(codes["dlaunch"])
+        row.met = row.dl_median <= row.peer_median and not any(codes["dlaunch"])
         row.notes.append(f"exit codes: msrun {codes['msrun']}, dlaunch {codes['dlaunch']}")
         return row
 
@@ -140,43 +132,19 @@ class Bench:
             except (OSError, ValueError):
                 self.problems.append(f"failfast: {launcher}: rank {FAIL_RANK} never wrote its stamp (exit "
                                      f"{run.exit_code}): {run.stderr[-500:]}")
-        row = Row(f"fail-fast, rank {FAIL_RANK} of {FAIL_RANKS} exits {FAIL_RANK} after init()", lat["msrun"],
-                  lat["dlaunch"], f"dlaunch < {GRACE + 1:g} s, exit {FAIL_RANK}", False)
+        row = Row(f"fail-fast, rank {FAIL_RANK} of {FAIL_RANKS} exits {FAIL_RANK} after init()", "s",
+                  lat["dlaunch"], lat["msrun"], f"dlaunch < {GRACE + 1:g} s, exit {FAIL_RANK}", False)
         row.met = (bool(lat["dlaunch"]) and max(lat["dlaunch"]) < GRACE + 1
                    and all(code == FAIL_RANK for code in codes["dlaunch"]))
         row.notes.append(f"exit codes: msrun {codes['msrun']}, dlaunch {codes['dlaunch']}")
-        row.notes.append(f"launcher wall (s): msrun {_fmt_list(walls['msrun'])}, dlaunch {_fmt_list(walls['dlaunch'])}")
+        row.notes.append(f"launcher wall (s): msrun {fmt_list(walls['msrun'])}, dlaunch {fmt_list(walls['dlaunch'])}")
         return row
 
 
-def _fmt(value: float) -> str:
-    return "n/a" if value != value else f"{value:.2f} s"
-
-
-def _fmt_list(values: list[float]) -> str:
-    return "[" + ", ".join(f"{v:.2f}" for v in values) + "]"
-
-
-def print_table(rows: list[Row], repeat: int) -> None:
+def mindspore_version() -> str:
     import mindspore
 
-    print()
-    print(f"dlaunch msrun vs msrun (MindSpore {mindspore.__version__}, CPU), median of {repeat} run(s) each, "
-          f"alternating ({os.cpu_count()} CPUs, Python {sys.version.split()[0]})")
-    header = f"{'measurement':46} {'msrun':>9} {'dlaunch':>9} {'ratio':>6}  {'goal':24} result"
-    print(header)
-    print("-" * len(header))
-    for row in rows:
-        ms, dl = row.median(row.msrun), row.median(row.dlaunch)
-        print(f"{row.name:46} {_fmt(ms):>9} {_fmt(dl):>9} {dl / ms if ms else float('nan'):6.3f}  {row.goal:24} "
-              f"{'met' if row.met else 'MISSED'}")
-    print()
-    for row in rows:
-        print(f"{row.name}:")
-        print(f"    msrun   {_fmt_list(row.msrun)} s")
-        print(f"    dlaunch {_fmt_list(row.dlaunch)} s")
-        for note in row.notes:
-            print(f"    {note}")
+    return f" msrun (MindSpore {mindspore.__version__}, CPU)"
 
 
 def main() -> int:
@@ -208,7 +176,7 @@ def main() -> int:
         left = describe_procs(rank_processes(launchers=True))
         kill_procs(rank_processes(launchers=True))
         shutil.rmtree(tmp, ignore_errors=True)
-    print_table(rows, repeat)
+    print_table(rows, "msrun", repeat, mindspore_version())
     print()
     print(f"rank processes alive at the end: {len(left)}" + "".join(f"\n    {d}" for d in left))
     print("problems seen:" + ("".join(f"\n    {p}" for p in bench.problems) if bench.problems else

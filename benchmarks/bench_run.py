@@ -58,20 +58,27 @@ import argparse
 import os
 import re
 import shutil
-import signal
-import statistics
-import subprocess
 import sys
 import tempfile
-import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
-import psutil
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import (  # noqa: E402  (the shared harness: one run measured, one table)
+    MIB,
+    RANKS_DIR,
+    RUN_TIMEOUT,
+    Row,
+    Run,
+    describe_procs,
+    fmt_list,
+    kill_procs,
+    print_table,
+    rank_processes,
+    run_launcher,
+)
 
 HERE = Path(__file__).resolve().parent
-RANKS_DIR = HERE / "ranks"
 BIN = Path(sys.executable).parent
 DLAUNCH = str(BIN / "dlaunch")
 TORCHRUN = str(BIN / "torchrun")
@@ -81,8 +88,6 @@ FAIL_DELAY = 0.5
 SLEEP_SECONDS = 1.0
 LINES = 100_000
 QUICK_LINES = 10_000
-RUN_TIMEOUT = 120.0
-MIB = 1024 * 1024
 MEASUREMENTS = ("launch", "failfast", "memory", "console")
 FRONT = "run"   # --front torchrun: dlaunch is started as `dlaunch torchrun --standalone ...`, torchrun's own line
 
@@ -104,187 +109,7 @@ def rank_script(name: str) -> str:
     return str(RANKS_DIR / name)
 
 
-# --------------------------------------------------------------------------------------------- one launcher run
-
-
-@dataclass
-class Run:
-    launcher: str
-    argv: list[str]
-    exit_code: int
-    wall: float                 # seconds from Popen to the launcher's exit
-    ended: float                # time.time() when waitid() saw it exit
-    cpu_own: float              # user+system of the launcher process itself (all its threads)
-    cpu_children: float         # user+system of its waited-for children (ranks, helpers)
-    peak_rss: int               # bytes: VmHWM of the launcher process
-    helpers: dict = field(default_factory=dict)   # pid -> [cmdline, peak VmHWM bytes] of non-rank children
-    leftovers: list = field(default_factory=list)  # rank (or launcher-helper) processes alive after it exited
-    timed_out: bool = False
-    stderr: str = ""
-
-
-def _vm_hwm(pid: int) -> int | None:
-    """Peak RSS of one process (its own address space only), in bytes; None once it has no memory."""
-    try:
-        with open(f"/proc/{pid}/status", "rb") as fh:
-            for line in fh:
-                if line.startswith(b"VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError):
-        pass
-    return None
-
-
-def _is_launcher_cmd(cmdline: list[str]) -> bool:
-    """dlaunch or torchrun itself (or a process forked from it that did not exec, like dlaunch's reaper)."""
-    return any(os.path.basename(part) in ("dlaunch", "torchrun") for part in cmdline[:2])
-
-
-def _is_rank_cmd(cmdline: list[str]) -> bool:
-    return not _is_launcher_cmd(cmdline) and any(str(RANKS_DIR) in part for part in cmdline)
-
-
-def _is_bench_launcher_cmd(cmdline: list[str]) -> bool:
-    return _is_launcher_cmd(cmdline) and any(str(RANKS_DIR) in part for part in cmdline)
-
-
-class _Sampler(threading.Thread):
-    """Polls the launcher's VmHWM (and, optionally, its non-rank children's) every ``interval`` seconds."""
-
-    def __init__(self, pid: int, interval: float, watch_helpers: bool):
-        super().__init__(daemon=True)
-        self.pid, self.interval, self.watch_helpers = pid, interval, watch_helpers
-        self.stop = threading.Event()
-        self.peak = 0
-        self.children: dict[int, list] = {}   # pid -> [last cmdline, peak VmHWM]
-
-    def run(self) -> None:
-        try:
-            launcher = psutil.Process(self.pid)
-        except psutil.Error:
-            return
-        while True:
-            hwm = _vm_hwm(self.pid)
-            if hwm:
-                self.peak = max(self.peak, hwm)
-            if self.watch_helpers:
-                try:
-                    kids = launcher.children()
-                except psutil.Error:
-                    kids = []
-                for kid in kids:
-                    try:
-                        cmdline = kid.cmdline()
-                    except psutil.Error:
-                        continue
-                    entry = self.children.setdefault(kid.pid, [cmdline, 0])
-                    entry[0] = cmdline or entry[0]   # a rank execs: the last cmdline seen decides
-                    entry[1] = max(entry[1], _vm_hwm(kid.pid) or 0)
-            if self.stop.wait(self.interval):
-                return
-
-    def helpers(self) -> dict[int, list]:
-        return {pid: entry for pid, entry in self.children.items() if not _is_rank_cmd(entry[0])}
-
-
-def rank_processes(launchers: bool = False) -> list[psutil.Process]:
-    """Live processes running one of benchmarks/ranks/*.py (zombies have no cmdline and are not counted);
-    with ``launchers``, also launcher processes (and their forks, e.g. dlaunch's reaper) running them."""
-    found = []
-    for proc in psutil.process_iter(["pid", "cmdline"]):
-        cmdline = proc.info["cmdline"] or []
-        if proc.pid != os.getpid() and (_is_rank_cmd(cmdline) or (launchers and _is_bench_launcher_cmd(cmdline))):
-            found.append(proc)
-    return found
-
-
-def describe_procs(procs: list[psutil.Process]) -> list[str]:
-    out = []
-    for proc in procs:
-        try:
-            out.append(f"pid {proc.pid} ppid {proc.ppid()} {proc.status()}: {' '.join(proc.cmdline())}")
-        except psutil.Error:
-            pass
-    return out
-
-
-def kill_procs(procs: list[psutil.Process]) -> None:
-    for proc in procs:
-        try:
-            proc.kill()
-        except psutil.Error:
-            pass
-    psutil.wait_procs(procs, timeout=5)
-
-
-def run_launcher(launcher: str, argv: list[str], env: dict, cwd: str, *, stdout=subprocess.DEVNULL,
-                 watch_helpers: bool = False, timeout: float = RUN_TIMEOUT) -> Run:
-    with tempfile.TemporaryFile() as err:
-        timed_out = threading.Event()
-        start = time.perf_counter()
-        proc = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=stdout, stderr=err)
-
-        def on_timeout() -> None:
-            timed_out.set()
-            proc.send_signal(signal.SIGTERM)
-            time.sleep(5)
-            if proc.returncode is None:
-                try:
-                    proc.kill()
-                except OSError:
-                    pass
-
-        sampler = _Sampler(proc.pid, 0.01, watch_helpers)
-        sampler.start()
-        timer = threading.Timer(timeout, on_timeout)
-        timer.daemon = True
-        timer.start()
-        exited = False
-        try:
-            os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)   # exited, not reaped: /proc/PID stays
-            exited = True
-            ended, wall = time.time(), time.perf_counter() - start
-            try:
-                times = psutil.Process(proc.pid).cpu_times()
-                cpu_own, cpu_children = times.user + times.system, times.children_user + times.children_system
-            except psutil.Error:
-                cpu_own = cpu_children = float("nan")
-            sampler.stop.set()
-            sampler.join()
-        finally:
-            timer.cancel()
-            if not exited:   # interrupted (Ctrl-C) while the launcher runs: stop it, then reap it
-                proc.send_signal(signal.SIGTERM)
-            exit_code = proc.wait()
-        leftovers = rank_processes(launchers=True)
-        left_desc = describe_procs(leftovers)
-        kill_procs(leftovers)
-        err.seek(0)
-        stderr = err.read().decode("utf-8", "replace")
-    return Run(launcher, argv, exit_code, wall, ended, cpu_own, cpu_children, sampler.peak, sampler.helpers(),
-               left_desc, timed_out.is_set(), stderr)
-
-
 # --------------------------------------------------------------------------------------------- the measurements
-
-
-@dataclass
-class Row:
-    name: str
-    unit: str
-    dlaunch: list[float]
-    torchrun: list[float]
-    goal: str
-    met: bool
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def dl_median(self) -> float:
-        return statistics.median(self.dlaunch)
-
-    @property
-    def tr_median(self) -> float:
-        return statistics.median(self.torchrun)
 
 
 class Bench:
@@ -337,7 +162,7 @@ class Bench:
             walls[run.launcher].append(run.wall)
         row = Row(f"launch overhead, {NPROC} no-op ranks (launcher wall)", "s", walls["dlaunch"],
                   walls["torchrun"], "dlaunch <= 0.15 x torchrun", False)
-        row.met = row.dl_median <= 0.15 * row.tr_median
+        row.met = row.dl_median <= 0.15 * row.peer_median
         return row
 
     # 2 ---------------------------------------------------------------------------------------------------------
@@ -437,9 +262,9 @@ class Bench:
             shutil.rmtree(out, ignore_errors=True)
         row = Row(f"launcher CPU, {NPROC} ranks x {self.lines:,} lines to console", "s", cpu["dlaunch"],
                   cpu["torchrun"], "dlaunch CPU <= torchrun CPU", False)
-        row.met = row.dl_median <= row.tr_median
-        row.notes.append(f"launcher wall (s): dlaunch {_fmt_list(walls['dlaunch'])}, torchrun "
-                         f"{_fmt_list(walls['torchrun'])}")
+        row.met = row.dl_median <= row.peer_median
+        row.notes.append(f"launcher wall (s): dlaunch {fmt_list(walls['dlaunch'])}, torchrun "
+                         f"{fmt_list(walls['torchrun'])}")
         row.notes.append(f"lines in logs (expected {expected:,}): dlaunch {counts['dlaunch']}, torchrun "
                          f"{counts['torchrun']}")
         row.notes.extend(self.console_completeness())
@@ -488,36 +313,6 @@ def _count_lines(path: Path) -> int:
     return count
 
 
-def _fmt(value: float, unit: str) -> str:
-    if value != value:  # nan
-        return "n/a"
-    return f"{value:.1f} {unit}" if unit == "MiB" else f"{value:.3f} {unit}"
-
-
-def _fmt_list(values: list[float]) -> str:
-    return "[" + ", ".join(f"{v:.3f}" for v in values) + "]"
-
-
-def print_table(rows: list[Row], repeat: int) -> None:
-    print()
-    print(f"dlaunch vs torchrun, median of {repeat} run(s) each, alternating "
-          f"({psutil.cpu_count()} CPUs, Python {sys.version.split()[0]})")
-    header = f"{'measurement':46} {'dlaunch':>11} {'torchrun':>11} {'ratio':>6}  {'goal':28} result"
-    print(header)
-    print("-" * len(header))
-    for row in rows:
-        ratio = row.dl_median / row.tr_median if row.tr_median else float("nan")
-        print(f"{row.name:46} {_fmt(row.dl_median, row.unit):>11} {_fmt(row.tr_median, row.unit):>11} "
-              f"{ratio:6.3f}  {row.goal:28} {'met' if row.met else 'MISSED'}")
-    print()
-    for row in rows:
-        print(f"{row.name}:")
-        print(f"    dlaunch  {_fmt_list(row.dlaunch)} {row.unit}")
-        print(f"    torchrun {_fmt_list(row.torchrun)} {row.unit}")
-        for note in row.notes:
-            print(f"    {note}")
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeat", type=int, default=None, help="repetitions per launcher (default 3; 1 with --quick)")
@@ -557,7 +352,7 @@ def main() -> int:
         left_desc = describe_procs(leftovers)
         kill_procs(leftovers)
         shutil.rmtree(tmp, ignore_errors=True)
-    print_table(rows, repeat)
+    print_table(rows, "torchrun", repeat)
     print()
     print(f"rank processes alive at the end: {len(left_desc)}" + "".join(f"\n    {d}" for d in left_desc))
     if bench.problems:

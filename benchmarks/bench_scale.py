@@ -6,13 +6,20 @@ repetition):
     dlaunch run --no-python /bin/true --ranks N --profile structure --console none --output-dir TMP
     torchrun --standalone --nproc-per-node N --no-python /bin/true
 
-Measured per launcher run: the wall time of the launcher process (start to exit, its ranks included), and
-the launcher's own CPU time (user + system of the launcher process alone, ranks and helpers excluded, read
-from /proc/PID/stat after it exited and before it is reaped).  Reported: medians, the dlaunch/torchrun
-ratio, and the launcher's CPU per rank.  Goals (issue 22): dlaunch faster at every N, wall <= 0.5x
-torchrun's at 1,024, launcher CPU per rank <= 0.3 ms.
+Measured per launcher run (benchmarks/harness.py, the same for every side-by-side benchmark): the wall time
+of the launcher process (start to exit, its ranks included), the launcher's own CPU time (user + system of
+the launcher process alone, ranks and helpers excluded, read from /proc/PID/stat after it exited and before
+it is reaped), the CPU of the children it reaped (ranks; dlaunch's ranks include their setpriv exec), and its
+peak RSS (VmHWM).  Reported: medians, the dlaunch/torchrun ratio from the same run, the CPU per rank.
+Goals (issue 22): dlaunch faster at every N, wall <= 0.5x torchrun's at 1,024, launcher CPU per rank <= 0.3 ms,
+peak RSS <= 64 MiB at 1,024.
 
-Run:  .venv/bin/python benchmarks/bench_scale.py [--sizes 1,8,64,256,1024] [--repeat 3]
+Where the run directories live matters on some machines: every rank costs dlaunch four new inodes (its rank
+directory, its checkpoint directory, env.log, output.log) and torchrun one or two; ``--tmp /dev/shm`` puts
+both launchers' files (dlaunch's --output-dir, torchrun's TMPDIR) on a tmpfs, to tell the filesystem's cost
+from the launcher's.
+
+Run:  .venv/bin/python benchmarks/bench_scale.py [--sizes 1,8,64,256,1024] [--repeat 3] [--tmp DIR]
 """
 
 from __future__ import annotations
@@ -20,15 +27,16 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import MIB, Row, alternating, print_table, run_launcher  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
+CPU_GOAL_MS, RSS_GOAL_MIB, RATIO_GOAL_AT_1024 = 0.3, 64, 0.5
 
 
 def argv(launcher: str, ranks: int, out: Path) -> list[str]:
@@ -38,51 +46,54 @@ def argv(launcher: str, ranks: int, out: Path) -> list[str]:
     return [str(BIN / "torchrun"), "--standalone", "--nproc-per-node", str(ranks), "--no-python", "/bin/true"]
 
 
-def one_run(launcher: str, ranks: int) -> tuple[float, float]:
-    """(wall seconds, the launcher's own CPU seconds) of one launch."""
-    work = Path(tempfile.mkdtemp(prefix="dlaunch-scale-"))
+def one_run(launcher: str, ranks: int, tmp: str | None):
+    """One launch, measured by the shared harness; exits the benchmark if it fails."""
+    work = Path(tempfile.mkdtemp(prefix="dlaunch-scale-", dir=tmp))
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(work)}   # torchrun leaves files in TMPDIR
     try:
-        started = time.perf_counter()
-        proc = subprocess.Popen(argv(launcher, ranks, work / "runs"), cwd=work, env=env,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)   # exited, not yet reaped: its stat is final
-        wall = time.perf_counter() - started
-        with open(f"/proc/{proc.pid}/stat") as fh:
-            fields = fh.read().rsplit(")", 1)[1].split()
-        own = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-        _, err = proc.communicate()
-        if proc.returncode != 0:
-            raise SystemExit(f"{launcher} with {ranks} ranks exited {proc.returncode}: {err.decode()[-400:]}")
-        return wall, own
+        run = run_launcher(launcher, argv(launcher, ranks, work / "runs"), env, str(work), timeout=600)
+        if run.exit_code != 0 or run.timed_out:
+            raise SystemExit(f"{launcher} with {ranks} ranks exited {run.exit_code}: {run.stderr[-400:]}")
+        return run
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def measure(size: int, repeat: int, tmp: str | None) -> list[Row]:
+    runs: dict[str, list] = {"dlaunch": [], "torchrun": []}
+    for _, launcher in alternating(repeat, "dlaunch", "torchrun"):
+        runs[launcher].append(one_run(launcher, size, tmp))
+    wall = Row(f"{size:5d} ranks: launcher wall", "s", [r.wall for r in runs["dlaunch"]],
+               [r.wall for r in runs["torchrun"]], "faster" + (", <= 0.5x" if size >= 1024 else ""), False)
+    wall.met = wall.ratio < (RATIO_GOAL_AT_1024 if size >= 1024 else 1.0)
+    cpu = Row(f"{size:5d} ranks: launcher's own CPU per rank", "ms",
+              [r.cpu_own / size * 1000 for r in runs["dlaunch"]], [r.cpu_own / size * 1000 for r in runs["torchrun"]],
+              f"<= {CPU_GOAL_MS:g} ms", False)
+    cpu.met = cpu.dl_median <= CPU_GOAL_MS
+    children = {k: sorted(r.cpu_children / size * 1000 for r in v) for k, v in runs.items()}
+    cpu.notes.append(f"CPU per rank of the ranks it reaped (ms): dlaunch {children['dlaunch']}, "
+                     f"torchrun {children['torchrun']}")
+    rss = Row(f"{size:5d} ranks: launcher peak RSS", "MiB", [r.peak_rss / MIB for r in runs["dlaunch"]],
+              [r.peak_rss / MIB for r in runs["torchrun"]], f"<= {RSS_GOAL_MIB} MiB", False)
+    rss.met = rss.dl_median <= RSS_GOAL_MIB
+    return [wall, cpu, rss]
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="1,8,64,256,1024")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--tmp", default=None, help="where both launchers' files go (default: TMPDIR)")
     args = parser.parse_args()
     if not (BIN / "torchrun").exists():
         parser.error(f"{BIN / 'torchrun'} not found: run with the venv's python (.venv/bin/python)")
-    print(f"machine: {os.cpu_count()} cores; ranks are /bin/true; median of {args.repeat} alternating runs each")
-    print(f"{'ranks':>6} {'dlaunch':>9} {'torchrun':>9} {'ratio':>6}  {'dlaunch CPU/rank':>16} "
-          f"{'torchrun CPU/rank':>17}")
-    met = True
+    rows: list[Row] = []
     for size in (int(s) for s in args.sizes.split(",")):
-        runs: dict[str, list[tuple[float, float]]] = {"dlaunch": [], "torchrun": []}
-        for i in range(args.repeat):
-            for launcher in (("dlaunch", "torchrun") if i % 2 == 0 else ("torchrun", "dlaunch")):
-                runs[launcher].append(one_run(launcher, size))
-        wall = {k: statistics.median(w for w, _ in v) for k, v in runs.items()}
-        cpu = {k: statistics.median(c for _, c in v) / size * 1000 for k, v in runs.items()}
-        ratio = wall["dlaunch"] / wall["torchrun"]
-        met = met and ratio < 1 and (size < 1024 or ratio <= 0.5)
-        print(f"{size:>6} {wall['dlaunch']:>8.3f}s {wall['torchrun']:>8.3f}s {ratio:>6.2f}  "
-              f"{cpu['dlaunch']:>13.2f} ms {cpu['torchrun']:>14.2f} ms", flush=True)
-    print("goal (faster at every size, <= 0.5x at 1,024):", "met" if met else "NOT met")
-    return 0 if met else 1
+        rows.extend(measure(size, args.repeat, args.tmp))
+        print(f"{size} ranks measured", file=sys.stderr, flush=True)
+    where = f"; files in {args.tmp}" if args.tmp else ""
+    print_table(rows, "torchrun", args.repeat, f" run (ranks are /bin/true{where})")
+    return 0 if all(row.met for row in rows) else 1
 
 
 if __name__ == "__main__":

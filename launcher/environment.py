@@ -150,8 +150,14 @@ def masked_argv(argv) -> list[str]:
     return shown
 
 
-def format_env(env: dict[str, str], masked_base: dict[str, str] | None = None) -> str:
-    """KEY=VALUE lines, sorted, secrets masked: the env.log format.  ``masked_base``: the inherited part,
-    masked once for every rank of a launch, ``env`` then only what the rank adds."""
-    shown = {**masked_base, **masked(env)} if masked_base is not None else masked(env)
-    return "".join(f"{k}={v}\n" for k, v in sorted(shown.items()))
+class EnvLog:
+    """env.log's format (KEY=VALUE lines, sorted, secrets masked) for every rank of one launch: the inherited
+    part masked and rendered once, then each rank's own variables added (not ~100 inherited lines per rank)."""
+
+    def __init__(self, inherited: dict[str, str]):
+        self._lines = {k: f"{k}={v}\n" for k, v in masked(inherited).items()}
+
+    def text(self, env: dict[str, str]) -> str:
+        lines = self._lines.copy()
+        lines.update((k, f"{k}={v}\n") for k, v in masked(env).items())
+        return "".join([lines[k] for k in sorted(lines)])

@@ -102,7 +102,8 @@ def check_run_id(run_id: str) -> str:
     return run_id
 
 
-INDENTED_JSON_LIMIT = 256 << 10   # bigger files (a 1,024-rank plan) are written compact: seconds saved
+INDENTED_JSON_LIMIT = 64 << 10   # bigger files (a 1,024-rank plan, pids, summary) are written compact: the
+                                 # indenting encoder is pure Python, some 10x slower than the C one
 
 
 def write_json(path: str, data) -> None:

@@ -156,7 +156,7 @@ def test_value_with_quotes_and_command_substitution_arrives_intact_and_off_the_c
         remote = sshd_command_lines(ssh_cluster)
         launchers = [cmdline for _, cmdline in remote if "launcher cluster" in cmdline]
         assert len(launchers) >= 2  # one per host (plus the watchdog each forks, same command line)
-        assert set(launchers) == {f"{sys.executable} -m launcher cluster --from-head"}
+        assert set(launchers) == {f"{sys.executable} -m launcher cluster --from-head --announce"}
         assert sum(pid in rank_pids for pid, _ in remote) == 4
         for pid, cmdline in remote:
             assert env_value not in cmdline, cmdline
@@ -204,7 +204,7 @@ def test_dry_run_prints_every_hosts_plan_without_connecting(tmp_path, out):
     text = result.stdout
     command = next(line for line in text.splitlines() if line.startswith("remote command: "))
     assert f"; cd {shlex.quote(str(tmp_path))} " in command and f"test -f {RANK_PROGRAM} " in command
-    assert command.endswith(f"; exec {sys.executable} -m launcher cluster --from-head")
+    assert command.endswith(f"; exec {sys.executable} -m launcher cluster --from-head --announce")
     assert "host 127.0.0.2 (nobody@127.0.0.2:1): ranks 0-1" in text and "host 127.0.0.3 (nobody@127.0.0.3:1)" in text
     assert "--server-id 127.0.0.3" in text and "--master-addr 127.0.0.2" in text
     host_line = next(line for line in text.splitlines() if "--server-id 127.0.0.3" in line)

@@ -94,10 +94,10 @@ def main(argv: list[str] | None = None) -> int:
         say(f"error: unknown command {printable(argv[0])!r}" + (f"; did you mean {meant[0]!r}?" if meant else
             f" (commands: {', '.join(parser.subcommands)})"), usage=parser.format_usage())
         return UsageError.exit_code
-    if argv == ["cluster", "--from-head"]:
+    if argv in (["cluster", "--from-head"], ["cluster", "--from-head", "--announce"]):   # the SSH head's, verbatim
         from launcher.cli.cluster import cmd_from_head
 
-        handler = cmd_from_head
+        handler = lambda: cmd_from_head(announce=len(argv) == 3)  # noqa: E731
     else:
         args, extras = parser.parse_known_args(argv)
         if args.command is None:

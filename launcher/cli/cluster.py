@@ -49,11 +49,16 @@ def cmd_cluster(args: LaunchRequest, control=None, on_started=None) -> int:
                   on_started=on_started, control=control, reread=reread)
 
 
-def cmd_from_head() -> int:
-    """``cluster --from-head``: this host's launcher, its request read from the SSH channel (ssh.protocol)."""
+def cmd_from_head(announce: bool = False) -> int:
+    """``cluster --from-head``: this host's launcher, its request read from the SSH channel (ssh.protocol);
+    with ``--announce``, first its version and the preflight's ready mark (one Python start per host)."""
     from launcher.cli.request import settled_request
     from launcher.execute.ssh import protocol
 
+    if announce:
+        from launcher.execute.ssh.plan import CHECK_MARK
+
+        protocol.announce(CHECK_MARK + "ready")
     request, pending = protocol.read_request(0)
     parser = argparse.ArgumentParser(prog="dlaunch cluster")
     add_launch_arguments(parser, options_for("cluster"))

@@ -26,7 +26,7 @@ from typing import Any
 
 from launcher.console import say
 from launcher.contract import LAUNCHER_IDS_ENV, ExitCode, Role
-from launcher.environment import format_env, masked
+from launcher.environment import EnvLog
 from launcher.execute.forwarding import pass_through
 from launcher.execute.hangs import HangWatch, describe_hang, dump_stacks
 from launcher.execute.peers import PeerWait
@@ -34,11 +34,10 @@ from launcher.execute.reaper import (
     LAUNCHER_ID_VAR,
     Reaper,
     become_subreaper,
-    child_setup,
-    death_signal_wrapper,
     marker_chain,
     sweep,
 )
+from launcher.execute.spawn import Child, RankSpawner
 from launcher.execute.ssh.protocol import decode_signals
 from launcher.execute.tee import ConsoleTee
 from launcher.lines import LineBuffer
@@ -128,7 +127,7 @@ class _Process:
 
     def __init__(self, spec: RankSpec, result: RankResult):
         self.spec, self.result = spec, result
-        self.proc: subprocess.Popen | None = None
+        self.proc: Child | subprocess.Popen | None = None
         self.pidfd: int | None = None
 
     @property
@@ -136,8 +135,9 @@ class _Process:
         return self.proc is not None and self.result.returncode is None
 
     @property
-    def popen(self) -> subprocess.Popen:
-        """Its Popen, for a process that started (alive, or being reaped: only those are signalled or waited)."""
+    def popen(self) -> Child | subprocess.Popen:
+        """Its process (a spawned ``Child``, or a Popen where posix_spawn could not serve), for a process that
+        started (alive, or being reaped: only those are signalled or waited)."""
         assert self.proc is not None, f"{self.spec.rank_dir}: never started"
         return self.proc
 
@@ -184,11 +184,11 @@ class LocalWorkers:
         self.subreaper = become_subreaper()
         self.reaper = Reaper(self.launcher_id)
         self.marker_chain = marker_chain(os.environ, self.launcher_id)
-        self._child_setup = child_setup(os.getpid())
-        self._checked_programs: set = set()   # (program, PATH) found executable this launch
-        # what every rank inherits, read (and masked for env.log) once, not once per rank
+        # what every rank inherits, read (masked for env.log, encoded for the spawn) once, not once per rank
         self._environ = dict(os.environ)
-        self._masked_environ = masked(self._environ)
+        self._env_log = EnvLog(self._environ)
+        self.spawner = RankSpawner(self._environ, {LAUNCHER_ID_VAR: self.launcher_id,
+                                                   LAUNCHER_IDS_ENV: self.marker_chain})
         self.on_started: Callable | None = None  # callback(ranks, scheduler) once every process is running
         self.job: Any = None   # a multi-host job's link (execute/job): its stops stop us, ours stop the other hosts
 
@@ -238,6 +238,7 @@ class LocalWorkers:
                     return
         finally:
             self.reaper.flush()   # every group the watchdog was not told of yet
+            self._watch_exits(attempt.processes, selector)
         if self.on_started:
             try:
                 self.on_started([p.result for p in attempt.ranks], result.scheduler)
@@ -417,26 +418,27 @@ class LocalWorkers:
         log_fd: int | None   # closed at the end unless the tee took it
         try:
             os.makedirs(spec.ckpt_dir or spec.rank_dir, exist_ok=True)
-            with open(spec.env_log, "w", encoding="utf-8", errors="surrogateescape") as fh:   # bytes as given
-                fh.write(format_env(spec.env, self._masked_environ))
+            env_fd = os.open(spec.env_log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:   # bytes as given
+                data = memoryview(self._env_log.text(spec.env).encode("utf-8", "surrogateescape"))
+                while data:
+                    data = data[os.write(env_fd, data):]
+            finally:
+                os.close(env_fd)
             log_fd = os.open(spec.log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         except OSError as exc:   # a full disk: this process cannot start with its files, so the job does not
             result.spawn_error = f"dlaunch could not prepare it: cannot write {describe_os_error(exc)}"
             result.returncode = 1
             result.start = result.end = time.time()
             return
-        env = {**self._environ, **spec.env, LAUNCHER_ID_VAR: self.launcher_id, LAUNCHER_IDS_ENV: self.marker_chain}
         read_fd = write_fd = None
         try:
             if spec.console:
                 read_fd, write_fd = os.pipe()
             result.start = time.time()
             try:
-                argv, setup = self._spawn_argv(spec.argv, env, spec.cwd)
-                process.proc = subprocess.Popen(argv, cwd=spec.cwd, env=env, stdin=subprocess.DEVNULL,
-                                                stdout=write_fd if spec.console else log_fd,
-                                                stderr=subprocess.STDOUT, start_new_session=True,
-                                                preexec_fn=setup)
+                process.proc = self.spawner.spawn(spec.argv, spec.env, spec.cwd,
+                                                  write_fd if write_fd is not None else log_fd)
             except OSError as exc:
                 result.spawn_error = f"cannot start {spec.argv[0]}: {exc.strerror or exc}"
                 result.returncode = ExitCode.NOT_EXECUTABLE if exc.errno == errno.EACCES else ExitCode.NOT_FOUND
@@ -452,38 +454,24 @@ class LocalWorkers:
                 tee.add(spec.rank, prefix, log_fd)
                 selector.register(read_fd, selectors.EVENT_READ, ("pipe", spec.rank))
                 read_fd = log_fd = None   # the tee owns them now
-            try:
-                process.pidfd = os.pidfd_open(process.proc.pid)
-                selector.register(process.pidfd, selectors.EVENT_READ, ("exit", process))
-            except (AttributeError, OSError):
-                process.pidfd = None  # old kernel: _dispatch polls instead
         finally:
             for fd in (log_fd, read_fd, write_fd):
                 if fd is not None:
                     os.close(fd)
 
-    def _spawn_argv(self, argv, env: dict, cwd: str) -> tuple[list, Callable[[], None] | None]:
-        """(the command to spawn, its preexec_fn): behind ``setpriv --pdeathsig KILL`` when it is here, after
-        checking here what the exec would refuse, so a missing or non-executable program is the same
-        spawn error (127/126, said by dlaunch) as without the wrapper."""
-        wrapper = death_signal_wrapper()
-        if not wrapper:
-            return list(argv), self._child_setup
-        program = str(argv[0])
-        key = (program, env.get("PATH"), cwd)
-        if key not in self._checked_programs:
-            import shutil
-
-            if "/" in program:   # as exec takes it: relative to the rank's working directory
-                path: str | None = os.path.join(cwd, program)
-            else:
-                path = shutil.which(program, mode=os.F_OK, path=env.get("PATH", os.defpath))
-            if path is None or not os.path.exists(path):
-                raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
-            if os.path.isdir(path) or not os.access(path, os.X_OK):
-                raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), program)
-            self._checked_programs.add(key)
-        return [*wrapper, *argv], None
+    @staticmethod
+    def _watch_exits(processes: list[_Process], selector) -> None:
+        """A pidfd per started process, opened once all are spawned: each fd the launcher holds is copied into
+        every later spawn's fd table and closed again at its exec (1,024 pidfds held while spawning: O(N^2)).
+        A rank that ended meanwhile is a zombie until reaped: its pid cannot be reused, its pidfd is readable."""
+        for process in processes:
+            if process.proc is None or process.pidfd is not None:
+                continue
+            try:
+                process.pidfd = os.pidfd_open(process.proc.pid)
+                selector.register(process.pidfd, selectors.EVENT_READ, ("exit", process))
+            except (AttributeError, OSError):
+                process.pidfd = None  # old kernel: _dispatch polls instead
 
     def _pipe_keys(self, selector):
         return [key for key in selector.get_map().values() if key.data[0] == "pipe"]

@@ -42,8 +42,9 @@ def _walk(top: str, depth: int, skip: set[str], budget: list[int]):
                 entries = sorted(os.scandir(directory), key=lambda e: e.name)
             except OSError:
                 continue
+            real = os.path.realpath(directory)   # once: an entry that is a directory, not a link, is real/name
             below += [e.path for e in entries if not e.name.startswith(".") and e.is_dir(follow_symlinks=False)
-                      and os.path.realpath(e.path) not in skip]
+                      and os.path.join(real, e.name) not in skip]
         level = below
 
 
@@ -82,11 +83,14 @@ def shared_checkpoint_warnings(plan: LaunchPlan, since: float) -> list[str]:
     """One line for each directory several of this host's ranks share that received MindSpore checkpoints
     since ``since`` (epoch seconds)."""
     by_cwd: dict[str, int] = {}
+    real: dict[str, str] = {}   # one realpath per distinct directory (1,024 ranks share one cwd): lstat per level
     for spec in plan.ranks:
-        cwd = os.path.realpath(spec.cwd)
+        cwd = real.get(spec.cwd) or real.setdefault(spec.cwd, os.path.realpath(spec.cwd))
         by_cwd[cwd] = by_cwd.get(cwd, 0) + 1
     run_dir = os.path.realpath(plan.run_dir)
-    own = {os.path.realpath(spec.rank_dir) for spec in plan.ranks} | {os.path.join(run_dir, SCHEDULER_DIR)}
+    # rank directories are the run directory's own subdirectories, made by dlaunch (rundir.create): no links
+    own = {os.path.join(run_dir, os.path.basename(spec.rank_dir)) for spec in plan.ranks} | \
+        {os.path.join(run_dir, SCHEDULER_DIR)}
     searches = [(cwd, 2, {os.path.realpath(plan.output_dir)}, count) for cwd, count in by_cwd.items() if count > 1]
     if len(plan.ranks) > 1:
         searches.append((run_dir, 1, own, len(plan.ranks)))

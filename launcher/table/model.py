@@ -347,8 +347,13 @@ def to_obj(table: RankTable) -> dict:
     return out
 
 
+INDENTED_LIMIT = 64 << 10   # a bigger table (1,024 ranks) is written compact: the indenting encoder is pure Python
+
+
 def dumps(table: RankTable) -> str:
-    return json.dumps(to_obj(table), indent=4) + "\n"
+    obj = to_obj(table)
+    text = json.dumps(obj)
+    return (json.dumps(obj, indent=4) if len(text) < INDENTED_LIMIT else text) + "\n"
 
 
 def dump(table: RankTable, path: str) -> None:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from launcher import __version__
 from launcher.errors import UsageError
+from launcher.execute.ssh.protocol import ANNOUNCE_FLAG
 
 if TYPE_CHECKING:
     from launcher.request import LaunchRequest
@@ -146,11 +147,13 @@ def rank_env(environ, assignments, env_file: str | None) -> dict[str, str]:
 
 
 def remote_command(python: str, cwd: str, target_kind: str, target: str) -> str:
-    """Each host's one command: the preflight checks, a ready mark, then ``exec`` the launcher.
+    """Each host's one command: the checks shell builtins can make, then ``exec`` the launcher.
 
     Every piece is quoted and only paths appear.  A failed check prints its
-    mark and exits before the launcher; after the ready mark the launcher
-    only waits for its request, so starting nothing is still the head's call.
+    mark and exits before the launcher.  The launcher (``--announce``) prints
+    its version and the ready mark, then only waits for its request, so
+    starting nothing is still the head's call: one Python start per host (the
+    version used to be a ``python -m launcher --version`` of its own).
     """
     q = shlex.quote
 
@@ -163,9 +166,9 @@ def remote_command(python: str, cwd: str, target_kind: str, target: str) -> str:
         find = f"command -v {q(target)} >/dev/null 2>&1 || {fail('missing')}; "
     else:
         find = ""  # a module is found by the ranks' Python; checking would mean importing the user's code
-    return (f"{shlex.join([python, '-m', 'launcher', '--version'])} 2>&1 || {fail('noversion')}; "
+    return (f"command -v {q(python)} >/dev/null 2>&1 || {fail('noversion')}; "
             f"cd {q(cwd)} 2>/dev/null || {fail('nocwd')}; {find}"
-            f"echo {q(CHECK_MARK + 'ready')}; exec {shlex.join([python, '-m', 'launcher', 'cluster', '--from-head'])}")
+            f"exec {shlex.join([python, '-m', 'launcher', 'cluster', '--from-head', ANNOUNCE_FLAG])}")
 
 
 def load_ssh_config(path: str | None):

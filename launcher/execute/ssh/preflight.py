@@ -2,7 +2,8 @@
 
 One thread per host (paramiko blocks). Host keys are verified against known_hosts. The session's command
 first checks the remote dlaunch version, the working directory and the script, prints a ready mark, then
-``exec``s ``PYTHON -m launcher cluster --from-head``, which waits for its request. Every failing host is
+``exec``s ``PYTHON -m launcher cluster --from-head --announce``, which says its version and the ready mark,
+then waits for its request. Every failing host is
 reported together; unless all are ready the head hangs up, the waiting launchers read EOF instead of a
 request and exit, and nothing (no rank, no run directory) has started anywhere.
 
@@ -22,8 +23,11 @@ from typing import Any
 from launcher import __version__
 from launcher.console import say
 from launcher.execute.ssh.plan import CHECK_MARK, HostLaunch, SshPlan, Target
+from launcher.execute.ssh.protocol import ANNOUNCE_FLAG
 
 KEEPALIVE_SECONDS = 5          # so a host that vanishes without a TCP reset is noticed
+IDLE_WAKE_SECONDS = 1.0        # how often each connection's paramiko thread wakes without traffic (keepalive
+                               # checks); data and the other end closing wake it at once
 
 
 # ---------------------------------------------------------------- preflight
@@ -46,13 +50,28 @@ class _DamagedKnownHosts(Exception):
         self.path, self.line = path, line
 
 
-def _load_known_hosts(client, path: str) -> None:
-    from paramiko.hostkeys import InvalidHostKey
+_known_hosts_cache: dict[tuple, Any] = {}   # (path, mtime, size) -> paramiko.HostKeys, parsed once for every host
+_known_hosts_lock = threading.Lock()
+
+
+def _load_known_hosts(client, path: str, name: str) -> None:
+    """Give ``client`` the keys ``path`` holds for ``name``.  The file is parsed once for all hosts, not once per
+    host: a known_hosts file with every host of a 64-host job, parsed by each connection, is O(hosts^2) key
+    parsing in the head (7 ms per host at 32 hosts)."""
+    from paramiko.hostkeys import HostKeys, InvalidHostKey
 
     try:
-        client.load_system_host_keys(path)
+        stat = os.stat(path)
+        key = (path, stat.st_mtime_ns, stat.st_size)
+        with _known_hosts_lock:
+            known = _known_hosts_cache.get(key)
+            if known is None:
+                known = _known_hosts_cache[key] = HostKeys(path)
     except InvalidHostKey as exc:
         raise _DamagedKnownHosts(path, str(exc.line)) from None
+    found = known.lookup(name)
+    for keytype, hostkey in (found or {}).items():
+        client.get_host_keys().add(name, keytype, hostkey)
 
 
 class _HostKeyPolicy:
@@ -141,7 +160,7 @@ def _connect(target: Target, trust_new: bool, deadline: float):
     try:
         for path in target.known_hosts_files:
             if os.path.isfile(path):
-                _load_known_hosts(client, path)
+                _load_known_hosts(client, path, target.known_hosts_name)
         client.set_missing_host_key_policy(policy)  # type: ignore[arg-type]  # paramiko duck-types policies
         remaining = max(0.1, deadline - time.monotonic())
         identities: Any = [p for p in target.identity_files if os.path.isfile(p)] or None   # a list: paramiko takes one
@@ -152,6 +171,7 @@ def _connect(target: Target, trust_new: bool, deadline: float):
         transport = client.get_transport()
         assert transport is not None   # connect() returned: paramiko holds the open transport
         transport.set_keepalive(KEEPALIVE_SECONDS)
+        transport.sock.settimeout(IDLE_WAKE_SECONDS)   # paramiko's own 0.1 s: 640 idle wakeups/s with 64 hosts
     except BaseException:
         client.close()
         raise
@@ -174,9 +194,26 @@ def _open_launcher(client, command: str, deadline: float):
         if not chunk:
             break
         data += chunk
-    channel.settimeout(None)
     output, _, mark = data.decode("utf-8", "replace").partition(CHECK_MARK)
+    if not mark:   # the launcher did not start (no Python module, an older dlaunch): what it said on stderr
+        output += _stderr(channel, deadline)
+    channel.settimeout(None)
     return channel, output, mark.strip()
+
+
+def _stderr(channel, deadline: float) -> str:
+    """The channel's stderr up to its end (or the host's deadline), for a command that ended before its mark."""
+    said = b""
+    try:
+        while True:
+            channel.settimeout(max(0.1, deadline - time.monotonic()))
+            chunk = channel.recv_stderr(65536)
+            if not chunk:
+                break
+            said += chunk
+    except OSError:   # socket.timeout: what arrived is what there is
+        pass
+    return said.decode("utf-8", "replace")
 
 
 def _check_problem(output: str, mark: str, plan: SshPlan, expected_version: str) -> str | None:
@@ -186,15 +223,20 @@ def _check_problem(output: str, mark: str, plan: SshPlan, expected_version: str)
     if what == "noversion":
         return (f"cannot run {plan.python} -m launcher there (exit {status}): "
                 f"{said[-1] if said else 'no output'}; pass --remote-python PATH")
-    found = said[-1] if said else ""
-    if found != expected_version:
-        if not mark:
-            return f"the checks did not run (the remote shell said: {' / '.join(said[-2:]) or 'nothing'})"
-        return f"version mismatch: {found or 'nothing'} there, {expected_version} here; install the same dlaunch"
     if what == "nocwd":
         return f"working directory {plan.cwd} does not exist there (ranks start from the head's directory)"
     if what == "missing":
         return f"{plan.target_kind} {plan.target} not found there"
+    found = said[-1] if said else ""
+    if not mark and "No module named launcher" in output:   # python -m's words when there is no dlaunch
+        return f"cannot run {plan.python} -m launcher there: {found}; pass --remote-python PATH"
+    if not mark and ANNOUNCE_FLAG in output and "unrecognized" in output:   # a dlaunch older than --announce
+        return f"version mismatch: an older dlaunch there (no {ANNOUNCE_FLAG}), {expected_version} here; " \
+               "install the same dlaunch"
+    if found != expected_version:
+        if not mark:
+            return f"the checks did not run (the remote shell said: {' / '.join(said[-2:]) or 'nothing'})"
+        return f"version mismatch: {found or 'nothing'} there, {expected_version} here; install the same dlaunch"
     if what != "ready":
         return f"the checks ended unexpectedly ({mark or 'no ready mark'})"
     return None

@@ -1,7 +1,10 @@
 """The wire between the head and each host's launcher in ``dlaunch cluster --ssh``: both directions, one module.
 
-The head runs ``python -m launcher cluster --from-head`` on each host with
-nothing else on the command line (where ``ps`` would show it to every user).
+The head runs ``python -m launcher cluster --from-head --announce`` on each host
+with nothing else on the command line (where ``ps`` would show it to every user).
+The launcher first says its version and the preflight's ready mark on stdout
+(``announce``: what a separate ``python -m launcher --version`` and the shell's
+``echo`` used to say, so a host costs one Python start, not two).
 It then writes one JSON line to the channel, the launch request:
 
     {"argv": [cluster arguments], "env": {"NAME": "value"}, "rank_table": "<table JSON text>"}
@@ -25,6 +28,7 @@ import sys
 from launcher.errors import UsageError
 
 EVENT_MARK = "\x1edlaunch-event "
+ANNOUNCE_FLAG = "--announce"   # ``cluster --from-head --announce``: the version line and the ready mark first
 MAX_REQUEST_BYTES = 64 << 20
 CONTROL_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGKILL")   # what the head may send to stop
 
@@ -87,3 +91,10 @@ def parse_event(line: str) -> dict | None:
         return json.loads(line[len(EVENT_MARK):])
     except ValueError:
         return None
+
+
+def announce(ready_mark: str) -> None:
+    """The host launcher's first words on stdout: its version, as ``--version`` says it, then the ready mark."""
+    from launcher import __version__
+
+    os.write(1, f"dlaunch {__version__}\n{ready_mark}\n".encode())   # unbuffered: the head waits for it
