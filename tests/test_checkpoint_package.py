@@ -47,7 +47,7 @@ def test_the_launcher_does_not_load_the_training_api():
     # what every launch imports reaches names and resume, never the writer's threads and signal guards
     result = _python("""
         import sys
-        import launcher.cli.commands, launcher.execute.attempts, launcher.observe.status  # noqa: E401
+        import launcher.cli.run, launcher.cli.cluster, launcher.execute.attempts, launcher.observe.status  # noqa: E401
         print(" ".join(sorted(m for m in sys.modules if m.startswith("launcher.checkpoint"))))
     """)
     assert result.returncode == 0, result.stderr
