@@ -10,7 +10,7 @@ from tests.launching import run_dlaunch
 ROOT = Path(__file__).resolve().parent.parent
 RANK_TABLES = ROOT / "rank_tables"
 
-# Third-party clients that tests/test_clients.py launches: programs, not tests.
+# Third-party clients that tests/e2e/test_clients.py launches: programs, not tests.
 collect_ignore_glob = ["clients/*"]
 
 

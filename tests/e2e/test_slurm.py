@@ -19,8 +19,8 @@ import time
 import psutil
 import pytest
 
+from tests.e2e.test_scripts import two_server_table
 from tests.launching import RANK_PROGRAM, ROOT, kill_run, processes_of_run, records, run_dlaunch, wait_until
-from tests.test_scripts import two_server_table
 
 NEEDED = {"slurm-wlm": ("/usr/sbin/slurmctld", "/usr/sbin/slurmd", "/usr/bin/sbatch", "/usr/bin/sinfo",
                         "/usr/bin/scancel"),

@@ -3,19 +3,14 @@
 Real torchrun and real gloo ranks where a launch is tested; parsing and refusals through main(argv) in-process.
 """
 
-import argparse
 import json
 import os
 import subprocess
 import sys
 
-import pytest
-
-from launcher.cli import main
-from launcher.cli.torchrun import translate, with_env_defaults
 from launcher.contract import ExitCode
+from tests.e2e.test_torchrun_parity import DELIBERATE, DUMP, OWN_VALUES, dumped
 from tests.launching import RANK_PROGRAM, ROOT, dlaunch_argv, dlaunch_env, free_port, latest_run
-from tests.test_torchrun_parity import DELIBERATE, DUMP, OWN_VALUES, dumped
 
 CLEAN = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES",
                                                          "PYTHONUNBUFFERED", "PYTHONPATH")
@@ -93,82 +88,15 @@ def test_a_failing_rank_gives_its_exit_code(tmp_path):
     assert codes[0] == ExitCode.STOPPED_BY_PEER   # node 0's rank was stopped because rank 1 failed on node 1
 
 
-def _translated(argv, environ=None, nproc=2):
-    parser = argparse.ArgumentParser()
-    from launcher.cli import torchrun
-
-    sub = parser.add_subparsers(dest="command")
-    torchrun.add_parser(sub)
-    ns = with_env_defaults(parser.parse_args(["torchrun", *argv]), environ or {})
-    return ns, translate(ns, nproc, list(range(nproc)))
 
 
-def test_pet_variables_are_defaults_the_command_line_wins():
-    environ = {"PET_NPROC_PER_NODE": "3", "PET_NNODES": "2", "PET_NODE_RANK": "1", "PET_MASTER_ADDR": "10.0.0.1",
-               "PET_MASTER_PORT": "23456", "PET_MAX_RESTARTS": "2", "PET_STANDALONE": "0"}
-    ns, done = _translated(["train.py", "--lr", "1"], environ, nproc=3)
-    assert ns.nproc_per_node == "3"
-    assert done.command == "cluster" and done.script_args == ["--lr", "1"]
-    assert {"rank_start": 3, "master_addr": "10.0.0.1", "master_port": 23456, "max_restarts": 2}.items() <= \
-        done.flags.items()
-    assert json.loads(done.rank_table_text)["server_count"] == "2"
-    ns, done = _translated(["--nnodes", "1", "--max_restarts=0", "train.py"], environ)
-    assert done.command == "run" and done.flags["ranks"] == 2 and done.flags["max_restarts"] == 0
 
 
-def test_pet_nproc_per_node_launches_that_many(tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv("PET_NPROC_PER_NODE", "3")
-    assert main(["torchrun", "--log-dir", str(tmp_path), "--dry-run", "train.py"]) == 0
-    assert "3 rank(s)" in capsys.readouterr().out
-    assert main(["torchrun", "--nproc_per_node=2", "--log-dir", str(tmp_path), "--dry-run", "train.py"]) == 0
-    assert "2 rank(s)" in capsys.readouterr().out
 
 
-def test_endpoint_module_and_console_mapping():
-    _, done = _translated(["--nnodes", "2:2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "10.1.2.3:29400",
-                           "--node-rank", "0", "--local-ranks-filter", "1", "--rdzv-id", "job7", "-m", "pkg.train"])
-    assert done.script == "pkg.train" and done.flags["module"]
-    assert {"master_addr": "10.1.2.3", "master_port": 29400, "rank_start": 0, "console": "1",
-            "run_id": "job7"}.items() <= done.flags.items()
-    _, done = _translated(["--standalone", "-r", "3", "--no-python", "./train.sh"])
-    assert (done.script, done.flags["no_python"], done.flags["console"]) == ("./train.sh", True, "none")
-    assert "master_port" not in done.flags   # a free port, as torchrun --standalone
 
 
-@pytest.mark.parametrize("argv, says", [
-    (["--nnodes", "1:4", "t.py"], "elastic membership is not supported"),
-    (["--rdzv-backend", "etcd", "--rdzv-endpoint", "h:2379", "t.py"], "--rdzv-backend etcd"),
-    (["--nnodes", "2", "t.py"], "needs --node-rank"),
-    (["--standalone", "--nnodes", "2", "t.py"], "--standalone runs one node"),
-    (["--role", "trainer", "t.py"], "--role trainer"),
-    (["--nnodes", "2", "--node-rank", "2", "t.py"], "--node-rank"),
-    (["--nproc-per-node", "many", "t.py"], "--nproc-per-node"),
-    (["--virtual-local-rank", "t.py"], "--virtual-local-rank"),
-    (["--shutdown-timeout", "x", "t.py"], "expected seconds, not 'x'"),   # was a traceback, exit 1
-])
-def test_what_dlaunch_cannot_honour_is_one_line_and_exit_2(argv, says, capsys):
-    assert main(["torchrun", *argv]) == 2
-    err = capsys.readouterr().err.strip()
-    assert says in err and len(err.splitlines()) == 1 and "Traceback" not in err
 
 
-def test_a_malformed_pet_flag_is_one_line(monkeypatch, capsys):
-    monkeypatch.setenv("PET_STANDALONE", "yes")
-    assert main(["torchrun", "t.py"]) == 2
-    assert "PET_STANDALONE" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("argv, instead", [
-    (["run", "--nproc-per-node", "4", "x.py"], "--ranks N"),
-    (["run", "x.py", "--nproc_per_node=4"], "--ranks N"),
-    (["run", "--nnodes", "2", "x.py"], "dlaunch cluster --nnodes N --node-rank K"),
-    (["run", "x.py", "--log-dir", "logs"], "--output-dir DIR"),
-    (["run", "x.py", "--rdzv-endpoint", "h:1"], "dlaunch torchrun"),
-    (["cluster", "x.py", "--local-ranks-filter", "0"], "--console RANKS"),
-])
-def test_torchrun_flags_under_run_get_a_hint(argv, instead, capsys):
-    with pytest.raises(SystemExit) as exc:
-        main(argv)
-    assert exc.value.code == 2
-    err = capsys.readouterr().err
-    assert "torchrun's flag" in err and instead in err and "dlaunch torchrun" in err

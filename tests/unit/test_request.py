@@ -45,7 +45,7 @@ def test_the_namespace_stays_in_the_cli():
     import ast
     from pathlib import Path
 
-    package = Path(__file__).resolve().parent.parent / "launcher"
+    package = Path(__file__).resolve().parents[2] / "launcher"
     for path in package.rglob("*.py"):
         if path.parent.name == "cli":
             continue

@@ -16,8 +16,9 @@ from launcher import checkpoint
 from launcher.checkpoint import stage as ckptstage
 from launcher.checkpoint import writer as ckptwriter
 from launcher.observe import ckpt as ckpttool
+from tests.e2e.test_checkpoint import python, sigterm_when_ready
 from tests.launching import ROOT, latest_run, run_dlaunch, summary, wait_until
-from tests.test_checkpoint import ckpt_of, labels, python, sigterm_when_ready
+from tests.unit.test_checkpoint import ckpt_of, labels
 
 SAVER = str(ROOT / "tests" / "programs" / "async_saver.py")
 

@@ -8,6 +8,7 @@ import subprocess
 import time
 
 from tests.conftest import RANK_TABLES, dlaunch
+from tests.e2e.test_scripts import SCRIPTS, run_script, seeds_env
 from tests.launching import (
     RANK_PROGRAM,
     free_port,
@@ -19,7 +20,6 @@ from tests.launching import (
     wait_until,
     write_rank_table,
 )
-from tests.test_scripts import SCRIPTS, run_script, seeds_env
 
 TABLE_16 = RANK_TABLES / "rank_table_16pcs.json"
 

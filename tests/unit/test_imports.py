@@ -11,7 +11,7 @@ import ast
 import fnmatch
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "launcher"
 
 # Lowest first. The training side is one package (launcher.checkpoint, with launcher.heartbeat, its public
@@ -49,7 +49,7 @@ def layer_of(module: str) -> int:
     for index, patterns in enumerate(LAYERS):
         if any(fnmatch.fnmatchcase(module, pattern) for pattern in patterns):
             return index
-    raise AssertionError(f"{module} is in no layer of tests/test_imports.py: place it")
+    raise AssertionError(f"{module} is in no layer of tests/unit/test_imports.py: place it")
 
 
 def imports_of(module: str) -> set[str]:
@@ -85,7 +85,7 @@ def test_every_module_has_a_layer():
 def test_every_layer_entry_names_a_module():
     stale = [pattern for patterns in LAYERS for pattern in patterns
              if not any(fnmatch.fnmatchcase(module, pattern) for module in MODULES)]
-    assert not stale, f"tests/test_imports.py places modules that do not exist: {stale}"
+    assert not stale, f"tests/unit/test_imports.py places modules that do not exist: {stale}"
 
 
 def test_the_contract_imports_nothing_of_the_launcher():

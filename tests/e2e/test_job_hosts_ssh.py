@@ -6,12 +6,12 @@ Real sshd hosts on 127.0.0.2 and 127.0.0.3 (tests/sshd_hosts.py).
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # tests/: sshd_hosts
 
 from sshd_hosts import cluster_fixture  # noqa: E402
 
+from tests.e2e.test_cluster_ssh import cluster_args, write_table  # noqa: E402
 from tests.launching import ROOT, processes_of_run, run_dlaunch, summary, wait_until  # noqa: E402
-from tests.test_cluster_ssh import cluster_args, write_table  # noqa: E402
 
 ssh_cluster = cluster_fixture(2)
 

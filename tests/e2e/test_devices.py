@@ -9,7 +9,6 @@ import os
 import pytest
 
 from launcher import host as devices
-from launcher.errors import UsageError
 from tests.launching import RANK_PROGRAM, latest_run, records, run_dlaunch, write_rank_table
 
 
@@ -23,60 +22,6 @@ def run_clean(*args, cwd, env=None):
 
 
 # ---------------------------------------------------------------- the pure rules
-
-
-def test_cuda_variable_restricts_and_orders_devices():
-    view = devices.discover({"CUDA_VISIBLE_DEVICES": "4,5"})
-    assert view.restricts and view.first(2) == [4, 5]
-    with pytest.raises(UsageError, match="allows only 2"):
-        view.first(3)
-    with pytest.raises(UsageError, match="names device 0, which CUDA_VISIBLE_DEVICES=4,5 does not allow"):
-        view.check([0, 1], "--devices 0,1")
-    assert view.cuda_visible([4, 5], {"CUDA_VISIBLE_DEVICES": "4,5"}) == "4,5"
-    assert view.cuda_visible([5], {"CUDA_VISIBLE_DEVICES": "4,5"}) == "5"
-    assert view.device_id(5) == 5   # CUDA: MindSpore's DEVICE_ID stays the plan's id
-
-
-def test_cuda_uuids_are_positions_and_passed_through():
-    view = devices.discover({"CUDA_VISIBLE_DEVICES": "GPU-aa,GPU-bb,GPU-cc"})
-    assert view.first(2) == [0, 1]
-    assert view.cuda_visible([1, 2], {}) == "GPU-bb,GPU-cc"
-
-
-def test_ascend_subset_gives_logical_device_ids():
-    view = devices.discover({"ASCEND_RT_VISIBLE_DEVICES": "4,5,6,7", "CUDA_VISIBLE_DEVICES": "0"})
-    assert view.source == devices.ASCEND_VAR
-    assert [view.device_id(d) for d in (4, 5, 6, 7)] == [0, 1, 2, 3]
-    assert view.cuda_visible([4, 5], {}) is None   # not CUDA's business on an Ascend host
-
-
-def test_a_container_seeing_some_npus_is_numbered_from_zero():
-    view = devices.DeviceView(source=devices.DAVINCI_GLOB, tokens=("4", "5"))
-    assert view.first(2) == [4, 5]
-    assert [view.device_id(d) for d in (4, 5)] == [0, 1]
-    full = devices.DeviceView(source=devices.DAVINCI_GLOB, tokens=tuple(map(str, range(8))))
-    assert [full.device_id(d) for d in range(8)] == list(range(8))
-
-
-def test_empty_cuda_variable_keeps_gpus_hidden_for_cpu_ranks():
-    view = devices.discover({"CUDA_VISIBLE_DEVICES": ""})
-    assert view.first(2) == [0, 1]
-    assert view.cuda_visible([0, 1], {"CUDA_VISIBLE_DEVICES": ""}) == ""
-    with pytest.raises(UsageError, match="CUDA_VISIBLE_DEVICES is empty"):   # hidden on purpose: said, not guessed
-        devices.auto_count(view)
-
-
-@pytest.mark.parametrize("text", ["4,,5", "4,4", ",".join(map(str, range(5000)))])
-def test_malformed_visible_lists_are_refused(text):
-    with pytest.raises(UsageError):
-        devices.discover({"CUDA_VISIBLE_DEVICES": text})
-
-
-def test_auto_with_nothing_found_is_one_rank_naming_what_was_looked_for(capsys):
-    assert devices.auto_count(devices.DeviceView()) == [0]
-    said = capsys.readouterr().err
-    for looked_for in ("ASCEND_RT_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "/dev/davinci", "nvidia-smi", "one rank"):
-        assert looked_for in said
 
 
 # ---------------------------------------------------------------- real launches

@@ -16,7 +16,7 @@ import pytest
 
 from launcher.cli.parsers import SCRIPT_ARG_COMMANDS, build_parser
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 SHELL_FENCE = re.compile(r"^```(bash|sh|shell|console)?\s*$")
 PROGRAM_NAMES = {"dlaunch", ".venv/bin/dlaunch"}

@@ -23,7 +23,7 @@ from launcher.table.model import loads
 from launcher.table.share import master_address, select_server
 from tests.launching import RANK_PROGRAM, ROOT, dlaunch_argv, free_port, side_by_side
 
-OPERATORS = json.loads((Path(__file__).parent / "data" / "operators.json").read_text())
+OPERATORS = json.loads((Path(__file__).parents[1] / "data" / "operators.json").read_text())
 DUMP = str(ROOT / "tests" / "programs" / "dump_env.py")
 PODS = ("127.0.0.2", "127.0.0.3")
 # what a pod of these tests must not inherit from the machine running them

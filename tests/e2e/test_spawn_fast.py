@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 pytestmark = pytest.mark.skipif(shutil.which("setpriv") is None, reason="the posix_spawn path needs setpriv")
 
 RANK_SCRIPT = r"""
