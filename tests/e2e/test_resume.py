@@ -6,7 +6,7 @@ import torch
 from tests.launching import ROOT, latest_run, processes_of_run, run_dlaunch, side_by_side, summary
 
 EXAMPLE = str(ROOT / "examples" / "train_cifar.py")
-TRAIN = ["--epochs", "3", "--samples", "512", "--batch-size", "32", "--log-every", "4"]
+TRAIN = ["--epochs", "3", "--samples", "256", "--batch-size", "32", "--log-every", "4"]
 
 
 def final_weights(run_dir, rank):
@@ -46,16 +46,16 @@ def test_killed_run_resumed_matches_uninterrupted(tmp_path):
     assert crashed.returncode == 137, crashed.stderr
     crashed_run = latest_run(out)
     assert summary(crashed_run)["root_cause"]["rank"] == 1
-    assert summary(crashed_run)["newest_complete_checkpoint"] == "resnet-2_8"
+    assert summary(crashed_run)["newest_complete_checkpoint"] == "resnet-2_4"
     assert processes_of_run(crashed_run.name) == []
     assert not list((crashed_run / "rank_000" / "ckpt").glob("resnet-3_*.pt"))
 
     resumed = run_dlaunch("run", EXAMPLE, "--ranks", "2", "--output-dir", out, "--resume", "--", *TRAIN,
                           "--async-save", cwd=tmp_path, timeout=240)
     assert resumed.returncode == 0, resumed.stderr
-    assert "resuming from resnet-2_8" in resumed.stderr
+    assert "resuming from resnet-2_4" in resumed.stderr
     resumed_run = latest_run(out)
-    assert summary(resumed_run)["resumed_from"] == {"run_dir": str(crashed_run), "step": "resnet-2_8"}
+    assert summary(resumed_run)["resumed_from"] == {"run_dir": str(crashed_run), "step": "resnet-2_4"}
     assert "continuing at epoch 3" in (resumed_run / "rank_001" / "output.log").read_text()
     for rank in range(2):
         assert_same_weights(final_weights(resumed_run, rank), final_weights(clean_run, rank))
