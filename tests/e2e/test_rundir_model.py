@@ -13,21 +13,9 @@ import json
 from launcher.rundir import LAYOUT_VERSION, load_run
 from launcher.rundir_model import PidsFile, PlanFile, SummaryFile, checked
 from tests.launching import RANK_PROGRAM, latest_run, run_dlaunch
+from tests.unit.test_rundir_model import _lost
 
 MODELS = {"plan": PlanFile, "summary": SummaryFile, "pids": PidsFile}
-
-
-def _lost(written, read, where="") -> list[str]:
-    """Every place where ``read`` (the model's view) differs from ``written`` (the file)."""
-    if isinstance(written, dict) and isinstance(read, dict):
-        found = []
-        for key, value in written.items():
-            found += [f"{where}.{key}: dropped"] if key not in read else _lost(value, read[key], f"{where}.{key}")
-        return found
-    if isinstance(written, list) and isinstance(read, list) and len(written) == len(read):
-        return [problem for index, (w, r) in enumerate(zip(written, read))
-                for problem in _lost(w, r, f"{where}[{index}]")]
-    return [] if written == read else [f"{where}: {written!r} read as {read!r}"]
 
 
 def test_every_file_real_runs_write_reads_back_whole(tmp_path):
