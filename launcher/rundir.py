@@ -274,6 +274,9 @@ class Run:
     head: HeadSummaryFile | None = None                         # summary.head.json of a cluster --ssh job
     problems: list[str] = field(default_factory=list)           # one line per damaged file: what was ignored
     damaged: set[str] = field(default_factory=set)              # host suffixes whose plan could not be read
+    # host suffix -> rank -> its summary entry, made on first use (a rank looked up in a list per rank
+    # made `status` of 1,024 ranks quadratic)
+    _entries: dict[str, dict] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def layout(self) -> int:
@@ -435,10 +438,12 @@ def summary_entry(run: Run, ref: RankRef) -> RankEntryFile | None:
         return None
     if ref.role == Role.SCHEDULER:
         return summ.get("scheduler", {})
-    for entry in summ.get("ranks", []):
-        if entry.get("rank") == ref.rank:
-            return entry
-    return {}   # the host finished without starting this rank (an earlier rank failed to spawn)
+    if ref.suffix not in run._entries:
+        entries: dict = {}
+        for entry in summ.get("ranks", []):
+            entries.setdefault(entry.get("rank"), entry)   # the first, as a scan would find it
+        run._entries[ref.suffix] = entries
+    return run._entries[ref.suffix].get(ref.rank, {})   # {}: the host ended before starting this rank
 
 
 def published_pids(run: Run, ref: RankRef):

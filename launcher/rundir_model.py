@@ -289,64 +289,84 @@ def _shown(value) -> str:
     return text if len(text) <= 24 else text[:21] + "..."
 
 
-_HINTS: dict[type, dict] = {}
+Check = typing.Callable[[object, str, "_Findings"], object]
+_CHECKERS: dict = {}
 
 
-def _hints(cls) -> dict:
-    if cls not in _HINTS:
-        _HINTS[cls] = typing.get_type_hints(cls, include_extras=True)
-    return _HINTS[cls]
+def _checker(tp) -> Check:
+    """The check of ``tp``, built once per type: what ``typing`` says of a type is read here, not once per
+    value (a 1,024-rank plan holds some 100,000 values; reading the hints per value made ``status`` slow)."""
+    if tp not in _CHECKERS:
+        _CHECKERS[tp] = _build(tp)
+    return _CHECKERS[tp]
 
 
-def _check(value, tp, where: str, found: _Findings):
+def _build(tp) -> Check:
     """``value`` if it is a ``tp`` (containers cleaned of what is not), else _BAD (told to ``found``)."""
     origin = typing.get_origin(tp)
     if origin is Annotated:
         base, *extras = typing.get_args(tp)
-        checked = _check(value, base, where, found)
+        inner = _checker(base)
         bound = next((e for e in extras if isinstance(e, Bound)), None)
-        if checked is not _BAD and bound and not bound.low <= checked <= bound.high:
-            found.add(where, f"{_shown(value)} is outside {bound.low}..{bound.high}")
-            return _BAD
-        if checked is not _BAD and any(isinstance(e, NoNul) for e in extras) and "\x00" in checked:
-            found.add(where, "a path with a NUL byte")
-            return _BAD
-        return checked
+        no_nul = any(isinstance(e, NoNul) for e in extras)
+
+        def annotated(value, where, found):
+            checked = inner(value, where, found)
+            if checked is not _BAD and bound and not bound.low <= checked <= bound.high:
+                found.add(where, f"{_shown(value)} is outside {bound.low}..{bound.high}")
+                return _BAD
+            if checked is not _BAD and no_nul and "\x00" in checked:
+                found.add(where, "a path with a NUL byte")
+                return _BAD
+            return checked
+        return annotated
     if origin in (Union, types.UnionType):
         arms = [arm for arm in typing.get_args(tp) if arm is not type(None)]
-        if value is None and len(arms) < len(typing.get_args(tp)):
-            return None
-        return _check(value, arms[0], where, found)
+        nullable, first = len(arms) < len(typing.get_args(tp)), _checker(arms[0])
+
+        def union(value, where, found):
+            return None if value is None and nullable else first(value, where, found)
+        return union
     if origin is list:
-        if not isinstance(value, list):
-            found.add(where, f"{_shown(value)} is not a list")
-            return _BAD
         (item_tp,) = typing.get_args(tp)
-        items = (_check(item, item_tp, f"{where}[{i}]", found) for i, item in enumerate(value))
-        return [item for item in items if item is not _BAD]
+        item_check = _checker(item_tp)
+
+        def listed(value, where, found):
+            if not isinstance(value, list):
+                found.add(where, f"{_shown(value)} is not a list")
+                return _BAD
+            items = (item_check(item, f"{where}[{i}]", found) for i, item in enumerate(value))
+            return [item for item in items if item is not _BAD]
+        return listed
     if origin is dict:
-        if not isinstance(value, dict):
-            found.add(where, f"{_shown(value)} is not an object")
-            return _BAD
-        _, value_tp = typing.get_args(tp)
-        pairs = ((key, _check(item, value_tp, f"{where}.{key}", found)) for key, item in value.items())
-        return {key: item for key, item in pairs if item is not _BAD}
+        value_check = _checker(typing.get_args(tp)[1])
+
+        def mapped(value, where, found):
+            if not isinstance(value, dict):
+                found.add(where, f"{_shown(value)} is not an object")
+                return _BAD
+            pairs = ((key, value_check(item, f"{where}.{key}", found)) for key, item in value.items())
+            return {key: item for key, item in pairs if item is not _BAD}
+        return mapped
     if typing.is_typeddict(tp):
-        return _check_object(value, tp, where, found)
-    return _check_scalar(value, tp, where, found)
+        fields: list[tuple[str, Check]] = []   # filled on first use: a model may name itself through others
 
-
-def _check_object(value, tp, where: str, found: _Findings):
-    if not isinstance(value, dict):
-        found.add(where, f"{_shown(value)} is not an object")
-        return _BAD
-    out = {}
-    for key, key_tp in _hints(tp).items():
-        if key in value:
-            checked = _check(value[key], key_tp, f"{where}.{key}" if where else key, found)
-            if checked is not _BAD:
-                out[key] = checked
-    return out
+        def typed(value, where, found):
+            if not isinstance(value, dict):
+                found.add(where, f"{_shown(value)} is not an object")
+                return _BAD
+            if not fields:
+                fields.extend((key, _checker(key_tp))
+                              for key, key_tp in typing.get_type_hints(tp, include_extras=True).items())
+            out = {}
+            for key, check in fields:
+                if key in value:
+                    checked = check(value[key], f"{where}.{key}" if where else key, found)
+                    if checked is not _BAD:
+                        out[key] = checked
+            return out
+        return typed
+    return lambda value, where, found: _check_scalar(value, tp, where, found)
 
 
 def _check_scalar(value, tp, where: str, found: _Findings):
@@ -372,8 +392,8 @@ def checked(data, model, name: str) -> tuple[dict | None, str | None]:
     """(``data`` as ``model`` holds it, or None when it is not even an object; a line naming ``name`` if
     anything was left out)."""
     found = _Findings()
-    value = _check_object(data, model, "", found)
-    return (None if value is _BAD else value), found.line(name)
+    value = _checker(model)(data, "", found)   # a TypedDict's check returns a dict or _BAD
+    return (None if value is _BAD else typing.cast(dict, value)), found.line(name)
 
 
 def read_json(path: str, name: str) -> tuple[object, str | None]:
