@@ -62,6 +62,25 @@ def free_port(address: str = "127.0.0.1", span: int = 2) -> int:
     raise RuntimeError(f"no {span} free consecutive ports on {address} in {_TEST_PORTS}")
 
 
+class Hang(AssertionError):
+    """A call that ran past its time (``within``)."""
+
+
+def within(seconds: float, function, what: str = "it"):
+    """``function()``, failing with Hang if it runs past ``seconds`` (SIGALRM: the main thread only), so a
+    command that would hang fails its test instead of hanging the suite."""
+    def alarm(*_):
+        raise Hang(f"{what} still running after {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        return function()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def latest_run(output_dir: Path) -> Path:
     return (output_dir / "latest").resolve()
 

@@ -8,7 +8,6 @@ import copy
 import json
 import os
 import shutil
-import signal
 import time
 
 import pytest
@@ -16,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from launcher import cli
-from tests.launching import RANK_PROGRAM, run_dlaunch
+from tests.launching import RANK_PROGRAM, run_dlaunch, within
 
 FILES = ["plan.json", "summary.json", "pids.json", "summary.head.json", "plan.other.json"]
 COMMANDS = [["status", "--json"], ["logs"], ["report"], ["ckpt", "list"], ["prune", "--keep", "0"]]
@@ -109,16 +108,7 @@ def _apply(run, name, change):
 
 
 def _call(argv):
-    def alarm(*_):
-        raise AssertionError(f"dlaunch {' '.join(argv)} still running after {PER_COMMAND_SECONDS} s")
-
-    previous = signal.signal(signal.SIGALRM, alarm)
-    signal.setitimer(signal.ITIMER_REAL, PER_COMMAND_SECONDS)
-    try:
-        return cli.main(argv)
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+    return within(PER_COMMAND_SECONDS, lambda: cli.main(argv), f"dlaunch {' '.join(argv)}")
 
 
 @st.composite
