@@ -217,11 +217,10 @@ def sweep(launcher_id: str, keep: set[int], quiet_rounds: int = SWEEP_QUIET_ROUN
     loses its parent (a daemon's double fork, a nested launcher killed) is handed to this process, so the tree
     is all there is; without that (prctl refused) one scan of all of /proc for the marker ends the sweep, or
     starts the rounds over: that scan reads every process's environment, the biggest cost of a host's stop
-    when 16 launchers share 2 cores.  Two quiet rounds: one
-    can miss a daemon that forks and exits in a loop (caught between its parent's exit and its move to this
-    subreaper).  The watchdog of a launcher that died (``orphaned``) owns no tree: every round scans /proc
-    for the marker, ORPHANED_PAUSE apart, since a rank the launcher was spawning shows the marker only once
-    its exec is done."""
+    when 16 launchers share 2 cores.  Two quiet rounds: one can miss a daemon that forks and exits in a loop
+    (caught between its parent's exit and its move to this subreaper).  The watchdog of a launcher that died
+    (``orphaned``) owns no tree: every round scans /proc for the marker, ORPHANED_PAUSE apart, since a rank
+    the launcher was spawning shows the marker only once its exec is done."""
     keep = keep | {os.getpid()}
     killed: set[int] = set()
     # the tree is complete only where the kernel lists children (CONFIG_PROC_CHILDREN): else the marker decides
@@ -229,13 +228,14 @@ def sweep(launcher_id: str, keep: set[int], quiet_rounds: int = SWEEP_QUIET_ROUN
     quiet, deadline = 0, time.monotonic() + SWEEP_SECONDS
     while time.monotonic() < deadline:
         found = _descendants(os.getpid()) - keep
-        last = not found and quiet + 1 >= quiet_rounds
-        if last and tree_only:
-            break
-        if not found and (orphaned or last):
-            found = marked_processes(launcher_id) - keep
-            if not found and quiet + 1 >= quiet_rounds:
+        if not found:
+            last = quiet + 1 >= quiet_rounds
+            if last and tree_only:
                 break
+            if last or orphaned:
+                found = marked_processes(launcher_id) - keep
+                if not found and last:
+                    break
         for pid in found:
             _kill(pid)
         killed |= found
