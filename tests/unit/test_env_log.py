@@ -1,0 +1,29 @@
+"""env.log's text: the layout worked out once per set of names must give exactly what rendering each rank
+whole would (sorted KEY=VALUE lines of the inherited environment overlaid by the rank's, secrets masked)."""
+
+from launcher.environment import EnvLog, masked
+
+
+def _whole(inherited: dict[str, str], env: dict[str, str]) -> str:
+    merged = {**masked(inherited), **masked(env)}
+    return "".join(f"{k}={merged[k]}\n" for k in sorted(merged))
+
+
+INHERITED = {"PATH": "/usr/bin", "HOME": "/root", "API_TOKEN": "abc", "OPTS": "A=1 DB_PASS=x", "A": "first",
+             "ZZ": "last", "RANK": "inherited-rank", "EMPTY_SECRET_KEY": ""}
+
+
+def test_each_rank_gets_what_a_whole_rendering_gives():
+    log = EnvLog(INHERITED)
+    ranks = [{"RANK": str(r), "WORLD_SIZE": "3", "B_KEY": "s3cret", "DLAUNCH_ENV": "X_TOKEN=t Y=2", "ZZZ": "end",
+              "AA": f"r{r}"} for r in range(3)]
+    for env in ranks:
+        assert log.text(env) == _whole(INHERITED, env)
+    assert "RANK=inherited-rank" not in log.text(ranks[0]) and "s3cret" not in log.text(ranks[0])
+
+
+def test_ranks_with_other_names_and_empty_cases():
+    log = EnvLog(INHERITED)
+    for env in ({}, {"A": "mine"}, {"00": "x", "~": "y"}, {"PATH": "/opt/bin", "HOME": "/h"}, {"A": "again"}):
+        assert log.text(env) == _whole(INHERITED, env)
+    assert EnvLog({}).text({"X": "1"}) == "X=1\n"
