@@ -167,7 +167,9 @@ def create(plan: RunLayout, rank_table_text: str, shared: bool) -> None:
         except FileExistsError:
             if not shared:
                 raise UsageError(f"run directory {plan.run_dir} already exists") from None
-        taken = [spec.rank_dir for spec in plan.ranks if os.path.lexists(spec.rank_dir)]
+        # a run directory this call made is empty: only one that existed can hold an earlier launch's ranks
+        taken = [spec.rank_dir for spec in plan.ranks if os.path.lexists(spec.rank_dir)] \
+            if plan.run_dir not in made else []
         if taken:
             raise UsageError(f"run {plan.run_id} already has {os.path.basename(taken[0])} in {plan.run_dir} "
                              f"from an earlier launch; nothing was changed: choose another --run-id")
