@@ -17,7 +17,9 @@ peak RSS <= 64 MiB at 1,024.
 Where the run directories live matters on some machines: every rank costs dlaunch four new inodes (its rank
 directory, its checkpoint directory, env.log, output.log) and torchrun one or two; ``--tmp /dev/shm`` puts
 both launchers' files (dlaunch's --output-dir, torchrun's TMPDIR) on a tmpfs, to tell the filesystem's cost
-from the launcher's.
+from the launcher's.  In the same run, ``scale_floor.py`` (a bare loop making those four inodes and one
+setpriv spawn per rank, nothing else) is measured by the same harness: the kernel's floor under dlaunch's
+directory contract, so that the launcher's CPU per rank above it is its own Python.
 
 Run:  .venv/bin/python benchmarks/bench_scale.py [--sizes 1,8,64,256,1024] [--repeat 3] [--tmp DIR]
 """
@@ -27,6 +29,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -46,12 +49,17 @@ def argv(launcher: str, ranks: int, out: Path) -> list[str]:
     return [str(BIN / "torchrun"), "--standalone", "--nproc-per-node", str(ranks), "--no-python", "/bin/true"]
 
 
+def floor_argv(ranks: int, out: Path) -> list[str]:
+    return [sys.executable, str(Path(__file__).resolve().parent / "scale_floor.py"), str(ranks), str(out)]
+
+
 def one_run(launcher: str, ranks: int, tmp: str | None):
     """One launch, measured by the shared harness; exits the benchmark if it fails."""
     work = Path(tempfile.mkdtemp(prefix="dlaunch-scale-", dir=tmp))
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(work)}   # torchrun leaves files in TMPDIR
+    command = floor_argv(ranks, work / "runs") if launcher == "floor" else argv(launcher, ranks, work / "runs")
     try:
-        run = run_launcher(launcher, argv(launcher, ranks, work / "runs"), env, str(work), timeout=600)
+        run = run_launcher(launcher, command, env, str(work), timeout=600)
         if run.exit_code != 0 or run.timed_out:
             raise SystemExit(f"{launcher} with {ranks} ranks exited {run.exit_code}: {run.stderr[-400:]}")
         return run
@@ -60,9 +68,11 @@ def one_run(launcher: str, ranks: int, tmp: str | None):
 
 
 def measure(size: int, repeat: int, tmp: str | None) -> list[Row]:
-    runs: dict[str, list] = {"dlaunch": [], "torchrun": []}
+    runs: dict[str, list] = {"dlaunch": [], "torchrun": [], "floor": []}
     for _, launcher in alternating(repeat, "dlaunch", "torchrun"):
         runs[launcher].append(one_run(launcher, size, tmp))
+        if launcher == "dlaunch":
+            runs["floor"].append(one_run("floor", size, tmp))
     wall = Row(f"{size:5d} ranks: launcher wall", "s", [r.wall for r in runs["dlaunch"]],
                [r.wall for r in runs["torchrun"]], "faster" + (", <= 0.5x" if size >= 1024 else ""), False)
     wall.met = wall.ratio < (RATIO_GOAL_AT_1024 if size >= 1024 else 1.0)
@@ -70,6 +80,9 @@ def measure(size: int, repeat: int, tmp: str | None) -> list[Row]:
               [r.cpu_own / size * 1000 for r in runs["dlaunch"]], [r.cpu_own / size * 1000 for r in runs["torchrun"]],
               f"<= {CPU_GOAL_MS:g} ms", False)
     cpu.met = cpu.dl_median <= CPU_GOAL_MS
+    floor = statistics.median(r.cpu_own / size * 1000 for r in runs["floor"])
+    cpu.notes.append(f"the kernel's floor under the directory contract (scale_floor.py, same run): {floor:.3f} ms "
+                     f"per rank; dlaunch above it: {cpu.dl_median - floor:.3f} ms per rank")
     children = {k: sorted(r.cpu_children / size * 1000 for r in v) for k, v in runs.items()}
     cpu.notes.append(f"CPU per rank of the ranks it reaped (ms): dlaunch {children['dlaunch']}, "
                      f"torchrun {children['torchrun']}")
