@@ -27,3 +27,15 @@ def test_ranks_with_other_names_and_empty_cases():
     for env in ({}, {"A": "mine"}, {"00": "x", "~": "y"}, {"PATH": "/opt/bin", "HOME": "/h"}, {"A": "again"}):
         assert log.text(env) == _whole(INHERITED, env)
     assert EnvLog({}).text({"X": "1"}) == "X=1\n"
+
+
+def test_the_layout_is_worked_out_once_per_set_of_names(monkeypatch):
+    """The sort over every inherited name is done once for a launch's ranks, not once per rank (counted)."""
+    calls = []
+    layout = EnvLog._layout
+    monkeypatch.setattr(EnvLog, "_layout", lambda self, names: calls.append(names) or layout(self, names))
+    log = EnvLog(INHERITED)
+    for rank in range(100):
+        log.text({"RANK": str(rank), "WORLD_SIZE": "100"})
+    log.text({"RANK": "0", "EXTRA": "1"})
+    assert len(calls) == 2
