@@ -21,7 +21,8 @@ MODELS = {"plan": PlanFile, "summary": SummaryFile, "pids": PidsFile}
 def test_every_file_real_runs_write_reads_back_whole(tmp_path):
     out = tmp_path / "out"
     failed = run_dlaunch("run", RANK_PROGRAM, "--ranks", "2", "--output-dir", out, "--max-restarts", "1",
-                         "--", "--save-steps", "1", "--fail-rank", "1", "--code", "3", cwd=tmp_path)
+                         "--", "--save-steps", "1", "--fail-rank", "1", "--code", "3", "--fail-once-all-saved",
+                         cwd=tmp_path)
     assert failed.returncode == 3, failed.stderr
     first = latest_run(out)
     resumed = run_dlaunch("run", RANK_PROGRAM, "--ranks", "2", "--output-dir", out, "--resume", first,

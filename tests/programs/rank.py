@@ -38,6 +38,9 @@ parser.add_argument("--progress-until", metavar="FILE",
 parser.add_argument("--save-steps", type=int, default=0, metavar="N",
                     help="save checkpoint steps 0_1..0_N (after DLAUNCH_RESUME_STEP's) into DLAUNCH_CKPT_DIR, as "
                          "launcher.checkpoint names them, each written to a temporary and renamed")
+parser.add_argument("--fail-once-all-saved", action="store_true",
+                    help="the --fail-rank fails only once every rank of the run holds step 0_N of --save-steps "
+                         "(else, on a loaded machine, fail-fast may stop a slower rank before it saved)")
 parser.add_argument("--fresh-sleep", type=float, default=0.0,
                     help="sleep this long unless resumed (DLAUNCH_RESUME_STEP): a job waiting to be preempted")
 parser.add_argument("--label", action="append", default=[], help="any text; recorded in labels.jsonl as received")
@@ -153,6 +156,14 @@ if "DLAUNCH_RESUME_STEP" not in os.environ:
     time.sleep(args.fresh_sleep)
 attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
 if args.fail_rank == rank and (args.fail_on_attempt is None or args.fail_on_attempt == attempt):
+    if args.fail_once_all_saved:
+        import glob
+
+        below = os.path.relpath(os.environ["DLAUNCH_CKPT_DIR"], os.environ["DLAUNCH_RANK_DIR"])
+        pattern = os.path.join(os.environ["DLAUNCH_RUN_DIR"], "*", below, f"ckpt-0_{args.save_steps}.pt")
+        deadline = time.monotonic() + 60
+        while len(glob.glob(pattern)) < int(os.environ["WORLD_SIZE"]) and time.monotonic() < deadline:
+            time.sleep(0.02)
     time.sleep(args.after)
     print(f"rank {rank} fails now with code {args.code}", flush=True)
     note("failed.jsonl", {"time": time.time()})
