@@ -129,9 +129,8 @@ def mask_value(name: str, value: str) -> str:
 
 
 def masked(env: dict[str, str]) -> dict[str, str]:
-    """A copy safe to write to env.log or print: secret-looking values replaced by ****.  (``mask_value`` is
-    called only where it may change something: a plan of 1,024 ranks has ~30,000 values, nearly all plain.)"""
-    return {k: mask_value(k, v) if "=" in v or is_secret(k) else v for k, v in env.items()}
+    """A copy safe to write to env.log or print: secret-looking values replaced by ****."""
+    return {k: mask_value(k, v) for k, v in env.items()}
 
 
 def masked_argv(argv) -> list[str]:

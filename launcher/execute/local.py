@@ -122,19 +122,6 @@ def _killpg(pgid: int, sig: int) -> bool:
         raise
 
 
-def _make_dir(path: str) -> None:
-    """A rank's own directory: one mkdir where its parent exists (a rank's checkpoint directory, whose rank
-    directory the run's creation made), ``os.makedirs`` otherwise; an existing directory is taken as it is
-    (a restart's), anything else there is an error."""
-    try:
-        os.mkdir(path)
-    except FileNotFoundError:
-        os.makedirs(path, exist_ok=True)
-    except FileExistsError:
-        if not os.path.isdir(path):
-            raise
-
-
 class _Process:
     """A process of the attempt (a rank or the scheduler): its Popen, exit watch and result."""
 
@@ -430,7 +417,7 @@ class LocalWorkers:
         spec, result = process.spec, process.result
         log_fd: int | None   # closed at the end unless the tee took it
         try:
-            _make_dir(spec.ckpt_dir or spec.rank_dir)
+            os.makedirs(spec.ckpt_dir or spec.rank_dir, exist_ok=True)
             env_fd = os.open(spec.env_log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             try:   # bytes as given
                 data = memoryview(self._env_log.text(spec.env).encode("utf-8", "surrogateescape"))
