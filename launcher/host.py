@@ -99,7 +99,9 @@ class DeviceView:
         """Each rank's ``CUDA_VISIBLE_DEVICES``: this host's devices in local-rank order; None leaves it alone.
 
         An inherited empty value hides every GPU and stays empty (CPU ranks); on Ascend the variable is not
-        dlaunch's to set.
+        dlaunch's to set.  Where no variable restricts the devices and the ranks use devices 0..N-1 in
+        local-rank order, the list would change no rank's ``cuda:LOCAL_RANK``: it is left unset, as torchrun
+        leaves it (a CPU host's 1,024 ranks would each carry a 4 KiB list, quadratic in bytes per host).
         """
         if self.ascend:
             return None
@@ -107,6 +109,8 @@ class DeviceView:
             return ""
         if self.source == CUDA_VAR and not self.numeric:
             return ",".join(self.tokens[d] for d in local_devices)
+        if not self.restricts and local_devices == list(range(len(local_devices))):
+            return None   # devices 0..N-1 in order: cuda:LOCAL_RANK is the plan's device already
         return ",".join(map(str, local_devices))
 
     def device_id(self, device: int) -> int:

@@ -115,7 +115,7 @@ def test_16_ranks_on_2_hosts_get_the_env_contract(ssh_cluster, tmp_path, out):
             "LOCAL_WORLD_SIZE": "8", "GROUP_WORLD_SIZE": "2", "ROLE_RANK": str(rank), "ROLE_WORLD_SIZE": "16",
             "MASTER_ADDR": "127.0.0.2", "MASTER_PORT": str(port), "DEVICE_ID": str(local), "RANK_ID": str(rank),
             "RANK_SIZE": "16", "RANK_TABLE_FILE": str(run_dir / f"rank_table.{host}.json"),
-            "CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7", "DLAUNCH_RUN_ID": "env16", "TORCHELASTIC_RUN_ID": "env16",
+            "CUDA_VISIBLE_DEVICES": None, "DLAUNCH_RUN_ID": "env16", "TORCHELASTIC_RUN_ID": "env16",
             "DLAUNCH_RANK_DIR": str(rank_dir), "OMP_NUM_THREADS": "2",
             "HCCL_WHITELIST_DISABLE": "1", "NCCL_DEBUG": "INFO", "PYTHONPATH": str(ROOT),
         }

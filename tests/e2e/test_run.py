@@ -45,7 +45,7 @@ def test_env_contract_on_4_ranks(tmp_path, out):
             "GROUP_RANK": "0", "GROUP_WORLD_SIZE": "1", "ROLE_RANK": str(rank), "ROLE_NAME": "default",
             "ROLE_WORLD_SIZE": "4", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29613",
             "TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_MAX_RESTARTS": "0", "TORCHELASTIC_RUN_ID": "envtest",
-            "TORCHELASTIC_ERROR_FILE": str(rank_dir / "error.json"), "CUDA_VISIBLE_DEVICES": "0,1,2,3",
+            "TORCHELASTIC_ERROR_FILE": str(rank_dir / "error.json"), "CUDA_VISIBLE_DEVICES": None,
             "TORCHELASTIC_USE_AGENT_STORE": "False", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
             "TORCHELASTIC_SIGNALS_TO_HANDLE": "SIGTERM,SIGINT,SIGHUP,SIGQUIT",
             "DLAUNCH_RUN_ID": "envtest", "DLAUNCH_RUN_DIR": str(run_dir), "DLAUNCH_RANK_DIR": str(rank_dir),

@@ -37,6 +37,17 @@ def test_ascend_subset_gives_logical_device_ids():
     assert view.cuda_visible([4, 5], {}) is None   # not CUDA's business on an Ascend host
 
 
+def test_unrestricted_devices_in_order_leave_cuda_variable_unset():
+    """With no variable restricting devices, 0..N-1 in order is what CUDA does anyway: left unset, as torchrun
+    leaves it (1,024 CPU ranks would each carry a 4 KiB list); any other order or subset is still set."""
+    for view in (devices.DeviceView(), devices.DeviceView(source="nvidia-smi -L", tokens=("0", "1", "2", "3"))):
+        assert view.cuda_visible([0, 1, 2, 3], {}) is None
+        assert view.cuda_visible([4, 5], {}) == "4,5"
+        assert view.cuda_visible([1, 0], {}) == "1,0"
+    restricted = devices.discover({"CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7"})
+    assert restricted.cuda_visible([0, 1, 2, 3], {}) == "0,1,2,3"   # a variable's own subset is always said
+
+
 def test_a_container_seeing_some_npus_is_numbered_from_zero():
     view = devices.DeviceView(source=devices.DAVINCI_GLOB, tokens=("4", "5"))
     assert view.first(2) == [4, 5]
