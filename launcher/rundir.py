@@ -11,7 +11,6 @@ directories and writes only its own host-suffixed files.
 from __future__ import annotations
 
 import glob
-import json
 import os
 import re
 import secrets
@@ -23,6 +22,7 @@ from typing import TYPE_CHECKING, Protocol, cast
 from launcher import numlists
 from launcher.contract import Role
 from launcher.errors import DlaunchError, LaunchError, UsageError
+from launcher.jsontext import readable
 from launcher.userfiles import RUN_MARKERS, enclosing_run_dir, is_run_dir  # noqa: F401 (is_run_dir: this module's API)
 
 if TYPE_CHECKING:
@@ -102,17 +102,11 @@ def check_run_id(run_id: str) -> str:
     return run_id
 
 
-INDENTED_JSON_LIMIT = 64 << 10   # bigger files (a 1,024-rank plan, pids, summary) are written compact: the
-                                 # indenting encoder is pure Python, some 10x slower than the C one
-
-
 def write_json(path: str, data) -> None:
     """Write JSON atomically: readers (status, other hosts) never see half a file, a failure leaves none."""
     from launcher.atomic import write_atomically
 
-    text = json.dumps(data, default=str)   # the C encoder: indent=2 would take the pure-Python one
-    if len(text) < INDENTED_JSON_LIMIT:         # small (every one-host run's summary): indented for people
-        text = json.dumps(data, indent=2, default=str)
+    text = readable(data, default=str)
     write_atomically(path, lambda fh: fh.write(text + "\n"), permissions=0o666)
 
 

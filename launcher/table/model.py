@@ -19,6 +19,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from launcher.jsontext import readable
+
 KNOWN_VERSIONS = ("1.0", "1.2", "2.0")
 RANK_LIST = "rank_list"   # the layout of version 2.0 tables (ascend-operator): ranks, no servers
 MAX_NUMBER = 10**9 - 1   # larger device or rank ids are not numbers HCCL could mean
@@ -347,13 +349,9 @@ def to_obj(table: RankTable) -> dict:
     return out
 
 
-INDENTED_LIMIT = 64 << 10   # a bigger table (1,024 ranks) is written compact: the indenting encoder is pure Python
-
-
 def dumps(table: RankTable) -> str:
-    obj = to_obj(table)
-    text = json.dumps(obj)
-    return (json.dumps(obj, indent=4) if len(text) < INDENTED_LIMIT else text) + "\n"
+    """The table's JSON, indented by 4 as hccl_tools writes it while small (``jsontext``)."""
+    return readable(to_obj(table), indent=4) + "\n"
 
 
 def dump(table: RankTable, path: str) -> None:

@@ -21,7 +21,7 @@ TRAINING_SIDE = ["launcher.checkpoint", "launcher.checkpoint.*", "launcher.heart
 LAYERS = [
     ["launcher", "launcher.contract", "launcher.errors", "launcher.pods",
      "launcher.console", "launcher.numlists", "launcher.argtypes", "launcher.lines",
-     "launcher.atomic", "launcher.userfiles", "launcher.envfiles", "launcher.rundir",
+     "launcher.atomic", "launcher.jsontext", "launcher.userfiles", "launcher.envfiles", "launcher.rundir",
      "launcher.rundir_model", "launcher.request"],
     TRAINING_SIDE,
     ["launcher.table", "launcher.table.*", "launcher.host", "launcher.config", "launcher.environment",
