@@ -13,7 +13,6 @@ from __future__ import annotations
 import glob
 import os
 import re
-import secrets
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -80,18 +79,19 @@ def rank_dirs(run_dir: str) -> dict[int, str]:
     """Global rank -> its rank directory, for every rank directory in the run."""
     found: dict[int, str] = {}
     try:
-        names = os.listdir(run_dir)
+        entries = os.scandir(run_dir)   # is_dir() from the listing itself: no stat per rank (1,024 at the end)
     except OSError:
         return found
-    for name in names:
-        match = _RANK_DIR.match(name)
-        if match and os.path.isdir(os.path.join(run_dir, name)):
-            found[int(match[1])] = os.path.join(run_dir, name)
+    with entries:
+        for entry in entries:
+            match = _RANK_DIR.match(entry.name)
+            if match and entry.is_dir():
+                found[int(match[1])] = entry.path
     return found
 
 
 def new_run_id() -> str:
-    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + os.urandom(2).hex()   # secrets.token_hex, without hmac and hashlib
 
 
 def check_run_id(run_id: str) -> str:

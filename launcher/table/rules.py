@@ -13,7 +13,6 @@ Atlas A2 servers; ``structure`` checks only that the file can be interpreted.
 
 from __future__ import annotations
 
-import ipaddress
 from collections import Counter
 from collections.abc import Callable, Iterable
 
@@ -177,6 +176,8 @@ def canonical_ip(value) -> str | None:
     if len(parts) == 4 and all(p.isdigit() and p.isascii() and (p == "0" or p[0] != "0") and int(p) < 256
                                for p in parts):
         return text
+    import ipaddress  # here, not at the top: 2 ms of every launch whose table holds only dotted IPv4
+
     try:
         return str(ipaddress.ip_address(text))
     except ValueError:
@@ -257,6 +258,8 @@ def rule_ranks(table: RankTable) -> Iterable[Problem]:
 
 def _address_order_disagrees(first: str, second: str) -> bool:
     """True when two ids are addresses whose numeric order differs from their text order (10.0.0.9 vs 10.0.0.10)."""
+    import ipaddress
+
     try:
         a, b = ipaddress.ip_address(first), ipaddress.ip_address(second)
         return a.version == b.version and (a < b) != (first < second)  # type: ignore[operator]
