@@ -160,21 +160,23 @@ class EnvLog:
 
     def __init__(self, inherited: dict[str, str]):
         self._lines = {k: f"{k}={v}\n" for k, v in masked(inherited).items()}
-        self._layouts: dict[tuple[str, ...], tuple[list[str], list[str]]] = {}
+        self._layouts: dict[tuple[str, ...], tuple[list[str], list[str], set[str]]] = {}
 
     def text(self, env: dict[str, str]) -> str:
         names = tuple(env)
         layout = self._layouts.get(names)
         if layout is None:
             layout = self._layouts[names] = self._layout(names)
-        pieces, own = layout
+        pieces, own, secret = layout
         parts = pieces.copy()
-        parts[1::2] = [f"{k}={mask_value(k, env[k])}\n" for k in own]
+        parts[1::2] = [f"{k}={mask_value(k, v) if k in secret or '=' in v else v}\n"
+                       for k, v in zip(own, map(env.__getitem__, own))]
         return "".join(parts)
 
-    def _layout(self, names: tuple[str, ...]) -> tuple[list[str], list[str]]:
-        """The rank's own names in sorted order, and around them the constant runs of inherited lines:
-        ``[run0, slot, run1, slot, ...]``, each slot to be filled with one of the rank's lines."""
+    def _layout(self, names: tuple[str, ...]) -> tuple[list[str], list[str], set[str]]:
+        """The rank's own names in sorted order, around them the constant runs of inherited lines
+        (``[run0, slot, run1, slot, ...]``, each slot to be filled with one of the rank's lines), and which
+        of the names look secret (the others' values need masking only where they hold ``KEY=VALUE``)."""
         own = sorted(set(names))
         pieces: list[str] = []
         run: list[str] = []
@@ -186,4 +188,4 @@ class EnvLog:
             else:
                 run.append(self._lines[name])
         pieces.append("".join(run))
-        return pieces, own
+        return pieces, own, {name for name in own if is_secret(name)}
