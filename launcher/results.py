@@ -169,9 +169,16 @@ def _error_file_message(path: str | None) -> str | None:
 
 
 def _newest_complete_checkpoint(plan: LaunchPlan) -> str | None:
-    """The newest step every rank saved (what --resume picks), read once the ranks are gone."""
-    from launcher.checkpoint.resume import resume_point
+    """The newest step every rank saved (what --resume picks), read once the ranks are gone.
 
+    A step every rank saved is one rank 0 saved: where rank 0's checkpoint directory holds none (a run that
+    saved nothing, or rank 0 is another host's), one directory is listed instead of every rank's."""
+    from launcher.checkpoint.resume import collect, resume_point
+    from launcher.contract import CKPT_DIR
+    from launcher.rundir import rank_dir_name
+
+    if not collect({0: os.path.join(plan.run_dir, rank_dir_name(0, plan.world_size), CKPT_DIR)}):
+        return None
     step, _ = resume_point(plan.run_dir, plan.world_size)
     return step.label if step else None
 

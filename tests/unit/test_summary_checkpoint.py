@@ -1,0 +1,45 @@
+"""The summary's newest complete checkpoint: what --resume would pick, found without listing every rank's
+directory when rank 0's holds none (a complete step is one rank 0 saved)."""
+
+import os
+import types
+
+from launcher import results
+from launcher.checkpoint import names as ckptnames
+
+
+def make_run(tmp_path, world_size, saved):
+    """A run directory whose ranks' ckpt/ hold the (epoch, step) files ``saved[rank]`` names."""
+    for rank in range(world_size):
+        ckpt = tmp_path / f"rank_{rank:03d}" / "ckpt"
+        ckpt.mkdir(parents=True)
+        for epoch, step in saved.get(rank, ()):
+            (ckpt / ckptnames.dlaunch_name("ckpt", epoch, step)).write_bytes(b"x")
+    return types.SimpleNamespace(run_dir=str(tmp_path), world_size=world_size)
+
+
+def count_listings(monkeypatch):
+    listed = []
+    real = os.listdir
+    monkeypatch.setattr(os, "listdir", lambda path=".": listed.append(path) or real(path))
+    return listed
+
+
+def test_the_newest_step_every_rank_saved(tmp_path):
+    plan = make_run(tmp_path, 4, {0: [(1, 10), (2, 20)], 1: [(1, 10), (2, 20)], 2: [(1, 10), (2, 20)],
+                                  3: [(1, 10)]})
+    assert results._newest_complete_checkpoint(plan) == "ckpt-1_10"   # rank 3 has no 2_20: incomplete
+
+
+def test_rank_0_without_checkpoints_ends_the_search_after_one_listing(tmp_path, monkeypatch):
+    plan = make_run(tmp_path, 64, {rank: [(1, 10)] for rank in range(1, 64)})   # every rank but 0 saved
+    listed = count_listings(monkeypatch)
+    assert results._newest_complete_checkpoint(plan) is None
+    assert listed == [os.path.join(plan.run_dir, "rank_000", "ckpt")]
+
+
+def test_rank_0_with_checkpoints_still_needs_every_rank(tmp_path, monkeypatch):
+    plan = make_run(tmp_path, 8, {rank: [(1, 10)] for rank in range(7)})   # rank 7 saved nothing
+    listed = count_listings(monkeypatch)
+    assert results._newest_complete_checkpoint(plan) is None
+    assert len(listed) > 8   # rank 0's, then every rank's: the early end applies only to an empty rank 0
