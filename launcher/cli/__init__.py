@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import sys
 
-from launcher.cli.parsers import SCRIPT_ARG_COMMANDS, build_parser, unrecognized
+from launcher.cli.parsers import COMMANDS, SCRIPT_ARG_COMMANDS, build_parser, unrecognized
 from launcher.console import printable, say, settle_streams, silence
 from launcher.contract import ExitCode
 from launcher.errors import DlaunchError, UsageError
@@ -73,8 +73,8 @@ def entry() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(argv[0] if argv else None)
     script_args: list[str] = []
     cut_at = None
     if argv and argv[0] in SCRIPT_ARG_COMMANDS and "--" in argv:
@@ -87,12 +87,12 @@ def main(argv: list[str] | None = None) -> int:
         say(f"error: {printable(bad)}: '--' is not a value for {printable(option)} (it ends the options); "
             f"give {printable(option)} a value", usage=(sub or parser).format_usage())
         return UsageError.exit_code
-    if argv and not argv[0].startswith("-") and argv[0] not in parser.subcommands:
+    if argv and not argv[0].startswith("-") and argv[0] not in COMMANDS:
         import difflib
 
-        meant = difflib.get_close_matches(argv[0], list(parser.subcommands), n=1, cutoff=0.6)
+        meant = difflib.get_close_matches(argv[0], list(COMMANDS), n=1, cutoff=0.6)
         say(f"error: unknown command {printable(argv[0])!r}" + (f"; did you mean {meant[0]!r}?" if meant else
-            f" (commands: {', '.join(parser.subcommands)})"), usage=parser.format_usage())
+            f" (commands: {', '.join(COMMANDS)})"), usage=parser.format_usage())
         return UsageError.exit_code
     if argv in (["cluster", "--from-head"], ["cluster", "--from-head", "--announce"]):   # the SSH head's, verbatim
         from launcher.cli.cluster import cmd_from_head

@@ -1,0 +1,41 @@
+"""The command table of ``launcher.cli.parsers``: each name is the command its module registers, and a launch
+builds (and imports) only its own command's parser."""
+
+import sys
+
+import pytest
+
+from launcher.cli import main
+from launcher.cli.parsers import COMMANDS, build_parser
+
+
+def test_every_name_is_what_its_module_registers_in_help_order():
+    assert list(build_parser().subcommands) == list(COMMANDS)
+    for name in COMMANDS:
+        assert list(build_parser(name).subcommands) == [name]
+
+
+def test_a_word_that_is_no_command_gets_every_command():
+    assert list(build_parser("--help").subcommands) == list(COMMANDS)
+    assert list(build_parser("rn").subcommands) == list(COMMANDS)
+
+
+def test_an_unknown_command_is_named_with_the_nearest(capsys):
+    assert main(["rnu", "train.py"]) == 2
+    assert "unknown command 'rnu'; did you mean 'run'?" in capsys.readouterr().err
+
+
+def test_a_command_parses_with_only_its_own_module_imported(monkeypatch):
+    others = [f"launcher.cli.{module}" for name, module in COMMANDS.items() if name != "validate-ranktable"]
+    for module in others:
+        monkeypatch.delitem(sys.modules, module, raising=False)
+    args = build_parser("validate-ranktable").parse_args(["validate-ranktable", "rt.json"])
+    assert args.command == "validate-ranktable"
+    assert [m for m in others if m in sys.modules] == []
+
+
+@pytest.mark.parametrize("name", ["run", "cluster", "msrun", "torchrun"])
+def test_help_of_one_command_is_its_own(name, capsys):
+    with pytest.raises(SystemExit):
+        main([name, "--help"])
+    assert f"usage: dlaunch {name}" in capsys.readouterr().out
