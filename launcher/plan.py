@@ -11,7 +11,7 @@ executor in ``execute/local.py`` only carries it out (tests/unit/test_pure_layer
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 from launcher import numlists
 from launcher.checkpoint.resume import ResumePoint
@@ -160,7 +160,10 @@ class LaunchPlan:
 
 
 def _fields(obj) -> dict:
-    return {f.name: getattr(obj, f.name) for f in fields(obj)}
+    """A dataclass's fields as a new dict: its ``__dict__``, which holds exactly them (no slots, nothing cached
+    on these frozen objects; tests/unit/test_pure_layers.py checks the keys), at a fraction of the cost of
+    ``dataclasses.fields`` per rank."""
+    return dict(vars(obj))
 
 
 def console_ranks(spec: str, world_size: int) -> set[int]:

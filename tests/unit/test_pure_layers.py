@@ -1,6 +1,7 @@
 """Fast tests of the pure layers, in-process, nothing started: options -> plan -> environment, the SSH plan,
 the results model and the run-directory reader. End-to-end tests elsewhere start real processes."""
 
+import dataclasses
 import json
 import os
 import signal
@@ -54,6 +55,11 @@ def test_every_setting_reaches_the_plan_and_the_dry_run(in_tmp):
         (30.0, True, False, False)
     assert plan.policy is opts.policy and plan.master_port == 29999 and plan.policy.max_restarts == 2
     assert plan.to_dict()["hang_timeout"] == 30.0   # plan.json keeps its flat keys
+    written = plan.to_dict()   # exactly the dataclasses' fields: to_dict copies each object's __dict__
+    assert set(written) == {f.name for f in dataclasses.fields(plan) if f.name != "policy"} | \
+        {f.name for f in dataclasses.fields(plan.policy)}
+    assert [list(spec) for spec in written["ranks"]] == [[f.name for f in dataclasses.fields(spec)]
+                                                         for spec in plan.ranks]
     rank1 = plan.ranks[1]
     assert rank1.env["API_TOKEN"] == "s3cret" and rank1.argv[-2:] == ["--lr", "1"] and rank1.cwd == str(in_tmp)
     text = describe(plan)
