@@ -38,13 +38,13 @@ def _walk(top: str, depth: int, skip: set[str], budget: list[int]):
             yield directory
             if not remaining:
                 continue
-            try:
-                entries = sorted(os.scandir(directory), key=lambda e: e.name)
+            real = os.path.join(os.path.realpath(directory), "")   # once: a subdirectory's real path is real + name
+            try:   # skipped before sorting: a run directory holds a directory per rank
+                kept = [e for e in os.scandir(directory) if not e.name.startswith(".")
+                        and e.is_dir(follow_symlinks=False) and real + e.name not in skip]
             except OSError:
                 continue
-            real = os.path.realpath(directory)   # once: an entry that is a directory, not a link, is real/name
-            below += [e.path for e in entries if not e.name.startswith(".") and e.is_dir(follow_symlinks=False)
-                      and os.path.join(real, e.name) not in skip]
+            below += [e.path for e in sorted(kept, key=lambda e: e.name)]
         level = below
 
 
