@@ -1,8 +1,9 @@
 """dlaunch's top-level parser, built from one module per command, and what the command parsers share.
 
 Every command lives in a module of ``launcher.cli`` whose ``add_parser(sub)`` adds its parser and registers
-its handler (``set_defaults(handler=...)``): one way to add a command. Nothing heavy is imported here or
-there: ``dlaunch --help`` starts in milliseconds.
+its handler (``set_defaults(handler=...)``), and is named in ``COMMANDS``: one way to add a command. Nothing
+heavy is imported here or there, and a command imports no other command's module: ``dlaunch --help`` starts
+in milliseconds.
 """
 
 from __future__ import annotations
