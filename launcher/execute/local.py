@@ -151,6 +151,8 @@ class _Attempt:
         self.scheduler: _Process | None = None
         self.deadline: float | None = None   # when stopping: SIGKILL for whatever is left at this time
         self.killed = False
+        self.unwatched: list[_Process] = []   # started, but no pidfd (an old kernel): _dispatch polls them
+        self._first_live = 0   # ranks before it have ended (an ended process never lives again)
 
     @property
     def processes(self) -> list[_Process]:
@@ -161,7 +163,13 @@ class _Attempt:
         return self.deadline is not None
 
     def ranks_done(self) -> bool:
-        return not any(p.alive for p in self.ranks)
+        """Every rank has ended.  Asked on every wake-up of the loop (each chunk of console output): the ranks
+        known to have ended are not looked at again, so 1,024 ranks cost O(1) per wake-up, not a scan."""
+        ranks, first = self.ranks, self._first_live
+        while first < len(ranks) and not ranks[first].alive:
+            first += 1
+        self._first_live = first
+        return first == len(ranks)
 
     def alive(self) -> int:
         return sum(1 for p in self.processes if p.alive)
@@ -250,7 +258,7 @@ class LocalWorkers:
                     return
         finally:
             self.reaper.flush()   # every group the watchdog was not told of yet
-            self._watch_exits(attempt.processes, selector)
+            attempt.unwatched = self._watch_exits(attempt.processes, selector)
         if self.on_started:
             try:
                 self.on_started([p.result for p in attempt.ranks], result.scheduler)
@@ -296,7 +304,7 @@ class LocalWorkers:
                 timeout = min(watch.interval for watch in (hangs, peers) if watch)
             else:
                 timeout = None
-            events = self._dispatch(selector, tee, attempt.processes, timeout)
+            events = self._dispatch(selector, tee, attempt.unwatched, timeout)
             if not attempt.stopping and not attempt.ranks_done():
                 self._watch(attempt, hangs, peers)
             for kind, value in events:
@@ -309,12 +317,17 @@ class LocalWorkers:
                 attempt.killed = True
 
     def _watch(self, attempt: _Attempt, hangs: HangWatch | None, peers: PeerWait | None) -> None:
+        """The periodic watches, each when due (at most once an interval): the live ranks are listed only then,
+        not on every wake-up."""
+        peers_due, hangs_due = bool(peers and peers.due()), bool(hangs and hangs.due())
+        if not (peers_due or hangs_due):
+            return
         live = [p for p in attempt.ranks if p.alive]
-        if peers and peers.due():
+        if peers and peers_due:
             waiting = peers.check([p.spec for p in live])
             if waiting:
                 say(waiting)
-        if hangs and hangs.due():
+        if hangs and hangs_due:
             hung = self._check_hangs(hangs, live, attempt.plan.attempt)
             if hung:
                 self._begin_stop(attempt, root_cause=hung)
@@ -473,10 +486,12 @@ class LocalWorkers:
                     os.close(fd)
 
     @staticmethod
-    def _watch_exits(processes: list[_Process], selector) -> None:
+    def _watch_exits(processes: list[_Process], selector) -> list[_Process]:
         """A pidfd per started process, opened once all are spawned: each fd the launcher holds is copied into
         every later spawn's fd table and closed again at its exec (1,024 pidfds held while spawning: O(N^2)).
-        A rank that ended meanwhile is a zombie until reaped: its pid cannot be reused, its pidfd is readable."""
+        A rank that ended meanwhile is a zombie until reaped: its pid cannot be reused, its pidfd is readable.
+        Returns the started processes that got no pidfd (an old kernel): ``_dispatch`` polls those."""
+        unwatched = []
         for process in processes:
             if process.proc is None or process.pidfd is not None:
                 continue
@@ -484,7 +499,9 @@ class LocalWorkers:
                 process.pidfd = os.pidfd_open(process.proc.pid)
                 selector.register(process.pidfd, selectors.EVENT_READ, ("exit", process))
             except (AttributeError, OSError):
-                process.pidfd = None  # old kernel: _dispatch polls instead
+                process.pidfd = None
+                unwatched.append(process)
+        return unwatched
 
     def _pipe_keys(self, selector):
         return [key for key in selector.get_map().values() if key.data[0] == "pipe"]
@@ -492,10 +509,10 @@ class LocalWorkers:
     def _pipes(self, selector) -> bool:
         return bool(self._pipe_keys(selector))
 
-    def _dispatch(self, selector, tee: ConsoleTee, processes: list[_Process], timeout):
+    def _dispatch(self, selector, tee: ConsoleTee, unwatched: list[_Process], timeout):
         """Wait for one batch of events; returns ("exit", RankResult), ("signal", signum) and ("launcher_error",
-        message) items."""
-        polling = any(p.pidfd is None and p.alive for p in processes)
+        message) items.  ``unwatched`` (processes without a pidfd) are polled; the others' exits are events."""
+        polling = any(p.alive for p in unwatched)
         if polling:
             timeout = 0.05 if timeout is None else min(timeout, 0.05)
         happened: list[tuple[str, Any]] = []
@@ -530,8 +547,8 @@ class LocalWorkers:
             else:
                 happened.extend(("signal", sig) for sig in self.signals.drain())
         if polling:
-            for process in processes:
-                if process.pidfd is None and process.alive and process.popen.poll() is not None:
+            for process in unwatched:
+                if process.alive and process.popen.poll() is not None:
                     happened.append(("exit", self._reap(process)))
         return happened
 
