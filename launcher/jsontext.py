@@ -2,7 +2,7 @@
 
 CPython's C encoder writes only compact JSON; ``indent`` takes the pure-Python encoder, some 10x slower.
 Indenting a 1,024-rank rank table cost ~10 ms of a launch whose whole budget is ~0.3 ms per rank, and
-nobody reads 150 KB of JSON by eye.  Under 16 KiB (a rank table of up to ~200 ranks, every summary of up
+nobody reads 150 KB of JSON by eye.  Under 16 KiB (a rank table of up to ~250 ranks, a summary of up
 to ~32) the indenting costs under 3 ms and is kept.
 """
 
