@@ -191,6 +191,7 @@ def summarize(plan: LaunchPlan, attempts: list[AttemptResult], started: float, w
         status = "interrupted"
     else:
         status = "succeeded"
+    ranks = [[r.to_dict() for r in a.ranks] for a in attempts]   # each once: the last attempt's are said twice
     return {
         "run_id": plan.run_id, "run_dir": plan.run_dir, "host": plan.server_id, "server_index": plan.server_index,
         "world_size": plan.world_size, "status": status, "exit_code": last.exit_code,
@@ -202,10 +203,10 @@ def summarize(plan: LaunchPlan, attempts: list[AttemptResult], started: float, w
         **({"launcher_error": last.launcher_error} if last.launcher_error else {}),
         **({"stopped_by": last.stopped_by} if last.stopped_by else {}),
         "interrupted_by": signal.Signals(last.interrupted_by).name if last.interrupted_by else None,
-        "ranks": [r.to_dict() for r in last.ranks],
+        "ranks": ranks[-1],
         **({"scheduler": last.scheduler.to_dict()} if last.scheduler else {}),
         "attempts": [{"attempt": a.attempt, "exit_code": a.exit_code, "root_cause": _root_cause(a),
-                      "ranks": [r.to_dict() for r in a.ranks]} for a in attempts],
+                      "ranks": entries} for a, entries in zip(attempts, ranks)],
         **({"warnings": list(warnings)} if warnings else {}),
     }
 
