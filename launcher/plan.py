@@ -150,8 +150,12 @@ class LaunchPlan:
         data["ranks"] = [_fields(spec) for spec in self.ranks]
         data["scheduler"] = _fields(self.scheduler) if self.scheduler else None
         data["resume"] = _fields(self.resume) if self.resume else None
+        shown_argv: dict[int, list[str]] = {}   # every rank runs the one argv list: masked once, not per rank
         for spec in data["ranks"] + ([data["scheduler"]] if data["scheduler"] else []):
-            spec["env"], spec["argv"] = masked(spec["env"]), masked_argv(spec["argv"])
+            argv = spec["argv"]
+            if id(argv) not in shown_argv:
+                shown_argv[id(argv)] = masked_argv(argv)
+            spec["env"], spec["argv"] = masked(spec["env"]), shown_argv[id(argv)]
         return data
 
     def processes(self) -> list[RankSpec]:
@@ -193,11 +197,14 @@ def make_plan(table: RankTable, server_index: int, opts: Options, rank_table_fil
     argv = opts.command.argv(opts.python)
     specs = []
     cuda_visible = opts.devices.cuda_visible(local_devices, inherited)   # once: the same for every rank here
+    # a rank's paths by f-string, not os.path.join (five a rank): run_dir ends with the run id, never a slash
+    error_name, log_name, env_name = (attempt_file("", stem, ext, attempt)   # "output.log", "output.1.log", ...
+                                      for stem, ext in (("error", "json"), ("output", "log"), ("env", "log")))
     for local_rank, dev in enumerate(devices):
         rank = dev.rank
-        rank_dir = os.path.join(run_dir, rank_dir_name(rank, world_size))
-        ckpt_dir = os.path.join(rank_dir, CKPT_DIR)
-        error_file = attempt_file(rank_dir, "error", "json", attempt)
+        rank_dir = f"{run_dir}/{rank_dir_name(rank, world_size)}"
+        ckpt_dir = f"{rank_dir}/{CKPT_DIR}"
+        error_file = f"{rank_dir}/{error_name}"
         env = rank_environment(
             rank=rank, local_rank=local_rank, world_size=world_size, local_world_size=len(devices),
             group_rank=server_index, group_world_size=len(table.servers),
@@ -221,8 +228,8 @@ def make_plan(table: RankTable, server_index: int, opts: Options, rank_table_fil
         specs.append(RankSpec(
             rank=rank, local_rank=local_rank, device_id=dev.device, server_id=str(server.server_id), argv=argv,
             cwd=rank_dir if opts.policy.cwd_mode == CWD_RANK else opts.launch_dir, env=env, rank_dir=rank_dir,
-            log_file=attempt_file(rank_dir, "output", "log", attempt),
-            env_log=attempt_file(rank_dir, "env", "log", attempt), ckpt_dir=ckpt_dir, error_file=error_file,
+            log_file=f"{rank_dir}/{log_name}", env_log=f"{rank_dir}/{env_name}", ckpt_dir=ckpt_dir,
+            error_file=error_file,
             console=rank in shown))
     is_master = any(d.rank == 0 for d in server.devices)
     scheduler = None
