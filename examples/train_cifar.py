@@ -300,6 +300,24 @@ def save_checkpoint(state: dict, directory: str, prefix: str, epoch: int, step: 
     return Path(saved.path if async_save else saved)
 
 
+def wait_for_every_rank(prefix: str, epoch: int, step: int, world_size: int, limit: float = 60.0) -> None:
+    """Before a simulated crash: wait (at most ``limit`` seconds) until every rank's checkpoint of ``epoch`` is
+    on disk, so the node fails between epochs and leaves a complete step to resume from.  Without it, on a
+    loaded machine another rank could still be writing that file when this one dies, and the launcher's
+    fail-fast would stop it mid-save: nothing complete to resume, a different test outcome."""
+    import glob
+    import time
+
+    if epoch < 1:
+        return
+    name = f"{prefix}-{epoch}_{step}.pt"
+    run_dir = os.environ.get("DLAUNCH_RUN_DIR")
+    pattern = os.path.join(glob.escape(run_dir), "*", "ckpt", name) if run_dir else os.path.join("ckpt_*", name)
+    deadline = time.monotonic() + limit
+    while len(glob.glob(pattern)) < world_size and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
 def format_loss(value: float) -> str:
     """Shortest text that round-trips as float32, matching MindSpore's numpy output."""
     target = struct.pack("<f", value)
@@ -450,6 +468,7 @@ def train(args: argparse.Namespace, env: DistEnv) -> None:
             from launcher import checkpoint
 
             checkpoint.wait_for_saves()   # the crash strikes once the previous epoch's file is on disk
+            wait_for_every_rank(args.ckpt_prefix, epoch - 1, steps, env.world_size)
             log(f"rank {env.rank} simulates a crash at the start of epoch {epoch}")
             os.kill(os.getpid(), signal.SIGKILL)
         order = epoch_order(len(labels), args.seed, epoch, env.rank)
