@@ -35,6 +35,10 @@ def main():
     trainer.fit(Regression(), data)
     print(f"rank {trainer.global_rank} of {trainer.world_size}: final train_loss "
           f"{trainer.callback_metrics['train_loss'].item():.6f}")
+    # PyTorch's documented shutdown: without it, gloo's worker threads may outlive the interpreter's teardown
+    # and abort the process after training ("terminate called without an active exception", SIGABRT:
+    # pytorch/pytorch#190489), under any launcher; seen once in this test's CI run
+    torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
