@@ -409,21 +409,25 @@ def _keep_only_fd(keep: int) -> None:
 def _reap_when_orphaned(read_fd: int, launcher_id: str, launcher_pid: int) -> None:
     """The watchdog's life: collect groups until "bye" (leave) or EOF (the launcher died: kill everything),
     noting the launcher's tree every NOTE_SECONDS while it waits, unless no process or thread was created
-    since the last note (``_last_pid``): reading the tree costs /proc reads per process and per thread (1,024
-    ranks: 43 ms of CPU a second for the whole job), and a quiet job creates nothing."""
+    since a note that began a whole round after the last creation (``_last_pid``; a process given its pid just
+    before one note may not be linked to its parent yet, so the next note is taken too). Reading the tree
+    costs /proc reads per process and per thread (1,024 ranks: 43 ms of CPU a second for the whole job), and
+    a quiet job creates nothing."""
     import select
 
     groups: set[int] = set()
     noted: dict[int, bytes] = {}
-    noted_at: bytes | None = None   # the last pid given out when the tree was last read (before reading it)
+    seen: bytes | None = None   # the kernel's last pid at the previous round
+    settled = False             # the last note began a round after the last creation: it holds everything
     buffer = LineBuffer()
     while True:
         if not select.select([read_fd], [], [], NOTE_SECONDS)[0]:
             last = _last_pid()
-            if last is None or last != noted_at:
+            if last is None or last != seen or not settled:
                 noted = _tree(launcher_pid)
                 noted.pop(os.getpid(), None)
-                noted_at = last
+                settled = last is not None and last == seen
+            seen = last
             continue
         chunk = os.read(read_fd, 4096)
         if not chunk:
