@@ -25,7 +25,7 @@ from launcher.environment import (
     rank_environment,
 )
 from launcher.host import DeviceView
-from launcher.rundir import attempt_file, host_suffix, rank_dir_name
+from launcher.rundir import attempt_file, attempt_name, host_suffix, rank_dir_name
 from launcher.table.model import RankTable
 
 CWD_LAUNCH = "launch"  # every rank runs where dlaunch was started, as torchrun and msrun do (the default)
@@ -150,12 +150,12 @@ class LaunchPlan:
         data["ranks"] = [_fields(spec) for spec in self.ranks]
         data["scheduler"] = _fields(self.scheduler) if self.scheduler else None
         data["resume"] = _fields(self.resume) if self.resume else None
-        shown_argv: dict[int, list[str]] = {}   # every rank runs the one argv list: masked once, not per rank
+        shown_argv: dict[tuple[str, ...], list[str]] = {}   # one command line for every rank: masked once
         for spec in data["ranks"] + ([data["scheduler"]] if data["scheduler"] else []):
-            argv = spec["argv"]
-            if id(argv) not in shown_argv:
-                shown_argv[id(argv)] = masked_argv(argv)
-            spec["env"], spec["argv"] = masked(spec["env"]), shown_argv[id(argv)]
+            argv = tuple(spec["argv"])
+            if argv not in shown_argv:
+                shown_argv[argv] = masked_argv(argv)
+            spec["env"], spec["argv"] = masked(spec["env"]), shown_argv[argv]
         return data
 
     def processes(self) -> list[RankSpec]:
@@ -198,7 +198,7 @@ def make_plan(table: RankTable, server_index: int, opts: Options, rank_table_fil
     specs = []
     cuda_visible = opts.devices.cuda_visible(local_devices, inherited)   # once: the same for every rank here
     # a rank's paths by f-string, not os.path.join (five a rank): run_dir ends with the run id, never a slash
-    error_name, log_name, env_name = (attempt_file("", stem, ext, attempt)   # "output.log", "output.1.log", ...
+    error_name, log_name, env_name = (attempt_name(stem, ext, attempt)
                                       for stem, ext in (("error", "json"), ("output", "log"), ("env", "log")))
     for local_rank, dev in enumerate(devices):
         rank = dev.rank

@@ -60,9 +60,13 @@ LAYOUT_VERSION = 2
 HEAD_SUMMARY = "summary.head.json"  # the head's summary of a cluster --ssh job
 
 
-def attempt_file(directory: str, stem: str, ext: str, attempt: int) -> str:
+def attempt_name(stem: str, ext: str, attempt: int) -> str:
     """``output.log`` for the first attempt, ``output.1.log`` after the first restart: nothing overwritten."""
-    return os.path.join(directory, f"{stem}.{ext}" if attempt == 0 else f"{stem}.{attempt}.{ext}")
+    return f"{stem}.{ext}" if attempt == 0 else f"{stem}.{attempt}.{ext}"
+
+
+def attempt_file(directory: str, stem: str, ext: str, attempt: int) -> str:
+    return os.path.join(directory, attempt_name(stem, ext, attempt))
 
 
 def host_suffix(server_id: str) -> str:
