@@ -310,7 +310,7 @@ def wait_for_every_rank(prefix: str, epoch: int, step: int, world_size: int, lim
 
     if epoch < 1:
         return
-    name = f"{prefix}-{epoch}_{step}.pt"
+    name = glob.escape(f"{prefix}-{epoch}_{step}.pt")
     run_dir = os.environ.get("DLAUNCH_RUN_DIR")
     pattern = os.path.join(glob.escape(run_dir), "*", "ckpt", name) if run_dir else os.path.join("ckpt_*", name)
     deadline = time.monotonic() + limit
