@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
+
+# what tempfile.mkstemp opens with; tempfile itself (with random, shutil, bz2 and lzma) is not imported
+_CREATE_FLAGS = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
 
 
 def fsync_path(path: str) -> None:
@@ -25,7 +27,13 @@ def fsync_path(path: str) -> None:
 def temp_beside(path: str, tag: str = "") -> tuple[int, str]:
     """(fd, name) of a new hidden temporary beside ``path``; ``tag`` goes into its name (e.g. host and pid)."""
     directory, name = os.path.split(os.path.abspath(path))
-    return tempfile.mkstemp(prefix=f".{name}{tag}.", suffix=".tmp", dir=directory)
+    for _ in range(100):   # as mkstemp: a random name, created only where none exists (mode 0600, not inherited)
+        tmp = os.path.join(directory, f".{name}{tag}.{os.urandom(6).hex()}.tmp")
+        try:
+            return os.open(tmp, _CREATE_FLAGS, 0o600), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary name beside {path}")
 
 
 def commit(tmp: str, path: str, durable: bool = True) -> None:

@@ -21,10 +21,13 @@ import argparse
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from launcher.contract import ENV_PREFIX
 from launcher.errors import UsageError
+
+TYPE_CHECKING = False   # typing's own flag, without importing typing on the launch path (docs/development.md)
+if TYPE_CHECKING:
+    from typing import Any
 
 TRUE_WORDS, FALSE_WORDS = {"1", "true", "yes", "on"}, {"0", "false", "no", "off", ""}
 MAX_CONFIG_BYTES = 1 << 20

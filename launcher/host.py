@@ -23,12 +23,9 @@ else here is pure.
 
 from __future__ import annotations
 
-import glob
 import os
 import re
-import shutil
 import socket
-import subprocess
 from dataclasses import dataclass
 
 from launcher.errors import UsageError
@@ -145,6 +142,8 @@ def from_environment(environ) -> DeviceView | None:
 
 
 def _davinci_devices() -> tuple[str, ...]:
+    import glob
+
     found = []
     for path in glob.glob(DAVINCI_GLOB):
         match = _DAVINCI.match(os.path.basename(path))
@@ -155,6 +154,9 @@ def _davinci_devices() -> tuple[str, ...]:
 
 def _nvidia_gpus() -> tuple[str, ...] | None:
     """GPU indices ``nvidia-smi -L`` lists, or None when it is not installed or fails."""
+    import shutil
+    import subprocess
+
     tool = shutil.which("nvidia-smi")
     if tool is None:
         return None

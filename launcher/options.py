@@ -14,7 +14,6 @@ import argparse
 import os
 import sys
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
 
 from launcher.argtypes import port, positive_seconds, seconds, whole
 from launcher.config import FLAG, LIST, OPTIONAL, Option, add_options
@@ -23,7 +22,10 @@ from launcher.execute.forwarding import signal_list, signal_names
 from launcher.host import MAX_DEVICES
 from launcher.table.rules import DEFAULT_PROFILE, PROFILE_HELP
 
+TYPE_CHECKING = False   # typing's own flag, without importing typing on the launch path (docs/development.md)
 if TYPE_CHECKING:
+    from typing import Any
+
     from launcher.request import LaunchRequest
 
 AUTO = "auto"                 # --ranks auto: one rank per visible device

@@ -13,13 +13,15 @@ import signal
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
 
 from launcher.console import printable
 from launcher.contract import ExitCode, Role
 from launcher.lines import tail_lines
 
+TYPE_CHECKING = False   # typing's own flag, without importing typing on the launch path (docs/development.md)
 if TYPE_CHECKING:
+    from typing import Any
+
     from launcher.plan import LaunchPlan
 
 HANG_EXIT_CODE = ExitCode.HUNG   # kept for readers of the old name

@@ -16,7 +16,6 @@ import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol, cast
 
 from launcher import numlists
 from launcher.contract import Role
@@ -24,30 +23,32 @@ from launcher.errors import DlaunchError, LaunchError, UsageError
 from launcher.jsontext import readable
 from launcher.userfiles import RUN_MARKERS, enclosing_run_dir, is_run_dir  # noqa: F401 (is_run_dir: this module's API)
 
+TYPE_CHECKING = False   # typing's own flag, without importing typing on the launch path (docs/development.md)
 if TYPE_CHECKING:
+    from typing import Protocol
+
     from launcher.rundir_model import HeadSummaryFile, PidsFile, PlanFile, RankEntryFile, SummaryFile
 
+    class _RankLayout(Protocol):
+        @property
+        def rank_dir(self) -> str: ...
 
-class _RankLayout(Protocol):
-    @property
-    def rank_dir(self) -> str: ...
+    class RunLayout(Protocol):
+        """What ``create`` needs of a launch plan: names and its JSON, so this module needs no plan type."""
 
+        @property
+        def run_id(self) -> str: ...
+        @property
+        def run_dir(self) -> str: ...
+        @property
+        def output_dir(self) -> str: ...
+        @property
+        def rank_table_file(self) -> str: ...
+        @property
+        def ranks(self) -> Sequence[_RankLayout]: ...
+        def host_file(self, name: str, ext: str) -> str: ...
+        def to_dict(self) -> dict: ...
 
-class RunLayout(Protocol):
-    """What ``create`` needs of a launch plan: names and its JSON, so this module needs no plan type."""
-
-    @property
-    def run_id(self) -> str: ...
-    @property
-    def run_dir(self) -> str: ...
-    @property
-    def output_dir(self) -> str: ...
-    @property
-    def rank_table_file(self) -> str: ...
-    @property
-    def ranks(self) -> Sequence[_RankLayout]: ...
-    def host_file(self, name: str, ext: str) -> str: ...
-    def to_dict(self) -> dict: ...
 
 _RANK_DIR = re.compile(r"^rank_(\d+)$")   # rank_dir_name's names
 RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -327,6 +328,8 @@ def run_directory(path: str | None, output_dir: str) -> str:
 
 def load_run(run_dir: str) -> Run:
     """The run as its files say now: plans, summaries and pids files of every host, each checked."""
+    from typing import cast
+
     from launcher.rundir_model import HeadSummaryFile, PidsFile, PlanFile, SummaryFile, load
 
     problems: list[str] = []

@@ -27,8 +27,7 @@ and signal guards for a launch that saves nothing.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+TYPE_CHECKING = False   # typing's own flag, without importing typing on the launch path (docs/development.md)
 if TYPE_CHECKING:   # the names below, for the type checker; at run time ``__getattr__`` loads them
     from launcher.checkpoint.api import (
         BREAKPOINT_DIR,

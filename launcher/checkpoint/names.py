@@ -96,7 +96,7 @@ def parse_dlaunch(name: str) -> tuple[str, int, int] | None:
 
 
 def dlaunch_temporary_prefix(name: str, host: str, pid: int) -> str:
-    """What a temporary for ``name`` starts with (``tempfile.mkstemp`` adds random letters and TEMP_SUFFIX)."""
+    """What a temporary for ``name`` starts with (``atomic.temp_beside`` adds random letters and TEMP_SUFFIX)."""
     return f".{name}~{host}~{pid}~"
 
 

@@ -12,14 +12,17 @@ import argparse
 import os
 from collections.abc import Mapping
 from dataclasses import fields
-from typing import Any, TypeVar
 
 from launcher.config import apply_layers, convert
 from launcher.errors import UsageError
 from launcher.options import declared_defaults, options_for
 from launcher.request import OPTION_FIELDS, LaunchRequest
 
-Request = TypeVar("Request")
+TYPE_CHECKING = False   # typing's own flag, without importing typing on the launch path (docs/development.md)
+if TYPE_CHECKING:
+    from typing import Any, TypeVar
+
+    Request = TypeVar("Request")
 
 
 def typed(cls: type[Request], args: argparse.Namespace) -> Request:

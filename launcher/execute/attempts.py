@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from launcher import rundir
 from launcher.checkpoint.resume import find_resume_point
@@ -25,18 +24,22 @@ from launcher.plan import LaunchPlan, Options, make_plan
 from launcher.results import AttemptResult, closing_lines, first_failure, how_it_ended, summarize
 from launcher.table.model import RankTable, dumps
 
+TYPE_CHECKING = False   # typing's own flag, without importing typing on the launch path (docs/development.md)
 if TYPE_CHECKING:
     from launcher.rundir_model import PidsFile
 
 
 def check_command(opts: Options) -> None:
     """The script or executable must exist before any rank starts."""
-    import shutil
-
     command = opts.command
     if command.no_python:
-        found = shutil.which(command.target, path=None if os.sep not in command.target else "")
-        if not (found or (os.sep in command.target and os.access(command.target, os.X_OK))):
+        if os.sep in command.target:   # a path, as exec takes it
+            found = os.access(command.target, os.X_OK)
+        else:   # a name on PATH (shutil, with bz2 and lzma, is imported only for this)
+            import shutil
+
+            found = shutil.which(command.target) is not None
+        if not found:
             raise UsageError(f"executable not found: {command.target}")
     elif command.module or os.path.isfile(command.target):
         return

@@ -15,8 +15,6 @@ dead data loader) is on record.
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 import time
 
 from launcher.checkpoint import names as ckptnames
@@ -108,6 +106,9 @@ def dump_stacks(specs_and_pids: list[tuple[RankSpec, int]],
                 attempt: int) -> tuple[dict[int | None, str], str | None]:
     """Write every rank's Python stack to ``rank_dir/stack.txt`` in parallel; (files by rank, None for MindSpore's
     scheduler; why none) ."""
+    import shutil
+    import subprocess
+
     py_spy = shutil.which("py-spy") or _beside_python("py-spy")
     files: dict[int | None, str] = {}
     if py_spy is None:

@@ -18,10 +18,8 @@ import errno
 import os
 import selectors
 import signal
-import subprocess
 import time
 from collections.abc import Callable
-from typing import Any
 
 from launcher.console import say
 from launcher.contract import LAUNCHER_IDS_ENV, ExitCode, Role
@@ -43,6 +41,11 @@ from launcher.lines import LineBuffer
 from launcher.plan import LaunchPlan, RankSpec
 from launcher.results import AttemptResult, RankResult
 from launcher.rundir import describe_os_error
+
+TYPE_CHECKING = False   # typing's own flag, without importing typing on the launch path (docs/development.md)
+if TYPE_CHECKING:
+    import subprocess
+    from typing import Any
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)   # torchrun's set
 PIPE_DRAIN_SECONDS = 1.0

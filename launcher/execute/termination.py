@@ -17,7 +17,6 @@ Kubernetes' default path exists and is writable.
 from __future__ import annotations
 
 import os
-import threading
 
 from launcher.results import closing_lines
 
@@ -70,6 +69,8 @@ class ZombieCollector:
     """
 
     def __init__(self, keep):
+        import threading  # only PID 1 runs a thread: the launch path imports none
+
         self._keep = keep
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="dlaunch-zombies", daemon=True)

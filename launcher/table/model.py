@@ -17,9 +17,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
 
 from launcher.jsontext import readable
+
+TYPE_CHECKING = False   # typing's own flag, without importing typing on the launch path (docs/development.md)
+if TYPE_CHECKING:
+    from typing import Any
 
 KNOWN_VERSIONS = ("1.0", "1.2", "2.0")
 RANK_LIST = "rank_list"   # the layout of version 2.0 tables (ascend-operator): ranks, no servers

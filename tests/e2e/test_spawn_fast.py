@@ -161,3 +161,25 @@ def test_descriptors_held_while_spawning_do_not_grow_with_the_ranks(tmp_path):
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["code"] == 0 and len(result["counts"]) == 64, result
     assert max(result["counts"]) - min(result["counts"]) <= 4, result["counts"]
+
+
+# Standard modules a launch of ranks needs none of (each costs the launch 1-5 ms of CPU to import; together
+# with their own imports ~8 ms): where one is needed (a program name searched on PATH, PID 1's thread, the
+# Popen fallback, nvidia-smi, py-spy), the function that needs it imports it.
+NOT_FOR_A_LAUNCH = ("typing", "tempfile", "random", "subprocess", "threading")
+
+
+def test_a_launch_imports_none_of_the_standard_modules_it_does_not_need(tmp_path):
+    program = textwrap.dedent(f"""
+        import json, sys
+        from launcher.cli import main
+        try:
+            code = main(["run", "--no-python", "/bin/true", "--ranks", "2", "--output-dir", {str(tmp_path / 'runs')!r}])
+        except SystemExit as exc:
+            code = exc.code
+        print(json.dumps({{"code": code, "imported": [m for m in {NOT_FOR_A_LAUNCH!r} if m in sys.modules]}}))
+    """)
+    done = subprocess.run([sys.executable, "-c", program], cwd=tmp_path, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": ROOT}, timeout=60)
+    result = json.loads(done.stdout.splitlines()[-1])
+    assert result == {"code": 0, "imported": []}, done.stderr
