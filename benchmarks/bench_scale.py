@@ -38,7 +38,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import MIB, Row, alternating, print_table, run_launcher  # noqa: E402
+from harness import MIB, Row, alternating, dlaunch_command, print_table, run_launcher  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -47,7 +47,7 @@ CPU_GOAL_MS, RSS_GOAL_MIB, RATIO_GOAL_AT_1024 = 0.3, 64, 0.5
 
 def argv(launcher: str, ranks: int, out: Path) -> list[str]:
     if launcher == "dlaunch":
-        return [sys.executable, "-m", "launcher", "run", "--no-python", "/bin/true", "--ranks", str(ranks),
+        return [*dlaunch_command(), "run", "--no-python", "/bin/true", "--ranks", str(ranks),
                 "--profile", "structure", "--console", "none", "--output-dir", str(out)]
     return [str(BIN / "torchrun"), "--standalone", "--nproc-per-node", str(ranks), "--no-python", "/bin/true"]
 

@@ -146,6 +146,14 @@ def kill_procs(procs: list[psutil.Process]) -> None:
     psutil.wait_procs(procs, timeout=5)
 
 
+def dlaunch_command() -> list[str]:
+    """How a user starts dlaunch: the ``dlaunch`` console script beside this Python where dlaunch is installed
+    (scripts/test.sh's venv; torchrun is measured by its own script too), else ``python -m launcher``, the same
+    program plus runpy's start (~3 ms).  PYTHONPATH, set by the benchmarks, picks this checkout either way."""
+    script = Path(sys.executable).parent / "dlaunch"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "launcher"]
+
+
 @functools.cache
 def compile_launcher() -> None:
     """Byte-compile dlaunch's package once, as ``pip install`` does (and did for torchrun): where
