@@ -106,10 +106,9 @@ def dump_stacks(specs_and_pids: list[tuple[RankSpec, int]],
                 attempt: int) -> tuple[dict[int | None, str], str | None]:
     """Write every rank's Python stack to ``rank_dir/stack.txt`` in parallel; (files by rank, None for MindSpore's
     scheduler; why none) ."""
-    import shutil
     import subprocess
 
-    py_spy = shutil.which("py-spy") or _beside_python("py-spy")
+    py_spy = _find_py_spy()
     files: dict[int | None, str] = {}
     if py_spy is None:
         why = "no stack could be taken: py-spy is not installed (pip install py-spy, or dlaunch[torch])"
@@ -136,6 +135,13 @@ def dump_stacks(specs_and_pids: list[tuple[RankSpec, int]],
         out.close()
         files[spec.rank] = path
     return files, None
+
+
+def _find_py_spy() -> str | None:
+    """py-spy on PATH, else beside the launcher's Python (shutil is imported only here, when a rank hung)."""
+    import shutil
+
+    return shutil.which("py-spy") or _beside_python("py-spy")
 
 
 def _beside_python(name: str) -> str | None:

@@ -72,8 +72,7 @@ def test_every_sign_of_life_counts(tmp_path):
 
 
 def test_without_py_spy_the_stack_file_says_so(tmp_path, monkeypatch):
-    monkeypatch.setattr(hangs.shutil, "which", lambda name: None)
-    monkeypatch.setattr(hangs, "_beside_python", lambda name: None)
+    monkeypatch.setattr(hangs, "_find_py_spy", lambda: None)
     spec = _spec(tmp_path)
     files, why = hangs.dump_stacks([(spec, os.getpid())], attempt=0)
     assert "no stack could be taken" in why
