@@ -283,7 +283,7 @@ def loads(text: str) -> RankTable:
 
     NaN, Infinity and numbers too large to be finite are refused (they would be written back as bare ``NaN``,
     which is not JSON); so is nesting deeper than Python's recursion allows, and text holding a lone UTF-16
-    surrogate (``"\ud800"``), which no output could print.
+    surrogate (``"\\ud800"``), which no output could print.
     """
     try:
         obj = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
