@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 
-# what tempfile.mkstemp opens with; tempfile itself (with random, shutil, bz2 and lzma) is not imported
+# what tempfile.mkstemp opens with; tempfile itself (and random) is not imported to launch (~1.5 ms)
 _CREATE_FLAGS = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
 
 

@@ -31,15 +31,12 @@ if TYPE_CHECKING:
 
 def check_command(opts: Options) -> None:
     """The script or executable must exist before any rank starts."""
+    import shutil
+
     command = opts.command
     if command.no_python:
-        if os.sep in command.target:   # a path, as exec takes it
-            found = os.access(command.target, os.X_OK)
-        else:   # a name on PATH (shutil, with bz2 and lzma, is imported only for this)
-            import shutil
-
-            found = shutil.which(command.target) is not None
-        if not found:
+        found = shutil.which(command.target, path=None if os.sep not in command.target else "")
+        if not (found or (os.sep in command.target and os.access(command.target, os.X_OK))):
             raise UsageError(f"executable not found: {command.target}")
     elif command.module or os.path.isfile(command.target):
         return

@@ -138,7 +138,7 @@ def dump_stacks(specs_and_pids: list[tuple[RankSpec, int]],
 
 
 def _find_py_spy() -> str | None:
-    """py-spy on PATH, else beside the launcher's Python (shutil is imported only here, when a rank hung)."""
+    """py-spy on PATH, else beside the launcher's Python."""
     import shutil
 
     return shutil.which("py-spy") or _beside_python("py-spy")

@@ -47,7 +47,6 @@ from launcher.lines import LineBuffer
 LAUNCHER_ID_VAR = LAUNCHER_ID_ENV
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
-SETPRIV_DIRS = ("/usr/bin", "/bin", "/usr/sbin", "/sbin")   # where setpriv is looked for, not PATH
 SWEEP_SECONDS = 5.0          # a sweep keeps looking for new marked processes this long at most
 SWEEP_QUIET_ROUNDS = 3       # ... and stops after this many rounds that found nothing
 SWEEP_PAUSE = 0.001         # between rounds: long enough for a fork-and-exit loop to show its next pid
@@ -86,11 +85,10 @@ def death_signal_wrapper() -> tuple[str, ...]:
     of copying the launcher's whole address space for every rank (1,024 ranks: seconds).  The moment between
     the spawn and setpriv's prctl, where the launcher could die unnoticed, is the watchdog's (the rank carries
     the marker).  Empty where setpriv is missing: ``child_setup`` then does the same in Python."""
-    for directory in SETPRIV_DIRS:   # shutil.which's test, without importing shutil (and bz2, lzma) to launch
-        found = os.path.join(directory, "setpriv")
-        if os.access(found, os.X_OK) and not os.path.isdir(found):
-            return (found, "--pdeathsig", "KILL", "--") if _prctl() is not None else ()
-    return ()
+    import shutil
+
+    found = shutil.which("setpriv", path="/usr/bin:/bin:/usr/sbin:/sbin")
+    return (found, "--pdeathsig", "KILL", "--") if found and _prctl() is not None else ()
 
 
 def child_setup(launcher_pid: int):

@@ -130,11 +130,11 @@ class RankSpawner:
         key = (program, path_var, cwd)
         if key in self._checked:
             return
+        import shutil
+
         if "/" in program:   # as exec takes it: relative to the rank's working directory
             path: str | None = os.path.join(cwd, program)
-        else:   # a name on PATH (shutil, with bz2 and lzma, is imported only for this)
-            import shutil
-
+        else:
             path = shutil.which(program, mode=os.F_OK, path=path_var if path_var is not None else os.defpath)
         if path is None or not os.path.exists(path):
             raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)

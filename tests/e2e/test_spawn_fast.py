@@ -163,9 +163,9 @@ def test_descriptors_held_while_spawning_do_not_grow_with_the_ranks(tmp_path):
     assert max(result["counts"]) - min(result["counts"]) <= 4, result["counts"]
 
 
-# Standard modules a launch of ranks needs none of (each costs the launch 1-5 ms of CPU to import; together
-# with their own imports ~8 ms): where one is needed (a program name searched on PATH, PID 1's thread, the
-# Popen fallback, nvidia-smi, py-spy), the function that needs it imports it.  Those the interpreter's own
+# Standard modules a launch of ranks needs none of (imported after dlaunch's own: typing and subprocess ~2.5 ms
+# of CPU each, tempfile ~1.5 ms; the three 6.5-9.4 ms): where one is needed (PID 1's thread, the Popen
+# fallback, nvidia-smi, py-spy), the function that needs it imports it.  Those the interpreter's own
 # start already imported (a site-packages .pth file can) are not dlaunch's doing and are not counted.
 NOT_FOR_A_LAUNCH = ("typing", "tempfile", "random", "subprocess", "threading")
 
