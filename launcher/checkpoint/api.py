@@ -99,16 +99,17 @@ def _save(state, directory: str, name: str, prefix: str, keep_max: int | None = 
           strategy_text: str | None = None, async_save: bool = False):
     """A save now (after any in the background, whose failure it raises first), or queued for the background."""
     ckptstore.check_keep_max(keep_max)
+
+    def store(snapshot):
+        return ckptstore.store(snapshot.state, directory, name, prefix, keep_max, strategy_text, snapshot.locations)
+
     if not async_save:
         writer = ckptwriter.active()
         if writer is not None:
             writer.settle()
-        return ckptstore.store(state, directory, name, prefix, keep_max, strategy_text)
+        return ckptwriter.writer().store_now(state, store)
     os.makedirs(directory, exist_ok=True)
-    return ckptwriter.writer().submit(
-        os.path.join(directory, name), state,
-        lambda snapshot: ckptstore.store(snapshot.state, directory, name, prefix, keep_max, strategy_text,
-                                         snapshot.locations))
+    return ckptwriter.writer().submit(os.path.join(directory, name), state, store)
 
 
 # --------------------------------------------------------------------------

@@ -10,6 +10,11 @@ what makes the capture cost about one memory copy.  Non-tensor values are copied
 (containers rebuilt, other objects deep-copied), so training may change anything in the state
 the moment ``capture`` returns.
 
+A synchronous save of a state that holds device tensors (``on_device``) stages only those
+(``devices_only``): its file is written from host memory either way, and a pooled pinned buffer is one
+fast copy where ``torch.save``'s path copies each storage into fresh pageable memory (1 GiB on an H100
+host: ~0.6 s of a 1.2 s save).  Its CPU tensors and other values are written where they are.
+
 ``BufferPool`` bounds the host memory it keeps: up to ``limit`` bytes of buffers stay allocated
 (pinned, for device tensors) between saves; a state larger than that is staged partly in
 ordinary memory allocated for that save alone.  Buffers of sizes the state no longer has are let
@@ -96,8 +101,9 @@ def _plain_dense(tensor) -> bool:
             and not getattr(tensor, "__dict__", None))
 
 
-def capture(state, pool: BufferPool) -> Snapshot:
-    """Copy ``state`` into buffers from ``pool`` (see the module docstring); returns when the copies are done."""
+def capture(state, pool: BufferPool, devices_only: bool = False) -> Snapshot:
+    """Copy ``state`` into buffers from ``pool`` (see the module docstring); returns when the copies are done.
+    ``devices_only``: copy only the storages of device tensors (a synchronous save)."""
     import torch
     from torch.serialization import location_tag
 
@@ -124,6 +130,8 @@ def capture(state, pool: BufferPool) -> Snapshot:
         return storages[key]
 
     def tensor(value):
+        if devices_only and (value.device.type == "cpu" or not _plain_dense(value)):
+            return value   # written where it is, as torch.save would
         if not _plain_dense(value):
             try:
                 return copy.deepcopy(value)
@@ -154,6 +162,8 @@ def capture(state, pool: BufferPool) -> Snapshot:
             out.extend(walk(item) for item in value)
         elif type(value) is tuple:
             out = tuple(walk(item) for item in value)
+        elif devices_only:
+            out = value
         else:
             out = copy.deepcopy(value)
         memo[id(value)] = out
@@ -169,3 +179,20 @@ def capture(state, pool: BufferPool) -> Snapshot:
         pool.give_back(buffers)
         raise
     return Snapshot(captured, locations, buffers)
+
+
+def on_device(state) -> bool:
+    """Whether ``state``'s dicts, lists and tuples hold a tensor that is not on the CPU."""
+    import torch
+
+    seen: set[int] = set()
+    stack = [state]
+    while stack:
+        value = stack.pop()
+        if torch.is_tensor(value):
+            if value.device.type != "cpu":
+                return True
+        elif isinstance(value, (dict, list, tuple)) and id(value) not in seen:
+            seen.add(id(value))
+            stack.extend(value.values() if isinstance(value, dict) else value)
+    return False

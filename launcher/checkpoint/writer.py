@@ -216,6 +216,18 @@ class _Writer:
             self.guard.arm()
         return handle
 
+    def store_now(self, state, store):
+        """A synchronous save (after ``settle``): ``store(snapshot)`` of ``state``, its device tensors staged
+        through the pool's pinned buffers (``stage.capture(devices_only=True)``), a state without any
+        as it is; returns what ``store`` returns."""
+        if not ckptstage.on_device(state):
+            return store(ckptstage.Snapshot(state, {}, []))
+        snapshot = ckptstage.capture(state, self.pool, devices_only=True)
+        try:
+            return store(snapshot)
+        finally:
+            self.pool.give_back(snapshot.buffers)
+
     def drain(self) -> None:
         """Wait until every save in flight is written or failed."""
         with self.cond:

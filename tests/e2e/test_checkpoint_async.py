@@ -90,6 +90,21 @@ def test_buffers_are_reused_from_save_to_save_within_their_bound():
     assert torch.equal(snapshot.state["small"], state["small"])
 
 
+def test_a_synchronous_save_of_cpu_tensors_writes_the_state_itself():
+    """Only device tensors are staged for a synchronous save: a CPU state reaches the writer untouched (the
+    same objects, no copy), and ``capture(devices_only=True)`` passes CPU tensors and other values through
+    (tests/e2e/test_cuda_job.py checks the device side on a GPU)."""
+    state = {"w": torch.ones(100), "nested": [torch.zeros(3), ("label", 7)], "meta": {"epoch": 1}}
+    assert not ckptstage.on_device(state)
+    seen = []
+    assert ckptwriter.writer().store_now(state, lambda snapshot: seen.append(snapshot) or "written") == "written"
+    assert seen[0].state is state and seen[0].locations == {} and seen[0].buffers == []
+    captured = ckptstage.capture(state, ckptstage.BufferPool(limit=1 << 20), devices_only=True)
+    assert captured.state["w"] is state["w"] and captured.state["nested"][0] is state["nested"][0]
+    assert captured.state["meta"] == state["meta"] and captured.buffers == []
+    assert ckptstage.on_device({"a": [1, {"b": (torch.ones(1, device="meta"),)}]})
+
+
 @contextlib.contextmanager
 def full_disk(tmp_path, monkeypatch):
     """A directory on a 1 MiB tmpfs where this test may mount one (root), else the writer's ENOSPC hook."""

@@ -12,6 +12,8 @@ import os
 import re
 import shutil
 import subprocess
+import sys
+import textwrap
 
 import pytest
 
@@ -56,3 +58,27 @@ def test_inherited_visible_devices_pick_the_gpu(tmp_path):
     records = launch(tmp_path, {"CUDA_VISIBLE_DEVICES": str(last)})
     assert len(records) == 1 and records[0]["cuda_visible_devices"] == str(last)
     assert records[0]["uuid"] == uuids[last] and records[0]["sum"] == 1
+
+
+def test_synchronous_save_of_cuda_tensors_loads_back_on_their_device(tmp_path):
+    """A synchronous ``checkpoint.save`` stages device tensors through pinned buffers (stage.capture with
+    devices_only): the file must still load as a ``torch.save`` of the original would, each tensor on the
+    device it came from, views sharing storage, and the same buffers serving the next save."""
+    program = textwrap.dedent(f"""
+        import torch
+        from launcher import checkpoint
+        from launcher.checkpoint import writer
+        state = {{"w": torch.randn(1000, device="cuda"), "b": torch.arange(10), "step": 3}}
+        state["view"] = state["w"][10:20]
+        for step in (1, 2):
+            path = checkpoint.save(state, 1, step, directory={str(tmp_path)!r})
+            loaded = torch.load(path, map_location=None)
+            assert loaded["w"].is_cuda and not loaded["b"].is_cuda and loaded["step"] == 3
+            assert torch.equal(loaded["w"], state["w"]) and torch.equal(loaded["b"], state["b"])
+            assert loaded["view"].untyped_storage().data_ptr() == loaded["w"].untyped_storage().data_ptr()
+        assert writer.writer().pool.kept == 4000   # one pinned buffer, reused by the second save
+        print("ok")
+    """)
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
