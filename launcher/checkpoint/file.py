@@ -12,9 +12,9 @@ they are produced, so the closing ``fsync`` waits for the last few megabytes onl
 CRC fields are 0: ``unzip -t`` and Python's ``zipfile`` reject them, ``torch.load`` does not look.
 
 Storages are written where they are: CPU ones straight from their memory, others after a copy to
-the CPU (as ``torch.save`` does).  ``locations`` lets a caller that already copied device tensors
-into host buffers (``stage``) record where they came from, so the file loads as a
-``torch.save`` of the original would.
+the CPU (as ``torch.save`` does; ``checkpoint.save`` stages device tensors into pinned host buffers
+first, ``stage``).  ``locations`` lets a caller that already copied device tensors into host buffers
+record where they came from, so the file loads as a ``torch.save`` of the original would.
 
 Test hooks (environment, read per file): ``DLAUNCH_CKPT_TEST_DELAY=S`` sleeps S seconds before
 each storage record (a slow disk); ``DLAUNCH_CKPT_TEST_ENOSPC=1`` fails the first storage record
