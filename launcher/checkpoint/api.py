@@ -107,7 +107,7 @@ def _save(state, directory: str, name: str, prefix: str, keep_max: int | None = 
         writer = ckptwriter.active()
         if writer is not None:
             writer.settle()
-        return ckptwriter.writer().store_now(state, store)
+        return ckptwriter.store_now(state, store)
     os.makedirs(directory, exist_ok=True)
     return ckptwriter.writer().submit(os.path.join(directory, name), state, store)
 

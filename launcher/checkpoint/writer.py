@@ -216,18 +216,6 @@ class _Writer:
             self.guard.arm()
         return handle
 
-    def store_now(self, state, store):
-        """A synchronous save (after ``settle``): ``store(snapshot)`` of ``state``, its device tensors staged
-        through the pool's pinned buffers (``stage.capture(devices_only=True)``), a state without any
-        as it is; returns what ``store`` returns."""
-        if not ckptstage.on_device(state):
-            return store(ckptstage.Snapshot(state, {}, []))
-        snapshot = ckptstage.capture(state, self.pool, devices_only=True)
-        try:
-            return store(snapshot)
-        finally:
-            self.pool.give_back(snapshot.buffers)
-
     def drain(self) -> None:
         """Wait until every save in flight is written or failed."""
         with self.cond:
@@ -309,6 +297,20 @@ def writer() -> _Writer:
         return _writer
 
 
+def store_now(state, store):
+    """A synchronous save (after the background ones settled): ``store(snapshot)`` of ``state``, its device
+    tensors staged through the writer's pinned buffers (``stage.capture(devices_only=True)``), a state
+    without any as it is (and no writer made for it); returns what ``store`` returns."""
+    if not ckptstage.on_device(state):
+        return store(ckptstage.Snapshot(state, {}, []))
+    pool = writer().pool
+    snapshot = ckptstage.capture(state, pool, devices_only=True)
+    try:
+        return store(snapshot)
+    finally:
+        pool.give_back(snapshot.buffers)
+
+
 def handler_below(signum: int):
     """``signum``'s handler as it will be once background saves are done (the guard's, unwrapped)."""
     current = _writer
@@ -333,7 +335,7 @@ def set_handler_below(signum: int, handler) -> None:
 
 
 def active() -> _Writer | None:
-    """The writer, if this process ever saved in the background."""
+    """The writer, if this process ever saved in the background (or staged device tensors for a save)."""
     return _writer
 
 

@@ -97,7 +97,7 @@ def test_a_synchronous_save_of_cpu_tensors_writes_the_state_itself():
     state = {"w": torch.ones(100), "nested": [torch.zeros(3), ("label", 7)], "meta": {"epoch": 1}}
     assert not ckptstage.on_device(state)
     seen = []
-    assert ckptwriter.writer().store_now(state, lambda snapshot: seen.append(snapshot) or "written") == "written"
+    assert ckptwriter.store_now(state, lambda snapshot: seen.append(snapshot) or "written") == "written"
     assert seen[0].state is state and seen[0].locations == {} and seen[0].buffers == []
     captured = ckptstage.capture(state, ckptstage.BufferPool(limit=1 << 20), devices_only=True)
     assert captured.state["w"] is state["w"] and captured.state["nested"][0] is state["nested"][0]

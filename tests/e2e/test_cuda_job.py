@@ -76,7 +76,7 @@ def test_synchronous_save_of_cuda_tensors_loads_back_on_their_device(tmp_path):
             assert loaded["w"].is_cuda and not loaded["b"].is_cuda and loaded["step"] == 3
             assert torch.equal(loaded["w"], state["w"]) and torch.equal(loaded["b"], state["b"])
             assert loaded["view"].untyped_storage().data_ptr() == loaded["w"].untyped_storage().data_ptr()
-        assert writer.writer().pool.kept == 4000   # one pinned buffer, reused by the second save
+        assert writer.active().pool.kept == 4000   # one pinned buffer, reused by the second save
         print("ok")
     """)
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120,
