@@ -108,52 +108,54 @@ def launch(table: RankTable, server_index: int, opts: Options, *, dry_run: bool,
     attempts: list[AttemptResult] = []
     failure: Exception | None = None
     try:
-        for attempt in range(opts.policy.max_restarts + 1):
-            if attempt:
-                port = opts.master_port if opts.fixed_port else free_port(opts.master_addr)
-                if reread is not None:
-                    from launcher.execute.job.restarts import next_table
+        try:
+            for attempt in range(opts.policy.max_restarts + 1):
+                if attempt:
+                    port = opts.master_port if opts.fixed_port else free_port(opts.master_addr)
+                    if reread is not None:
+                        from launcher.execute.job.restarts import next_table
 
-                    table, server_index, rank_table_file = next_table(reread, table, server_index, plan,
-                                                                      rank_table_file, attempt)
-                if link is not None:   # the step every rank of every host has, as the job agreed
-                    resume = job.resume_point(plan, verdict) or resume
-                else:
-                    resume = find_resume_point(plan.run_dir, table.device_count, log=say) or resume
-                plan = make_plan(table, server_index, replace(opts, master_port=port), rank_table_file, inherited,
-                                 attempt=attempt, resume=resume)
-            try:
-                result = workers.run(plan)
-            except Exception as exc:   # a dlaunch defect: recorded, so the run does not show "starting" forever
-                failure = exc
-                attempts.append(AttemptResult(attempt=plan.attempt, ranks=[],
-                                              launcher_error=f"dlaunch failed ({type(exc).__name__}: {exc})"))
-                break
-            result.root_cause = first_failure(result)
-            attempts.append(result)
-            if link is not None:
-                verdict = job.settle(link, plan, result, signals.fd)
-                if not verdict.get("restart"):
+                        table, server_index, rank_table_file = next_table(reread, table, server_index, plan,
+                                                                          rank_table_file, attempt)
+                    if link is not None:   # the step every rank of every host has, as the job agreed
+                        resume = job.resume_point(plan, verdict) or resume
+                    else:
+                        resume = find_resume_point(plan.run_dir, table.device_count, log=say) or resume
+                    plan = make_plan(table, server_index, replace(opts, master_port=port), rank_table_file, inherited,
+                                     attempt=attempt, resume=resume)
+                try:
+                    result = workers.run(plan)
+                except Exception as exc:   # a dlaunch defect: recorded, so the run does not show "starting" forever
+                    failure = exc
+                    attempts.append(AttemptResult(attempt=plan.attempt, ranks=[],
+                                                  launcher_error=f"dlaunch failed ({type(exc).__name__}: {exc})"))
                     break
-                say(f"{job.cause_line(verdict)}; restarting the job on every host "
+                result.root_cause = first_failure(result)
+                attempts.append(result)
+                if link is not None:
+                    verdict = job.settle(link, plan, result, signals.fd)
+                    if not verdict.get("restart"):
+                        break
+                    say(f"{job.cause_line(verdict)}; restarting the job on every host "
+                        f"(restart {attempt + 1} of {opts.policy.max_restarts})")
+                    continue
+                cause = result.root_cause   # a rank failed: the one failure a restart answers
+                if (result.exit_code == 0 or result.interrupted_by is not None or result.launcher_error is not None
+                        or cause is None or attempt == opts.policy.max_restarts):
+                    break
+                say(f"rank {cause.rank} {how_it_ended(cause.to_dict())}; restarting all ranks "
                     f"(restart {attempt + 1} of {opts.policy.max_restarts})")
-                continue
-            cause = result.root_cause   # a rank failed: the one failure a restart answers
-            if (result.exit_code == 0 or result.interrupted_by is not None or result.launcher_error is not None
-                    or cause is None or attempt == opts.policy.max_restarts):
-                break
-            say(f"rank {cause.rank} {how_it_ended(cause.to_dict())}; restarting all ranks "
-                f"(restart {attempt + 1} of {opts.policy.max_restarts})")
-    finally:
-        if link is not None:
-            link.close()
-        workers.reaper.leave()   # awaited once the summary is written
-        signals.close()
-        if zombies:
-            zombies.stop()
-    try:
+        finally:
+            if link is not None:
+                link.close()
+            workers.reaper.leave()   # awaited once the summary is written
+            if zombies:
+                zombies.stop()
         return _conclude(plan, opts, attempts, started, verdict, failure, control)
     finally:
+        # only now: a SIGTERM while the summary is written (srun ending the job once another host's dlaunch
+        # exited, a pod being deleted) asks for the end already under way, and must not cut it short
+        signals.close()
         workers.close()
 
 
