@@ -169,3 +169,33 @@ def test_the_welcome_and_a_signed_message_in_one_read_are_both_understood():
         if message["t"] == "welcome":
             member.key = protocol.session_key(SECRET, "sn", "cn")
     assert got == [{"t": "welcome"}, {"t": "stop", "attempt": 0}]
+
+
+def test_a_verdict_delivered_with_the_signal_that_ends_the_wait_is_still_taken():
+    """srun ends a job with SIGTERM the moment the first host exits, just after the coordinator sent the verdict
+    to every host: a host whose wait wakes on that signal while the network thread is handing it the verdict
+    (here: delivered during the wait's second look) keeps the job's verdict instead of ending without it."""
+    from launcher.execute.job.link import JobLink
+
+    link = JobLink(hosts=["a", "b"], index=1, master_index=0, address="127.0.0.1", port=1, secret=SECRET,
+                   run_id="run", host_timeout=15, join_timeout=180, max_restarts=0)
+    verdict = {"t": "verdict", "attempt": 0, "status": "failed", "exit_code": 3, "restart": False}
+    looks = []
+
+    def drain(sock):   # the network thread's delivery, racing the signal: seen from the second look on
+        looks.append(sock)
+        if len(looks) == 2:
+            link._events.append(verdict)
+
+    link._drain = drain
+    signal_r, signal_w = socket.socketpair()
+    signal_w.send(b"x")   # a signal is already waiting when the wait begins
+
+    class Failed:
+        exit_code = 3
+
+    try:
+        assert link.finish(Failed(), signal_r.fileno()) == verdict
+    finally:
+        for sock in (signal_r, signal_w, link._main_r, link._thread_w, link._thread_r, link._main_w):
+            sock.close()

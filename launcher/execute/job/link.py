@@ -140,25 +140,35 @@ class JobLink:
             selector.register(signal_fd, selectors.EVENT_READ)
         try:
             while True:
-                self._drain(self._main_r)
-                for event in list(self._events):
-                    self._events.remove(event)
-                    if event["t"] == "stacks" and event["attempt"] == self.attempt:
-                        self.stacks = event["stacks"]
-                    if event["t"] == "verdict" and event["attempt"] == self.attempt:
-                        if event.get("restart"):
-                            self.attempt += 1
-                        return event
-                    if event["t"] == "lost":   # no verdict will come: this host's own, naming the lost host
-                        cause = {"kind": "lost", "host": event["host"], "why": event["why"]}
-                        say(f"no verdict from the job: {describe(cause)}")
-                        return {"t": "verdict", "attempt": self.attempt, "status": "failed", "restart": False,
-                                "exit_code": LOST_EXIT, "root_cause": cause}
+                verdict = self._verdict_delivered()
+                if verdict is not None:
+                    return verdict
                 ready = selector.select()
                 if any(key.fd == signal_fd for key, _ in ready):
-                    return {}
+                    # a verdict that arrived with the signal still counts: srun ends a job with SIGTERM the
+                    # moment the first host exits, which is just after the verdict was sent to every host
+                    return self._verdict_delivered() or {}
         finally:
             selector.close()
+
+    def _verdict_delivered(self) -> dict | None:
+        """The job's verdict among the events the network thread delivered (or this host's own, naming a lost
+        host, when none will come); None while there is none."""
+        self._drain(self._main_r)
+        for event in list(self._events):
+            self._events.remove(event)
+            if event["t"] == "stacks" and event["attempt"] == self.attempt:
+                self.stacks = event["stacks"]
+            if event["t"] == "verdict" and event["attempt"] == self.attempt:
+                if event.get("restart"):
+                    self.attempt += 1
+                return event
+            if event["t"] == "lost":   # no verdict will come: this host's own, naming the lost host
+                cause = {"kind": "lost", "host": event["host"], "why": event["why"]}
+                say(f"no verdict from the job: {describe(cause)}")
+                return {"t": "verdict", "attempt": self.attempt, "status": "failed", "restart": False,
+                        "exit_code": LOST_EXIT, "root_cause": cause}
+        return None
 
     def close(self) -> None:
         self._closing = True
