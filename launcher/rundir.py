@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from launcher import numlists
 from launcher.contract import Role
 from launcher.errors import DlaunchError, LaunchError, UsageError
-from launcher.jsontext import readable
+from launcher.jsontext import readable_pieces
 from launcher.userfiles import RUN_MARKERS, enclosing_run_dir, is_run_dir  # noqa: F401 (is_run_dir: this module's API)
 
 TYPE_CHECKING = False   # typing's own flag, without importing typing on the launch path (docs/development.md)
@@ -111,8 +111,11 @@ def write_json(path: str, data) -> None:
     """Write JSON atomically: readers (status, other hosts) never see half a file, a failure leaves none."""
     from launcher.atomic import write_atomically
 
-    text = readable(data, default=str)
-    write_atomically(path, lambda fh: fh.write(text + "\n"), permissions=0o666)
+    def write(fh) -> None:
+        fh.writelines(readable_pieces(data, default=str))
+        fh.write("\n")
+
+    write_atomically(path, write, permissions=0o666)
 
 
 def _make_dirs(path: str, made: list[str]) -> None:
