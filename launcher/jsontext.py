@@ -5,10 +5,10 @@ Indenting a 1,024-rank rank table cost ~10 ms of a launch whose whole budget is 
 nobody reads 150 KB of JSON by eye.  Under 16 KiB (a rank table of up to ~250 ranks, a summary of up
 to ~32) the indenting costs under 3 ms and is kept.
 
-Large texts are made in pieces, one per item of a long list (a rank's entry in plan.json or summary.json):
-the C encoder keeps every small string of its output alive until it joins them, so encoding a 1,024-rank
-plan.json (1.6 MB) at once passed through ~10 MB of fresh memory: ~2,000 page faults, a third of the
-encoding's cost.  A piece at a time, the same memory serves every rank, and a writer gets the pieces
+Large texts are made in pieces of LONG_LIST items of a long list or dict (the ranks of plan.json, summary.json
+and pids.json): the C encoder keeps every small string of its output alive until it joins them, so encoding a
+1,024-rank plan.json (1.6 MB) at once passed through ~10 MB of fresh memory: ~2,000 page faults, a third of
+the encoding's cost.  A piece at a time, the same memory serves every rank, and a writer gets the pieces
 without the whole text ever being joined.
 """
 
@@ -21,14 +21,14 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
 INDENT_LIMIT = 16 << 10   # compact bytes beyond which the text stays compact
-LONG_LIST = 64            # a list of more items is encoded item by item
+LONG_LIST = 64            # a list or dict of more items is encoded this many items a piece
 OPENED_LEVELS = 3         # containers this deep are opened to find long lists (summary.json: attempts -> ranks)
 
 
 def readable_pieces(data, indent: int = 2, default=None) -> Iterator[str]:
     """``data`` as JSON, in pieces: indented by ``indent`` when its compact text is under INDENT_LIMIT
     characters, else compact (exactly ``json.dumps(data, default=default)``)."""
-    chunks = _pieces(data, json.JSONEncoder(default=default).encode, OPENED_LEVELS)
+    chunks = _Pieces(json.JSONEncoder(default=default).encode, data).of(data, OPENED_LEVELS)
     head: list[str] = []
     size = 0
     for chunk in chunks:
@@ -46,34 +46,67 @@ def readable(data, indent: int = 2, default=None) -> str:
     return "".join(readable_pieces(data, indent, default))
 
 
-def _pieces(value, encode: Callable[[object], str], levels: int) -> Iterator[str]:
-    """Compact JSON of ``value`` in pieces: a long list or dict LONG_LIST items a piece, and the short lists
-    and dicts of the first ``levels`` levels opened to find them; every other value in one piece."""
-    if isinstance(value, list) and (levels or len(value) > LONG_LIST):
-        if len(value) > LONG_LIST:   # "[a, b]" of each slice, less its brackets, joined by ", "
-            yield "["
-            for start in range(0, len(value), LONG_LIST):
-                yield (", " if start else "") + encode(value[start:start + LONG_LIST])[1:-1]
-            yield "]"
+class _Pieces:
+    """Compact JSON in pieces: a long list or dict LONG_LIST items a piece, the short lists and dicts of the
+    first levels opened to find them, every other value in one piece.  A long one met twice (summary.json
+    says the last attempt's ranks as ``ranks`` and in ``attempts``) is encoded once."""
+
+    def __init__(self, encode: Callable[[object], str], data):
+        self.encode = encode
+        ids = [id(value) for value in self._long_ones(data, OPENED_LEVELS)]   # a handful
+        self.twice: dict[int, list[str] | None] = {i: None for i in ids if ids.count(i) > 1}   # -> its pieces
+        self._keep = data   # the ids stay those objects' while this lives
+
+    def of(self, value, levels: int) -> Iterator[str]:
+        if not _opens(value, levels):
+            yield self.encode(value)
+        elif _is_long(value):
+            if id(value) not in self.twice:
+                yield from self._slices(value)
+                return
+            made = self.twice[id(value)]
+            if made is None:
+                made = self.twice[id(value)] = list(self._slices(value))
+            yield from made
+        elif isinstance(value, dict):
+            yield "{"
+            for index, (key, item) in enumerate(value.items()):
+                yield (", " if index else "") + self.encode(key) + ": "
+                yield from self.of(item, levels - 1)
+            yield "}"
         else:
             yield "["
             for index, item in enumerate(value):
                 if index:
                     yield ", "
-                yield from _pieces(item, encode, levels - 1)
+                yield from self.of(item, levels - 1)
             yield "]"
-    elif isinstance(value, dict) and (levels or len(value) > LONG_LIST) and all(isinstance(k, str) for k in value):
-        if len(value) > LONG_LIST:
-            items = list(value.items())
-            yield "{"
-            for start in range(0, len(items), LONG_LIST):
-                yield (", " if start else "") + encode(dict(items[start:start + LONG_LIST]))[1:-1]
-            yield "}"
-        else:
-            yield "{"
-            for index, (key, item) in enumerate(value.items()):
-                yield (", " if index else "") + encode(key) + ": "
-                yield from _pieces(item, encode, levels - 1)
-            yield "}"
-    else:   # a dict whose keys are not all strings too (json.dumps converts those)
-        yield encode(value)
+
+    def _slices(self, value) -> Iterator[str]:
+        """``[a, b]`` or ``{"k": v}`` of each LONG_LIST items, less the brackets, joined by ", "."""
+        items = value if isinstance(value, list) else list(value.items())
+        wrap = list if isinstance(value, list) else dict
+        yield "[" if isinstance(value, list) else "{"
+        for start in range(0, len(items), LONG_LIST):
+            yield (", " if start else "") + self.encode(wrap(items[start:start + LONG_LIST]))[1:-1]
+        yield "]" if isinstance(value, list) else "}"
+
+    def _long_ones(self, value, levels: int) -> Iterator[object]:
+        if not _opens(value, levels):
+            return
+        if _is_long(value):
+            yield value
+            return
+        for item in (value.values() if isinstance(value, dict) else value):
+            yield from self._long_ones(item, levels - 1)
+
+
+def _is_long(value) -> bool:
+    return len(value) > LONG_LIST
+
+
+def _opens(value, levels: int) -> bool:
+    """Whether ``value`` is made in pieces: a list, or a dict of string keys (json.dumps converts others),
+    within the opened levels or long."""
+    return ((isinstance(value, list) or (isinstance(value, dict) and all(isinstance(k, str) for k in value)))
+            and (levels > 0 or _is_long(value)))

@@ -46,3 +46,20 @@ def test_a_large_file_never_passes_through_the_encoder_whole():
 
 def test_a_small_file_is_indented():
     assert readable({"a": [1, 2]}) == '{\n  "a": [\n    1,\n    2\n  ]\n}'
+
+
+def test_a_list_said_twice_is_encoded_once(monkeypatch):
+    """summary.json says the last attempt's ranks twice (``ranks`` and ``attempts``): one list, encoded once."""
+    ranks = [_rank(r) for r in range(4 * LONG_LIST)]
+    summary = {"ranks": ranks, "attempts": [{"attempt": 0, "ranks": ranks}], "copy": list(ranks)}
+    encoded: list[int] = []
+    plain = json.JSONEncoder.encode
+
+    def counting(self, value):
+        if isinstance(value, list) and len(value) == LONG_LIST:
+            encoded.append(id(value[0]))
+        return plain(self, value)
+
+    monkeypatch.setattr(json.JSONEncoder, "encode", counting)
+    assert readable(summary) == json.dumps(summary)
+    assert len(encoded) == 2 * 4   # four slices of ``ranks`` (said twice), four of its copy (another list)
