@@ -53,7 +53,7 @@ class _Pieces:
 
     def __init__(self, encode: Callable[[object], str], data):
         self.encode = encode
-        ids = [id(value) for value in self._long_ones(data, OPENED_LEVELS)]   # a handful
+        ids = [id(value) for value in _long_ones(data, OPENED_LEVELS)]   # a handful
         self.twice: dict[int, list[str] | None] = {i: None for i in ids if ids.count(i) > 1}   # -> its pieces
         self._keep = data   # the ids stay those objects' while this lives
 
@@ -91,14 +91,15 @@ class _Pieces:
             yield (", " if start else "") + self.encode(wrap(items[start:start + LONG_LIST]))[1:-1]
         yield "]" if isinstance(value, list) else "}"
 
-    def _long_ones(self, value, levels: int) -> Iterator[object]:
-        if not _opens(value, levels):
-            return
-        if _is_long(value):
-            yield value
-            return
-        for item in (value.values() if isinstance(value, dict) else value):
-            yield from self._long_ones(item, levels - 1)
+def _long_ones(value, levels: int) -> Iterator[object]:
+    """The long lists and dicts ``_Pieces`` meets in ``value``, each time it meets one."""
+    if not _opens(value, levels):
+        return
+    if _is_long(value):
+        yield value
+        return
+    for item in (value.values() if isinstance(value, dict) else value):
+        yield from _long_ones(item, levels - 1)
 
 
 def _is_long(value) -> bool:
