@@ -28,7 +28,13 @@ OPENED_LEVELS = 3         # containers this deep are opened to find long lists (
 def readable_pieces(data, indent: int = 2, default=None) -> Iterator[str]:
     """``data`` as JSON, in pieces: indented by ``indent`` when its compact text is under INDENT_LIMIT
     characters, else compact (exactly ``json.dumps(data, default=default)``)."""
-    chunks = _Pieces(json.JSONEncoder(default=default).encode, data).of(data, OPENED_LEVELS)
+    encode = json.JSONEncoder(default=default).encode
+    pieces = _Pieces(encode, data)
+    if not pieces.long:   # nothing long: one text, as json.dumps makes it
+        text = encode(data)
+        yield text if len(text) >= INDENT_LIMIT else json.dumps(data, indent=indent, default=default)
+        return
+    chunks = pieces.of(data, OPENED_LEVELS)
     head: list[str] = []
     size = 0
     for chunk in chunks:
@@ -53,9 +59,9 @@ class _Pieces:
 
     def __init__(self, encode: Callable[[object], str], data):
         self.encode = encode
-        ids = [id(value) for value in _long_ones(data, OPENED_LEVELS)]   # a handful
+        ids = [id(value) for value in _long_ones(data, OPENED_LEVELS)]   # a handful (``data`` holds them)
+        self.long = bool(ids)   # without any, the pieces would be the whole text
         self.twice: dict[int, list[str] | None] = {i: None for i in ids if ids.count(i) > 1}   # -> its pieces
-        self._keep = data   # the ids stay those objects' while this lives
 
     def of(self, value, levels: int) -> Iterator[str]:
         if not _opens(value, levels):
