@@ -3,7 +3,7 @@
 A rank reads these variables and writes these files; the launcher sets the one and reads the other. Both
 sides import this module (it imports nothing), so a name changed here changes on both sides, and a
 grep finds each name once. The exit codes are the ones dlaunch itself decides; a rank's own exit code
-passes through unchanged (see ``launcher.results``).
+passes through unchanged (see ``launcher.execute.results``).
 """
 
 from __future__ import annotations

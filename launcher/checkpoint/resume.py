@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from launcher.checkpoint import names as ckptnames
 from launcher.contract import CKPT_DIR
-from launcher.rundir import rank_dirs
+from launcher.rundir.paths import rank_dirs
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import socket
 import sys
 import time
 
-from launcher.atomic import commit, fsync_path, temp_beside
+from launcher.base.atomic import commit, fsync_path, temp_beside
 from launcher.checkpoint import names as ckptnames
 from launcher.checkpoint.file import EarlyWriteback, write_torch
 

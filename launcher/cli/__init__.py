@@ -11,11 +11,11 @@ from __future__ import annotations
 import os
 import sys
 
+from launcher.base.console import printable, say, settle_streams, silence
 from launcher.cli.parsers import COMMANDS, SCRIPT_ARG_COMMANDS, build_parser, unrecognized
-from launcher.console import printable, say, settle_streams, silence
 from launcher.contract import ExitCode
 from launcher.errors import DlaunchError, UsageError
-from launcher.options import LAUNCH_COMMANDS
+from launcher.settings.launch import LAUNCH_COMMANDS
 
 
 def separator_as_value(argv: list[str]) -> str | None:

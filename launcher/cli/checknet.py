@@ -13,10 +13,10 @@ import json
 import sys
 from dataclasses import replace
 
-from launcher.argtypes import positive_seconds
 from launcher.errors import LaunchError, UsageError
-from launcher.options import PROFILE, SSH_GROUP
-from launcher.request import LaunchRequest
+from launcher.settings.argtypes import positive_seconds
+from launcher.settings.launch import PROFILE, SSH_GROUP
+from launcher.settings.request import LaunchRequest
 
 STDIN = "-"
 
@@ -92,8 +92,8 @@ def run_checks(args: argparse.Namespace | LaunchRequest, text: str, table, serve
                                    ssh_config=args.ssh_config, trust_new_hosts=args.trust_new_hosts,
                                    connect_timeout=args.connect_timeout, python=args.remote_python)
     else:
+        from launcher.host.hccn import find_tool
         from launcher.netcheck.host import check_host
-        from launcher.netcheck.tool import find_tool
 
         assert server_index is not None
         hosts = [check_host(table, server_index, _settings(args, find_tool(args.hccn_tool)))]

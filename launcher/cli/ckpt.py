@@ -6,16 +6,16 @@ import argparse
 import json
 import sys
 
-from launcher.argtypes import whole
-from launcher.console import printable, say
+from launcher.base.console import printable, say
 from launcher.errors import UsageError
+from launcher.settings.argtypes import whole
 
 
 def cmd_ckpt(args: argparse.Namespace) -> int:
     import os
 
     from launcher.observe import ckpt as ckpttool
-    from launcher.rundir import resolve
+    from launcher.rundir.paths import resolve
 
     run_dir = resolve(args.run_dir or args.output_dir)
     if not os.path.isdir(run_dir):

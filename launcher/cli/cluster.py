@@ -7,17 +7,10 @@ import argparse
 import os
 
 from launcher.errors import UsageError
-from launcher.options import (
-    CLUSTER_DEFAULT_PORT,
-    add_launch_arguments,
-    adopt_pod,
-    head_launch,
-    launch_options,
-    launch_table,
-    nodes_share,
-    options_for,
-)
-from launcher.request import LaunchRequest
+from launcher.plan.settle import launch_options
+from launcher.plan.share import adopt_pod, head_launch, launch_table, nodes_share
+from launcher.settings.launch import CLUSTER_DEFAULT_PORT, add_launch_arguments, options_for
+from launcher.settings.request import LaunchRequest
 
 
 def cmd_cluster(args: LaunchRequest, control=None, on_started=None) -> int:

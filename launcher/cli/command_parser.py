@@ -8,7 +8,7 @@ import argparse
 from collections.abc import Mapping
 from dataclasses import replace
 
-from launcher.options import LAUNCH_COMMANDS, PROFILE
+from launcher.settings.launch import LAUNCH_COMMANDS, PROFILE
 
 SCRIPT_ARG_COMMANDS = (*LAUNCH_COMMANDS, "script")  # everything after -- is the training script's
 
@@ -35,7 +35,7 @@ def unrecognized(sub: argparse.ArgumentParser, command: str, extras: list[str]) 
     import difflib
 
     if command in LAUNCH_COMMANDS:
-        from launcher.cli.torchrun import run_hint
+        from launcher.cli.fronts.torchrun import run_hint
 
         hint = run_hint(extras)
         if hint:

@@ -7,10 +7,10 @@ import functools
 import json
 import sys
 
-from launcher.config import apply_layers
-from launcher.console import printable
+from launcher.base.console import printable
 from launcher.errors import UsageError
-from launcher.options import LAUNCH_COMMANDS, options_for
+from launcher.settings.launch import LAUNCH_COMMANDS, options_for
+from launcher.settings.layers import apply_layers
 
 
 def _launch_parsers() -> dict[str, argparse.ArgumentParser]:
@@ -80,7 +80,7 @@ def _clash(unknown: dict[str, list[str]], launch_parsers: dict[str, argparse.Arg
 def cmd_config(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     import os
 
-    from launcher.environment import mask_value
+    from launcher.plan.environment import mask_value
 
     command, values, sources = _settings_for(args, os.environ, parser.format_usage())
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+from launcher.base.console import say
 from launcher.cli.command_parser import profile_arg
 from launcher.cli.tables import describe, write_table
-from launcher.console import say
 
 
 def cmd_gen(args: argparse.Namespace) -> int:

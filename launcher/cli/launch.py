@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from launcher.request import LaunchRequest
+from launcher.settings.request import LaunchRequest
 
 
 def launch(request: LaunchRequest) -> int:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from launcher.argtypes import whole
 from launcher.cli.observe_args import add_run_arguments
 from launcher.cli.request import typed
+from launcher.settings.argtypes import whole
 
 
 def _run(args: argparse.Namespace) -> int:

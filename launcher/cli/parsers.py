@@ -23,8 +23,8 @@ from launcher.cli.command_parser import (  # noqa: F401  (SCRIPT_ARG_COMMANDS, u
 # here (command name -> module of launcher.cli) in the order help shows it.
 COMMANDS = {"validate-ranktable": "validate", "gen-ranktable": "gen", "merge-ranktable": "merge", "run": "run",
             "cluster": "cluster", "config": "config_show", "ckpt": "ckpt", "script": "script", "status": "status",
-            "logs": "logs", "report": "report", "prune": "prune", "msrun": "msrun", "torchrun": "torchrun",
-            "check-network": "checknet"}
+            "logs": "logs", "report": "report", "prune": "prune", "msrun": "fronts.msrun",
+            "torchrun": "fronts.torchrun", "check-network": "checknet"}
 
 
 def build_parser(command: str | None = None) -> DlaunchParser:

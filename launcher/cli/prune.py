@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from launcher.argtypes import whole
 from launcher.cli.request import typed
+from launcher.settings.argtypes import whole
 
 
 def _run(args: argparse.Namespace) -> int:

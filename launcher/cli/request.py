@@ -13,10 +13,10 @@ import os
 from collections.abc import Mapping
 from dataclasses import fields
 
-from launcher.config import apply_layers, convert
 from launcher.errors import UsageError
-from launcher.options import declared_defaults, options_for
-from launcher.request import OPTION_FIELDS, LaunchRequest
+from launcher.settings.launch import declared_defaults, options_for
+from launcher.settings.layers import apply_layers, convert
+from launcher.settings.request import OPTION_FIELDS, LaunchRequest
 
 TYPE_CHECKING = False   # typing's own flag, without importing typing on the launch path (docs/development.md)
 if TYPE_CHECKING:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 
-from launcher.options import add_launch_arguments, launch_options, launch_table, options_for
-from launcher.request import LaunchRequest
+from launcher.plan.settle import launch_options
+from launcher.plan.share import launch_table
+from launcher.settings.launch import add_launch_arguments, options_for
+from launcher.settings.request import LaunchRequest
 
 
 def cmd_run(args: LaunchRequest) -> int:

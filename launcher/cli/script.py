@@ -1,4 +1,4 @@
-"""``dlaunch script``: its parser, and the Namespace turned into settled values for ``launcher.scriptgen``."""
+"""``dlaunch script``: its parser, and the Namespace turned into settled values for ``launcher.scripts.render``."""
 
 from __future__ import annotations
 
@@ -6,14 +6,14 @@ import argparse
 import functools
 import os
 
-from launcher.options import add_launch_arguments
-from launcher.scriptgen import SHIPPED, SUFFIX, script_options
+from launcher.scripts.render import SHIPPED, SUFFIX, script_options
+from launcher.settings.launch import add_launch_arguments
 
 
 def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """Layer the options (flags > DLAUNCH_* > --config files > defaults) and write the script."""
-    from launcher.config import apply_layers
-    from launcher.scriptgen import script
+    from launcher.scripts.render import script
+    from launcher.settings.layers import apply_layers
 
     values, sources = apply_layers(vars(args), script_options(), os.environ, args.script_args_given)
     settled = {**vars(args), **values}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from launcher.console import printable
+from launcher.base.console import printable
 
 
 def describe(table) -> str:
@@ -26,8 +26,8 @@ def server_lines(table, limit: int = 8) -> list[str]:
 
 
 def write_table(table, output: str | None, force: bool) -> None:
+    from launcher.base.userfiles import write_output
     from launcher.table.model import dumps
-    from launcher.userfiles import write_output
 
     text = dumps(table)
     write_output(output or "-", lambda fh: fh.write(text), force=force)

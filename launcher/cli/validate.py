@@ -6,12 +6,12 @@ import argparse
 import json
 import sys
 
-from launcher.argtypes import seconds
+from launcher.base.console import printable, say
 from launcher.cli.command_parser import profile_arg
 from launcher.cli.tables import describe, server_lines
-from launcher.console import printable, say
 from launcher.contract import ExitCode
 from launcher.errors import UsageError
+from launcher.settings.argtypes import seconds
 
 
 def cmd_validate(args: argparse.Namespace) -> int:

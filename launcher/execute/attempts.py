@@ -12,21 +12,23 @@ import os
 import time
 from dataclasses import replace
 
-from launcher import rundir
+from launcher.base.console import say
 from launcher.checkpoint.resume import find_resume_point
-from launcher.console import say
 from launcher.errors import UsageError
-from launcher.execute.local import LocalWorkers, SignalWatch
+from launcher.execute.local.workers import LocalWorkers
+from launcher.execute.results import AttemptResult, closing_lines, first_failure, how_it_ended, summarize
 from launcher.execute.sharedckpt import shared_checkpoint_warnings
+from launcher.execute.signals import SignalWatch
 from launcher.execute.termination import ZombieCollector, is_pid1, termination_log_path, write_termination_log
-from launcher.host import free_port
-from launcher.plan import LaunchPlan, Options, make_plan
-from launcher.results import AttemptResult, closing_lines, first_failure, how_it_ended, summarize
+from launcher.host.devices import free_port
+from launcher.plan.make import LaunchPlan, Options, make_plan
+from launcher.rundir.create import create as create_run_dir
+from launcher.rundir.create import write_json
 from launcher.table.model import RankTable, dumps
 
 TYPE_CHECKING = False   # typing's own flag, without importing typing on the launch path (docs/development.md)
 if TYPE_CHECKING:
-    from launcher.rundir_model import PidsFile
+    from launcher.rundir.model import PidsFile
 
 
 def check_command(opts: Options) -> None:
@@ -68,7 +70,7 @@ def launch(table: RankTable, server_index: int, opts: Options, *, dry_run: bool,
         say(opts.resume_note)
     plan = make_plan(table, server_index, opts, rank_table_file, inherited, resume=resume)
     if dry_run:
-        from launcher.plan import describe
+        from launcher.plan.make import describe
 
         print(describe(plan, port_chosen_at_start=not opts.fixed_port))
         return 0
@@ -79,7 +81,7 @@ def launch(table: RankTable, server_index: int, opts: Options, *, dry_run: bool,
 
         link = job.open_link(plan, opts, table, control)
     try:
-        rundir.create(plan, dumps(table), shared=opts.shared_run_dir)
+        create_run_dir(plan, dumps(table), shared=opts.shared_run_dir)
     except BaseException:
         if link:
             link.close()
@@ -100,7 +102,7 @@ def launch(table: RankTable, server_index: int, opts: Options, *, dry_run: bool,
             str(r.rank): {"pid": r.pid, "start": r.start, "attempt": plan.attempt} for r in ranks}}
         if scheduler is not None:
             published["scheduler"] = {"pid": scheduler.pid, "start": scheduler.start, "attempt": plan.attempt}
-        rundir.write_json(pids_file, published)
+        write_json(pids_file, published)
         if on_started:
             on_started(ranks)
 
@@ -173,7 +175,7 @@ def _conclude(plan: LaunchPlan, opts: Options, attempts: list[AttemptResult], st
     if unwritten:
         warnings = [*warnings, unwritten]
     try:
-        rundir.write_json(summary_path, summary)
+        write_json(summary_path, summary)
     except OSError as exc:
         say(*closing_lines(summary, "not written"), *warnings,
             f"error: cannot write the summary {summary_path}: {exc.strerror}; the ranks' logs are in "

@@ -20,7 +20,7 @@ import os
 
 from launcher.checkpoint import names as ckptnames
 from launcher.contract import CKPT_DIR_ENV, SCHEDULER_DIR
-from launcher.plan import LaunchPlan
+from launcher.plan.make import LaunchPlan
 
 MAX_DIRS = 256          # directories looked at, at most, per run
 SLACK = 2.0             # seconds: file times are coarser than the launcher's clock on some file systems

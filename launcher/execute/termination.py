@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 
-from launcher.results import closing_lines
+from launcher.execute.results import closing_lines
 
 KUBERNETES_TERMINATION_LOG = "/dev/termination-log"
 DEFAULT_OVERRIDE_ENV = "DLAUNCH_TERMINATION_LOG_DEFAULT"   # tests point the default at a temporary file

@@ -12,8 +12,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from launcher.netcheck import tool
-from launcher.netcheck.tool import ToolError
+from launcher.host import hccn as tool
+from launcher.host.hccn import ToolError
 
 SUCCESS = "Success"
 

@@ -8,9 +8,9 @@ what takes time, and they overlap.
 
 from __future__ import annotations
 
-from launcher.netcheck import tool
+from launcher.host import hccn as tool
+from launcher.host.hccn import ToolError
 from launcher.netcheck.device import Settings, Target, check_device
-from launcher.netcheck.tool import ToolError
 from launcher.table.model import RankTable
 
 MAX_THREADS = 32

@@ -14,7 +14,7 @@ import sys
 import time
 from types import SimpleNamespace
 
-from launcher.console import printable
+from launcher.base.console import printable
 from launcher.netcheck.device import Settings
 
 MAX_ANSWER = 8 << 20       # bytes of a host's JSON answer

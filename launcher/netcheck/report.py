@@ -9,7 +9,7 @@ from __future__ import annotations
 import shlex
 from collections import Counter
 
-from launcher.console import printable
+from launcher.base.console import printable
 
 EXIT_FAILED = 1
 COLUMNS = ("host", "device", "expected IP", "actual IP", "link", "health", "peer", "result")

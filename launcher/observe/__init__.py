@@ -4,7 +4,7 @@
 def tell_problems(run, told: set[str] | None = None) -> None:
     """One warning line per damaged file of ``run`` (what rundir's model left out); each only once with
     ``told`` (a watch that reloads the run every interval)."""
-    from launcher.console import printable, say
+    from launcher.base.console import printable, say
 
     for problem in run.problems:
         if told is None or problem not in told:

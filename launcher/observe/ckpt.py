@@ -13,15 +13,17 @@ import copy
 import os
 from typing import Any
 
-from launcher import checkpoint, numlists
+from launcher import checkpoint
+from launcher.base import numlists
+from launcher.base.console import printable
+from launcher.base.userfiles import is_run_dir
 from launcher.checkpoint import names as ckptnames
 from launcher.checkpoint import resume
 from launcher.checkpoint import store as ckptstore
-from launcher.console import printable
 from launcher.contract import CKPT_DIR
 from launcher.errors import UsageError
-from launcher.rundir import is_run_dir, rank_dir_name, rank_dirs
-from launcher.rundir_model import read_json
+from launcher.rundir.model import read_json
+from launcher.rundir.paths import rank_dir_name, rank_dirs
 
 _KIND_ORDER = {"per-rank": 0, "integrated": 1, "breakpoint": 2}
 
@@ -35,7 +37,7 @@ def _world_size(run_dir: str, ranks: list[int]) -> int:
     """The run's world size from its plans, read through rundir's checked model (so a rank with no directory
     at all still counts as missing); a damaged plan is said once and the ranks' directories count instead."""
     from launcher.observe import tell_problems
-    from launcher.rundir import load_run
+    from launcher.rundir.read import load_run
 
     run = load_run(run_dir)
     tell_problems(run)
@@ -305,7 +307,7 @@ def merge(run_dir: str, output: str, step: str | None = None, force: bool = Fals
     Default step: the newest one every rank saved.  Replicated tensors must be identical on every
     rank.  Returns {step, ranks, tensors, sliced, replicated, bytes, output}.
     """
-    from launcher.userfiles import write_output
+    from launcher.base.userfiles import write_output
 
     chosen, world, state, merger = _merged(run_dir, step)
     write = ckptstore.torch_writer(state)

@@ -7,12 +7,12 @@ import sys
 import time
 from dataclasses import dataclass
 
-from launcher.console import settle_streams
+from launcher.base.console import settle_streams
+from launcher.base.lines import LineBuffer, open_regular, tail_offset, with_prefix
 from launcher.errors import UsageError
-from launcher.lines import LineBuffer, open_regular, tail_offset, with_prefix
 from launcher.observe import tell_problems
 from launcher.observe.processes import Observer
-from launcher.rundir import RankRef, current_attempt, load_run, log_attempts, log_path, run_directory, select_ranks
+from launcher.rundir.read import RankRef, current_attempt, load_run, log_attempts, log_path, run_directory, select_ranks
 
 FOLLOW_POLL_SECONDS = 0.1     # logs --follow: how often log sizes are checked
 RESCAN_SECONDS = 1.0          # logs --follow: how often new attempts, ranks and the run's end are looked for
@@ -95,7 +95,7 @@ def _logs(args: LogsRequest) -> int:
     tell_problems(run)
     refs = select_ranks(run, args.rank)
     if run.missing_hosts:
-        from launcher.console import say
+        from launcher.base.console import say
 
         say("never reported (no logs of theirs here): "
             + ", ".join(f"{h['host']} (ranks {h['ranks']})" for h in run.missing_hosts))
@@ -159,7 +159,7 @@ def _follow(run_dir: str, args: LogsRequest, tails: dict[int, _Tail], fixed_atte
 
 def _verdict(observer: Observer) -> int:
     """A followed run is over: unless it succeeded, say how it ended (on stderr) and exit with its code."""
-    from launcher.console import printable, say
+    from launcher.base.console import printable, say
     from launcher.observe.status import finished_code, headline
 
     snap = observer.snapshot()

@@ -28,8 +28,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from launcher.lines import bounded_lines
-from launcher.rundir import RankRef, Run, attempt_file, log_attempts, log_path
+from launcher.base.lines import bounded_lines
+from launcher.rundir.paths import attempt_file
+from launcher.rundir.read import RankRef, Run, log_attempts, log_path
 
 # No two runs of \s* meet without a required character between them: every pattern here matches in time
 # linear in the line (``acc:`` and 30,000 spaces once took minutes), and lines are read at most MAX_LINE long.

@@ -13,10 +13,10 @@ import time
 from typing import Any
 
 from launcher.contract import RANK_DIR_ENV
-from launcher.host import host_names
+from launcher.execute.results import job_verdict
+from launcher.host.devices import host_names
 from launcher.observe import tell_problems
-from launcher.results import job_verdict
-from launcher.rundir import (
+from launcher.rundir.read import (
     RankRef,
     Run,
     current_attempt,
@@ -285,7 +285,7 @@ def _alive(proc) -> bool:
 
 
 def _last_line(path: str) -> str:
-    from launcher.lines import tail_lines
+    from launcher.base.lines import tail_lines
 
     lines = tail_lines(path, 1, max_bytes=4096)
     if not lines:

@@ -17,10 +17,12 @@ import shutil
 import time
 from dataclasses import dataclass
 
-from launcher.console import printable, say
+from launcher.base.console import printable, say
+from launcher.base.userfiles import is_run_dir
 from launcher.errors import UsageError
 from launcher.observe import tell_problems
-from launcher.rundir import LATEST, Run, is_run_dir, load_run
+from launcher.rundir.paths import LATEST
+from launcher.rundir.read import Run, load_run
 
 CREATING_SECONDS = 3600     # a rank table without its plan this long: a launch that died creating it
 _REMOVING = re.compile(r"^\..+\.pruning-[0-9a-f]+$")   # a run renamed aside by a prune that did not finish

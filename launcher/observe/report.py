@@ -14,15 +14,15 @@ import os
 import time
 from dataclasses import dataclass
 
-from launcher.console import say
+from launcher.base.console import say
+from launcher.base.userfiles import write_output
 from launcher.contract import RESUME_FROM_ENV, RESUME_STEP_ENV, Role
+from launcher.execute.results import job_verdict
 from launcher.observe import tell_problems
 from launcher.observe.charts import OUTCOME_COLOURS, chart_svg, format_number, legend_html, rank_colour, timeline_svg
 from launcher.observe.metrics import RankStory, collect, span_outcome
-from launcher.results import job_verdict
-from launcher.rundir import Run, load_run, log_attempts, log_path, run_directory
-from launcher.rundir_model import RankSpecFile
-from launcher.userfiles import write_output
+from launcher.rundir.model import RankSpecFile
+from launcher.rundir.read import Run, load_run, log_attempts, log_path, run_directory
 
 
 def _when(epoch: float | None) -> str:
@@ -40,7 +40,7 @@ def file_url(path: str | None) -> str | None:
 
 def _contract_names() -> set[str]:
     """The variables dlaunch itself sets for a rank (every optional one included)."""
-    from launcher.environment import rank_environment
+    from launcher.plan.environment import rank_environment
 
     names = rank_environment(rank=0, local_rank=0, world_size=1, local_world_size=2, group_rank=0,
                              group_world_size=1, device_id=0, cuda_visible="0", rank_table_file="", master_addr="",
@@ -53,8 +53,8 @@ def command_context(run: Run) -> dict:
     """What the ranks ran and with which settings, from the hosts' plans (env values masked again)."""
     import shlex
 
-    from launcher import numlists
-    from launcher.environment import masked, masked_argv
+    from launcher.base import numlists
+    from launcher.plan.environment import masked, masked_argv
 
     specs = [spec for _, plan in sorted(run.plans.items()) for spec in plan.get("ranks", [])
              if spec.get("rank") is not None]
@@ -148,7 +148,7 @@ def render(run_dir: str) -> str:
     run = load_run(run_dir)
     tell_problems(run)
     stories = collect(run)
-    env = jinja2.Environment(loader=jinja2.PackageLoader("launcher", "templates"),
+    env = jinja2.Environment(loader=jinja2.PackageLoader("launcher.observe", "templates"),
                              autoescape=jinja2.select_autoescape(["html", "j2"]), trim_blocks=True,
                              lstrip_blocks=True, undefined=jinja2.StrictUndefined)
     return env.get_template("report.html.j2").render(**page_context(run, stories))

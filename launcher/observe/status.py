@@ -11,11 +11,11 @@ import sys
 import time
 from dataclasses import dataclass
 
-from launcher.console import printable
+from launcher.base.console import printable
 from launcher.contract import Role
+from launcher.execute.results import how_it_ended, who
 from launcher.observe.processes import Observer
-from launcher.results import how_it_ended, who
-from launcher.rundir import run_directory
+from launcher.rundir.read import run_directory
 
 
 def _seconds(value: float | None) -> str:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import socket
 
-from launcher import numlists
+from launcher.base import numlists
 from launcher.errors import UsageError
 from launcher.table.model import MISSING, Device, RankTable, Server, as_int, numbered_like
 
@@ -33,7 +33,7 @@ MAX_HCCN_BYTES = 1 << 20
 
 def read_hccn_conf(path: str = HCCN_CONF) -> dict[int, str]:
     """``address_N=IP`` lines of hccn.conf as {device: ip}; an absent file means no NPU NICs."""
-    from launcher.userfiles import read_text
+    from launcher.base.userfiles import read_text
 
     addresses: dict[int, str] = {}
     if not os.path.lexists(path):
@@ -53,7 +53,7 @@ def read_hccn_tool(devices: list[int], hccn_conf: str = HCCN_CONF, given: str | 
     Only where the driver's tool is present (``--hccn-tool``, PATH or its usual directory): a CPU or GPU
     host without it gets no addresses, as before. A tool that is there but cannot answer is an error.
     """
-    from launcher.netcheck import tool
+    from launcher.host import hccn as tool
 
     if os.path.lexists(hccn_conf):
         return {}

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from launcher.jsontext import readable
+from launcher.base.jsontext import readable
 
 TYPE_CHECKING = False   # typing's own flag, without importing typing on the launch path (docs/development.md)
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ class Problem:
                 "value": None if self.value is MISSING else self.value, "message": self.message, "fix": self.fix}
 
     def __str__(self) -> str:
-        from launcher.console import printable
+        from launcher.base.console import printable
 
         shown = "<missing>" if self.value is MISSING else json.dumps(self.value, ensure_ascii=False)
         if len(shown) > SHOWN_VALUE_CHARS:
@@ -305,8 +305,8 @@ def loads(text: str) -> RankTable:
 
 def load(path: str) -> RankTable:
     """Read and parse a rank table file: a regular file of at most MAX_TABLE_BYTES."""
+    from launcher.base.userfiles import read_text
     from launcher.errors import UsageError
-    from launcher.userfiles import read_text
 
     try:
         text = read_text(path, "rank table", MAX_TABLE_BYTES)
@@ -359,7 +359,7 @@ def dumps(table: RankTable) -> str:
 
 def dump(table: RankTable, path: str) -> None:
     """Write the table atomically, so a reader (HCCL, another host) never sees half a file."""
-    from launcher.atomic import write_atomically
+    from launcher.base.atomic import write_atomically
 
     text = dumps(table)
     write_atomically(path, lambda fh: fh.write(text), permissions=0o666)

@@ -435,7 +435,7 @@ def _pieces(rows: list[tuple[int, ...]], texts: list[str]) -> list[str]:
 
 def _index_ranges(numbers: list[int]) -> str:
     """[0, 1, 2, 5] -> "0..2,5" (``..``, since a path's reader might take 0-2 for subtraction)."""
-    from launcher.numlists import format_ranges
+    from launcher.base.numlists import format_ranges
 
     return ",".join(part.replace("-", "..") for part in format_ranges(numbers).split(","))
 

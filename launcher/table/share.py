@@ -6,7 +6,7 @@ as the seeds' run_cluster.sh says it); a one-server table; the one server whose
 ``server_id``, else ``host_ip`` is one of this host's names or addresses (a
 pod's ``POD_IP``/``XDL_IP`` included); the node index a scheduler sets (Slurm's
 ``SLURM_NODEID``; Open MPI's ``OMPI_COMM_WORLD_RANK`` when mpirun started one
-dlaunch per node; an operator's pod index, ``launcher.pods``); else one error
+dlaunch per node; an operator's pod index, ``launcher.host.pods``); else one error
 that lists the table's servers.
 """
 
@@ -21,8 +21,8 @@ from launcher.table.model import RankTable
 
 def _node_index(environ) -> tuple[str, str] | None:
     """(variable, value) of a scheduler's node index, if one is set: Slurm's, Open MPI's, or the pod's index an
-    operator gave (``launcher.pods``)."""
-    from launcher.pods import detect
+    operator gave (``launcher.host.pods``)."""
+    from launcher.host.pods import detect
 
     if environ.get("SLURM_NODEID", "").isdigit():
         return "SLURM_NODEID", environ["SLURM_NODEID"]
@@ -49,7 +49,7 @@ def _servers_listed(table: RankTable) -> str:
 
 def this_host_names() -> set[str]:
     """Every name and address this host answers to, its FQDN included (``host.host_names``)."""
-    from launcher.host import host_names
+    from launcher.host.devices import host_names
 
     return host_names(resolve=True)
 
@@ -71,7 +71,7 @@ def select_server(table: RankTable, server_id: str | None = None, rank_start: in
                          f"the table's servers: {_servers_listed(table)}")
     if len(table.servers) == 1:
         return 0
-    from launcher.pods import own_addresses
+    from launcher.host.pods import own_addresses
 
     names = host_names() | own_addresses(environ)
     # a pod's own address first (ascend-operator's container_ip): several pods may share a node's server_id
@@ -111,8 +111,8 @@ def read_table(path: str) -> tuple[str, RankTable]:
 
     The one "load, name the file in the error" of every command that takes a table to launch or merge.
     """
+    from launcher.base.userfiles import read_text
     from launcher.table.model import MAX_TABLE_BYTES, RankTableError, loads
-    from launcher.userfiles import read_text
 
     text = read_text(path, "rank table", MAX_TABLE_BYTES)
     try:

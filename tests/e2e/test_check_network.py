@@ -32,7 +32,7 @@ import psutil
 import pytest
 from sshd_hosts import cluster_fixture
 
-from launcher.netcheck import tool
+from launcher.host import hccn as tool
 from tests.launching import ROOT, run_dlaunch
 
 STAND_IN = ROOT / "tests" / "programs" / "hccn_tool"

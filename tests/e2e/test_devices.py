@@ -1,6 +1,6 @@
 """Visible devices: an inherited CUDA_VISIBLE_DEVICES / ASCEND_RT_VISIBLE_DEVICES is the set a job may use.
 
-The pure rules (``launcher.host``) are tested directly; the launches check what real ranks receive.
+The pure rules (``launcher.host.devices``) are tested directly; the launches check what real ranks receive.
 """
 
 import json
@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from launcher import host as devices
+from launcher.host import devices
 from tests.launching import RANK_PROGRAM, latest_run, records, run_dlaunch, write_rank_table
 
 

@@ -3,9 +3,9 @@
 import os
 import time
 
-from launcher import results
-from launcher.execute import hangs
-from launcher.plan import RankSpec
+from launcher.contract import ExitCode
+from launcher.execute.local import hangs
+from launcher.plan.make import RankSpec
 from tests.launching import RANK_PROGRAM, latest_run, processes_of_run, records, run_dlaunch, summary
 
 TIMEOUT = 6.0
@@ -15,7 +15,7 @@ def test_rank_blocked_in_all_reduce_is_detected_with_stacks(tmp_path):
     out = tmp_path / "runs"
     result = run_dlaunch("run", RANK_PROGRAM, "--ranks", "4", "--output-dir", out, "--hang-timeout", TIMEOUT,
                          "--", "--hang-in-allreduce", "3", cwd=tmp_path, timeout=180)
-    assert result.returncode == results.HANG_EXIT_CODE, result.stderr
+    assert result.returncode == ExitCode.HUNG, result.stderr
     run_dir = latest_run(out)
     info = summary(run_dir)
     cause = info["root_cause"]
@@ -43,7 +43,7 @@ def test_silence_without_heartbeat_is_a_hang(tmp_path):
     out = tmp_path / "runs"
     result = run_dlaunch("run", RANK_PROGRAM, "--ranks", "2", "--output-dir", out, "--hang-timeout", "2.5", "--",
                          "--sleep", "30", cwd=tmp_path, timeout=60)
-    assert result.returncode == results.HANG_EXIT_CODE
+    assert result.returncode == ExitCode.HUNG
     assert "time.sleep" in (latest_run(out) / "rank_000" / "stack.txt").read_text() or \
         "rank.py" in (latest_run(out) / "rank_000" / "stack.txt").read_text()
 

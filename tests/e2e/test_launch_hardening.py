@@ -44,7 +44,7 @@ def test_a_launcher_defect_leaves_a_failed_run_not_a_starting_one(tmp_path, monk
     "starting" forever); the defect itself still surfaces."""
     import json
 
-    from launcher.execute.local import LocalWorkers
+    from launcher.execute.local.workers import LocalWorkers
 
     def broken(self, plan):
         raise RuntimeError("injected launcher defect")

@@ -208,7 +208,7 @@ def test_a_nested_launch_leaves_nothing_when_the_outer_launcher_is_sigkilled(tmp
 def test_a_process_marked_by_an_enclosing_launch_is_found_by_its_sweep():
     """A nested job's process carries the outer launch's marker in DLAUNCH_LAUNCHER_IDS: the outer watchdog's
     marker scan finds it even if it started after the watchdog last noted the tree."""
-    from launcher.execute.reaper import marked_processes, marker_chain
+    from launcher.execute.local.reaper import marked_processes, marker_chain
 
     assert marker_chain({}, "b") == "b"
     assert marker_chain({"DLAUNCH_LAUNCHER_ID": "a"}, "b") == "a b"
@@ -231,7 +231,7 @@ def test_the_end_of_attempt_sweep_scans_for_the_marker_only_where_it_is_no_subre
     The sweeps run in a process of their own: a sweep kills its caller's whole tree."""
     script = textwrap.dedent("""
         import os, subprocess, sys, time
-        from launcher.execute.reaper import sweep
+        from launcher.execute.local.reaper import sweep
         env = {"PATH": os.environ["PATH"], "DLAUNCH_LAUNCHER_ID": "lost-x1"}
         daemon = int(subprocess.run(["sh", "-c", "sleep 60 >/dev/null 2>&1 & echo $!"], env=env,
                                     capture_output=True, text=True, check=True).stdout)

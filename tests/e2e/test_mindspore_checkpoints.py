@@ -22,10 +22,10 @@ import pytest
 from launcher.checkpoint import names as ckptnames
 from launcher.checkpoint import resume
 from launcher.errors import UsageError
-from launcher.execute import hangs
+from launcher.execute.local import hangs
 from launcher.execute.sharedckpt import shared_checkpoint_warnings
 from launcher.observe import ckpt as ckpttool
-from launcher.plan import CWD_RANK, Command, Options, Policy, RankSpec, make_plan
+from launcher.plan.make import CWD_RANK, Command, Options, Policy, RankSpec, make_plan
 from launcher.table.build import single_server_table
 from tests.launching import ROOT, latest_run, run_dlaunch, summary
 

@@ -1,4 +1,4 @@
-"""dlaunch inside the pods of a Kubernetes job: Kubeflow, Volcano and Ascend's operator (launcher/pods.py).
+"""dlaunch inside the pods of a Kubernetes job: Kubeflow, Volcano and Ascend's operator (launcher/host/pods.py).
 
 No API server is needed: a "pod" is a dlaunch process with exactly the variables (and rank table) its
 operator gives a pod, taken from the operator's source (tests/data/operators.json cites each), on its own
@@ -18,7 +18,7 @@ import pytest
 
 from launcher.contract import ExitCode
 from launcher.errors import UsageError
-from launcher.pods import detect
+from launcher.host.pods import detect
 from launcher.table.model import loads
 from launcher.table.share import master_address, select_server
 from tests.launching import RANK_PROGRAM, ROOT, dlaunch_argv, free_port, side_by_side

@@ -19,7 +19,7 @@ def test_a_host_launcher_driven_over_its_channel(tmp_path):
     from launcher.cli.parsers import build_parser
     from launcher.cli.request import request_from_args
     from launcher.execute.ssh.plan import make_ssh_plan
-    from launcher.options import head_launch
+    from launcher.plan.share import head_launch
 
     table = write_rank_table(tmp_path / "rt.json", devices_per_host=1)
     argv = ["cluster", RANK_PROGRAM, "--rank-table", str(table), "--ssh", "--profile", "a2",

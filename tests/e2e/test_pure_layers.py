@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from launcher.rundir import load_run
+from launcher.rundir.read import load_run
 
 # ------------------------------------------------------------------ options -> plan -> environment
 

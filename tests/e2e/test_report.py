@@ -268,12 +268,12 @@ def fake_run(out, run_id, hosts, *, written=None, fail=(), resume_dir=None, extr
     ranks never started: ``hosts`` ranks per server; only servers ``written`` wrote anything; ``fail``:
     (attempt, rank, exit code or signal name, seconds after start) per failed attempt, each followed by a
     restart."""
-    from launcher import rundir
     from launcher.checkpoint.resume import ResumePoint
-    from launcher.execute.local import AttemptResult, RankResult
-    from launcher.plan import Command, Options, Policy, make_plan
-    from launcher.results import summarize
-    from launcher.rundir import host_suffix
+    from launcher.execute.results import AttemptResult, RankResult, summarize
+    from launcher.plan.make import Command, Options, Policy, make_plan
+    from launcher.rundir.create import create as create_run_dir
+    from launcher.rundir.create import write_json
+    from launcher.rundir.paths import host_suffix
     from launcher.table.model import dumps, loads
 
     servers, rank = [], 0
@@ -299,7 +299,7 @@ def fake_run(out, run_id, hosts, *, written=None, fail=(), resume_dir=None, extr
         table_file = os.path.join(out, run_id, f"rank_table{suffix}.json")
         plans = [make_plan(table, index, opts, table_file, {}, attempt=a, resume=resume)
                  for a in range(len(fail) + 1)]
-        rundir.create(plans[0], dumps(table), shared=True)
+        create_run_dir(plans[0], dumps(table), shared=True)
         attempts, start = [], t0
         for number, plan in enumerate(plans):
             failing = fail[number] if number < len(fail) else None
@@ -327,7 +327,7 @@ def fake_run(out, run_id, hosts, *, written=None, fail=(), resume_dir=None, extr
             cause = next((r for r in results if failing and r.rank == failing[1]), None)
             attempts.append(AttemptResult(attempt=number, ranks=results, root_cause=cause))
             start = stop + 1.0     # the restart: at once
-        rundir.write_json(plans[-1].host_file("summary", "json"), summarize(plans[-1], attempts, t0))
+        write_json(plans[-1].host_file("summary", "json"), summarize(plans[-1], attempts, t0))
     return out / run_id
 
 
@@ -502,7 +502,7 @@ def test_report_of_a_sparse_2_gib_log_reads_its_data_not_its_hole(tmp_path):
 
 
 def test_bounded_lines_treat_a_hole_as_the_zeros_it_holds(tmp_path):
-    from launcher.lines import bounded_lines
+    from launcher.base.lines import bounded_lines
 
     path = tmp_path / "sparse.log"
     path.write_bytes(b"a\n")

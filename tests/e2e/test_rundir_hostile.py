@@ -20,7 +20,7 @@ import pytest
 from launcher import cli
 from launcher.observe import charts
 from launcher.observe.metrics import parse_metrics
-from launcher.rundir import load_run
+from launcher.rundir.read import load_run
 from tests.launching import run_dlaunch, within
 
 TRAIN = textwrap.dedent("""

@@ -1,4 +1,4 @@
-"""The run directory's one validated model (``launcher/rundir_model.py``) declares everything dlaunch writes.
+"""The run directory's one validated model (``launcher/rundir/model.py``) declares everything dlaunch writes.
 
 The reader keeps only what the model's TypedDicts declare and drops anything else without a word (a damaged
 or foreign file's extra keys are nobody's business), so a field the writer adds and the model lacks would be
@@ -10,8 +10,9 @@ must the head's summary of a ``cluster --ssh`` job, made in-process from the hea
 
 import json
 
-from launcher.rundir import LAYOUT_VERSION, load_run
-from launcher.rundir_model import PidsFile, PlanFile, SummaryFile, checked
+from launcher.rundir.model import PidsFile, PlanFile, SummaryFile, checked
+from launcher.rundir.paths import LAYOUT_VERSION
+from launcher.rundir.read import load_run
 from tests.launching import RANK_PROGRAM, latest_run, run_dlaunch
 from tests.unit.test_rundir_model import _lost
 

@@ -337,7 +337,7 @@ def test_options_from_lower_layers_that_do_not_fit_are_ignored_with_a_note(tmp_p
 
 
 def test_scriptgen_imports_no_jinja2_until_it_renders():
-    code = "import sys, launcher.scriptgen; sys.exit('jinja2' in sys.modules)"
+    code = "import sys, launcher.scripts.render; sys.exit('jinja2' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], cwd=ROOT).returncode == 0
 
 

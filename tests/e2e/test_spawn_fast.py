@@ -1,4 +1,4 @@
-"""The posix_spawn path (launcher/execute/spawn.py) keeps what Popen gave every rank.
+"""The posix_spawn path (launcher/execute/local/spawn.py) keeps what Popen gave every rank.
 
 Each test runs RankSpawner in a child Python (the launcher's side, which makes its inherited descriptors
 non-inheritable: not something to do to the test runner) and starts real processes: the rank's own session,
@@ -39,7 +39,7 @@ def run_spawner(tmp_path, body: str) -> dict:
     """Run ``body`` in a child Python with ``spawner`` (a RankSpawner) and ``out`` (an fd) at hand; its JSON."""
     program = textwrap.dedent("""
         import json, os, sys
-        from launcher.execute.spawn import RankSpawner
+        from launcher.execute.local.spawn import RankSpawner
         inherited = os.dup2(os.open(os.devnull, os.O_RDONLY), 50)   # inheritable: as a launcher's parent may leave
         environ = {**os.environ, "SHARED_ONE": "1"}
         spawner = RankSpawner(environ, {"DLAUNCH_LAUNCHER_ID": "abc"})
@@ -103,7 +103,7 @@ def test_rank_dies_with_its_launcher(tmp_path):
     pid_file = tmp_path / "rank.pid"
     program = textwrap.dedent(f"""
         import os, time
-        from launcher.execute.spawn import RankSpawner
+        from launcher.execute.local.spawn import RankSpawner
         spawner = RankSpawner(dict(os.environ), {{"DLAUNCH_LAUNCHER_ID": "abc"}})
         out = os.open({str(tmp_path / 'out.log')!r}, os.O_WRONLY | os.O_CREAT, 0o644)
         child = spawner.spawn(["/bin/sh", "-c", "echo $$ > {pid_file}.tmp; mv {pid_file}.tmp {pid_file}; "

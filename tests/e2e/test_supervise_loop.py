@@ -1,9 +1,9 @@
-"""The launcher's loop while ranks run (launcher/execute/local.py): what a wake-up costs, and exits found
+"""The launcher's loop while ranks run (launcher/execute/local/workers.py): what a wake-up costs, and exits found
 without pidfds.
 
 The loop wakes for every chunk of console output.  It used to ask every rank whether it was alive, twice,
 and list the live ranks, on each wake-up: with 1,024 ranks and rank 0 printing 2,000 lines, 1.0 s of the
-launcher's CPU instead of 0.44 s.  Counted here, not timed: a real launch with ``_Process.alive`` wrapped to
+launcher's CPU instead of 0.44 s.  Counted here, not timed: a real launch with ``RankProcess.alive`` wrapped to
 count how often it is asked.
 """
 
@@ -28,14 +28,14 @@ def launch_counting(tmp_path, ranks: int, program: str, prelude: str = "") -> di
     code = textwrap.dedent(f"""
         import json, os
         {prelude}
-        from launcher.execute import local
+        from launcher.execute.local import processes, workers as local
         asked = [0]
         wakeups = [0]
-        alive = local._Process.alive.fget
+        alive = processes.RankProcess.alive.fget
         def counting(self):
             asked[0] += 1
             return alive(self)
-        local._Process.alive = property(counting)
+        processes.RankProcess.alive = property(counting)
         dispatch = local.LocalWorkers._dispatch
         def waking(self, *args, **kwargs):
             wakeups[0] += 1

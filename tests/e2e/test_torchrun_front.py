@@ -1,4 +1,4 @@
-"""``dlaunch torchrun``: a torchrun 2.13 command line with dlaunch in front (launcher/cli/torchrun.py).
+"""``dlaunch torchrun``: a torchrun 2.13 command line with dlaunch in front (launcher/cli/fronts/torchrun.py).
 
 Real torchrun and real gloo ranks where a launch is tested; parsing and refusals through main(argv) in-process.
 """

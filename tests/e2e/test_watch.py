@@ -220,9 +220,9 @@ def test_status_json_of_a_restarted_run_names_the_attempt(tmp_path, out):
 def test_tail_offsets_and_partial_lines(tmp_path):
     import io
 
-    from launcher.lines import tail_offset as _tail_offset
+    from launcher.base.lines import tail_offset as _tail_offset
     from launcher.observe.logs import _Tail
-    from launcher.rundir import RankRef
+    from launcher.rundir.read import RankRef
 
     log = tmp_path / "output.log"
     log.write_bytes(b"a\nbb\nccc\n")

@@ -1,13 +1,13 @@
 """Visible devices: an inherited CUDA_VISIBLE_DEVICES / ASCEND_RT_VISIBLE_DEVICES is the set a job may use.
 
-The pure rules (``launcher.host``) are tested directly; the launches check what real ranks receive.
+The pure rules (``launcher.host.devices``) are tested directly; the launches check what real ranks receive.
 """
 
 
 import pytest
 
-from launcher import host as devices
 from launcher.errors import UsageError
+from launcher.host import devices
 
 # ---------------------------------------------------------------- the pure rules
 

@@ -1,7 +1,7 @@
 """env.log's text: the layout worked out once per set of names must give exactly what rendering each rank
 whole would (sorted KEY=VALUE lines of the inherited environment overlaid by the rank's, secrets masked)."""
 
-from launcher.environment import EnvLog, masked
+from launcher.plan.environment import EnvLog, masked
 
 
 def _whole(inherited: dict[str, str], env: dict[str, str]) -> str:

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from launcher.jsontext import INDENT_LIMIT, LONG_LIST, readable, readable_pieces
+from launcher.base.jsontext import INDENT_LIMIT, LONG_LIST, readable, readable_pieces
 
 
 def _rank(rank: int) -> dict:

@@ -2,8 +2,8 @@
 
 import os
 
-from launcher.execute.tee import MAX_PENDING, ConsoleTee
-from launcher.lines import tail_lines
+from launcher.base.lines import tail_lines
+from launcher.execute.local.tee import MAX_PENDING, ConsoleTee
 
 
 def test_lines_are_shown_whole_and_logged_raw(tmp_path):

@@ -8,7 +8,7 @@
 import pytest
 
 from launcher.cli import build_parser
-from launcher.cli.msrun import translate
+from launcher.cli.fronts.msrun import translate
 from launcher.errors import UsageError
 from launcher.table.model import loads
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from launcher import numlists
+from launcher.base import numlists
 from launcher.errors import UsageError
 
 

@@ -5,6 +5,7 @@ import signal
 
 import pytest
 
+from launcher.base.lines import LineBuffer
 from launcher.errors import UsageError
 from launcher.execute.ssh.protocol import (
     decode_signals,
@@ -15,7 +16,6 @@ from launcher.execute.ssh.protocol import (
     parse_event,
     read_request,
 )
-from launcher.lines import LineBuffer
 
 
 def through_a_pipe(data: bytes):

@@ -11,10 +11,12 @@ import pytest
 from launcher.cli.parsers import build_parser
 from launcher.cli.request import request_from_args
 from launcher.errors import UsageError
-from launcher.options import launch_options, launch_table
-from launcher.plan import describe, make_plan
-from launcher.results import RankResult, how_it_ended, job_verdict
-from launcher.rundir import HEAD_SUMMARY, LAYOUT_VERSION, load_run
+from launcher.execute.results import RankResult, how_it_ended, job_verdict
+from launcher.plan.make import describe, make_plan
+from launcher.plan.settle import launch_options
+from launcher.plan.share import launch_table
+from launcher.rundir.paths import HEAD_SUMMARY, LAYOUT_VERSION
+from launcher.rundir.read import load_run
 from tests.launching import write_rank_table
 
 
@@ -127,7 +129,7 @@ def test_run_refuses_a_table_of_several_hosts_naming_the_cluster_command(in_tmp)
 
 def test_the_ssh_plan_keeps_values_off_the_command_line(in_tmp):
     from launcher.execute.ssh.plan import make_ssh_plan
-    from launcher.options import head_launch
+    from launcher.plan.share import head_launch
 
     write_rank_table(in_tmp / "rt.json", devices_per_host=2)
     (in_tmp / "ssh_config").write_text("Host 127.0.0.3\n    Port 2222\n    User alice\n")
@@ -169,7 +171,7 @@ def test_the_job_verdict_across_hosts():
 
 
 def test_across_hosts_the_first_failure_is_the_root_cause_and_its_launcher_says_the_code():
-    from launcher.results import cluster_verdict
+    from launcher.execute.results import cluster_verdict
 
     hang = {"host": "b", "rank": 2, "end": 10.0, "hung": True, "launcher_exit_code": 124}
     lost = {"host": "a", "rank": None, "end": 12.0, "exit_code": 255, "reason": "connection lost"}

@@ -1,4 +1,4 @@
-"""The run directory's one validated model (``launcher/rundir_model.py``) declares everything dlaunch writes.
+"""The run directory's one validated model (``launcher/rundir/model.py``) declares everything dlaunch writes.
 
 The reader keeps only what the model's TypedDicts declare and drops anything else without a word (a damaged
 or foreign file's extra keys are nobody's business), so a field the writer adds and the model lacks would be
@@ -14,8 +14,8 @@ import types
 import typing
 
 from launcher.checkpoint.resume import ResumePoint
-from launcher.plan import LaunchPlan, Policy, RankSpec
-from launcher.rundir_model import PlanFile, RankSpecFile, ResumePointFile, checked
+from launcher.plan.make import LaunchPlan, Policy, RankSpec
+from launcher.rundir.model import PlanFile, RankSpecFile, ResumePointFile, checked
 
 
 def _declared(model) -> set[str]:
@@ -59,7 +59,7 @@ def test_the_heads_summary_reads_back_whole():
     from launcher.execute.ssh.outcome import head_summary
     from launcher.execute.ssh.plan import HostLaunch, Target
     from launcher.execute.ssh.session import HostRun
-    from launcher.rundir_model import HeadSummaryFile
+    from launcher.rundir.model import HeadSummaryFile
 
     runs = []
     for index, (ranks, exit_code) in enumerate((((0, 1), 0), ((2, 3), 255))):

@@ -4,8 +4,8 @@ directory when rank 0's holds none (a complete step is one rank 0 saved)."""
 import os
 import types
 
-from launcher import results
 from launcher.checkpoint import names as ckptnames
+from launcher.execute import results
 
 
 def make_run(tmp_path, world_size, saved):

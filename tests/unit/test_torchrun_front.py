@@ -1,4 +1,4 @@
-"""``dlaunch torchrun``: a torchrun 2.13 command line with dlaunch in front (launcher/cli/torchrun.py).
+"""``dlaunch torchrun``: a torchrun 2.13 command line with dlaunch in front (launcher/cli/fronts/torchrun.py).
 
 Real torchrun and real gloo ranks where a launch is tested; parsing and refusals through main(argv) in-process.
 """
@@ -9,12 +9,12 @@ import json
 import pytest
 
 from launcher.cli import main
-from launcher.cli.torchrun import translate, with_env_defaults
+from launcher.cli.fronts.torchrun import translate, with_env_defaults
 
 
 def _translated(argv, environ=None, nproc=2):
     parser = argparse.ArgumentParser()
-    from launcher.cli import torchrun
+    from launcher.cli.fronts import torchrun
 
     sub = parser.add_subparsers(dest="command")
     torchrun.add_parser(sub)

@@ -1,11 +1,11 @@
 """The watchdog notes the launcher's process tree each NOTE_SECONDS only while processes or threads are being
-created (launcher/execute/reaper.py): a quiet 1,024-rank job cost it 43 ms of CPU a second.
+created (launcher/execute/local/reaper.py): a quiet 1,024-rank job cost it 43 ms of CPU a second.
 The loop runs here in a thread, its tree reading counted, with the kernel's last pid given by the test."""
 
 import os
 import threading
 
-from launcher.execute import reaper
+from launcher.execute.local import reaper
 
 ROUNDS = 40
 

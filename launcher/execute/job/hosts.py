@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from launcher.console import say
+from launcher.base.console import say
 from launcher.execute.job.link import JobLink, describe
 from launcher.execute.job.protocol import LOST_EXIT, STOPPED_EXIT
 from launcher.execute.job.restarts import complete_steps, host_resume_point
@@ -76,7 +76,8 @@ def _stack_texts(result) -> dict[str, str]:
 
 def _write_job_stacks(plan, stacks: dict) -> None:
     """Every host's ranks' stacks in one place: ``job_stacks/`` of the master host's run directory."""
-    from launcher.rundir import attempt_file, describe_os_error
+    from launcher.rundir.create import describe_os_error
+    from launcher.rundir.paths import attempt_file
 
     directory = os.path.join(plan.run_dir, "job_stacks")
     try:

@@ -15,12 +15,12 @@ import socket
 import threading
 import time
 
-from launcher.console import say
+from launcher.base.console import say
 from launcher.execute.job import protocol
 from launcher.execute.job.coordinator import Coordinator
 from launcher.execute.job.member import Member
 from launcher.execute.job.protocol import LOST_EXIT, STOPPED_EXIT
-from launcher.results import how_it_ended
+from launcher.execute.results import how_it_ended
 
 
 def cause_of(result) -> dict:

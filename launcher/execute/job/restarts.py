@@ -11,7 +11,7 @@ import os
 
 from launcher.checkpoint.resume import ResumePoint, Step, collect
 from launcher.contract import CKPT_DIR
-from launcher.plan import LaunchPlan
+from launcher.plan.make import LaunchPlan
 
 
 def _own_steps(plan: LaunchPlan) -> list[Step]:
@@ -66,9 +66,9 @@ def reread_table(path: str, profile: str, server_id: str | None, rank_start: int
 
 def next_table(reread, table, server_index: int, plan, rank_table_file: str, attempt: int):
     """The table for the next attempt: the rewritten one (in its own file of the run directory), or the same."""
-    from launcher.atomic import write_atomically
-    from launcher.console import say
-    from launcher.rundir import attempt_file
+    from launcher.base.atomic import write_atomically
+    from launcher.base.console import say
+    from launcher.rundir.paths import attempt_file
     from launcher.table.model import dumps
 
     path, profile, server_id, rank_start = reread

@@ -14,14 +14,14 @@ from __future__ import annotations
 import os
 import time
 
-from launcher.console import say
+from launcher.base.console import say
 from launcher.errors import UsageError
 from launcher.execute.ssh.outcome import head_summary, report
 from launcher.execute.ssh.plan import SshPlan, describe_plan, make_ssh_plan
 from launcher.execute.ssh.preflight import Probe, preflight, record_new_keys
 from launcher.execute.ssh.session import HostRun, Session, start_hosts
-from launcher.request import LaunchRequest
-from launcher.rundir import HEAD_SUMMARY
+from launcher.rundir.paths import HEAD_SUMMARY
+from launcher.settings.request import LaunchRequest
 
 # ---------------------------------------------------------------- entry point
 
@@ -51,8 +51,8 @@ def launch_over_ssh(args: LaunchRequest, text: str, table, opts) -> int:
 
 
 def _execute(plan: SshPlan, probes: list[Probe], summary_path: str) -> int:
-    from launcher import rundir
-    from launcher.execute.local import SignalWatch
+    from launcher.execute.signals import SignalWatch
+    from launcher.rundir.create import write_json
 
     started = time.time()
     runs = [HostRun(p.host, p.client, p.channel) for p in probes]
@@ -66,7 +66,7 @@ def _execute(plan: SshPlan, probes: list[Probe], summary_path: str) -> int:
         _close([run.client for run in runs])
     summary = head_summary(plan, runs, session.interrupted_by, started)
     os.makedirs(plan.run_dir, exist_ok=True)
-    rundir.write_json(summary_path, summary)
+    write_json(summary_path, summary)
     report(summary, summary_path)
     return summary["exit_code"]
 

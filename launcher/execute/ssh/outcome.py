@@ -7,9 +7,9 @@ import signal
 import sys
 import time
 
+from launcher.execute.results import cluster_verdict, how_it_ended
 from launcher.execute.ssh.plan import SshPlan
 from launcher.execute.ssh.session import HostRun
-from launcher.results import cluster_verdict, how_it_ended
 
 HCCL_CONNECT_TIMEOUT_DEFAULT = 120   # seconds HCCL waits for its peers unless told otherwise
 

@@ -22,7 +22,7 @@ from launcher.errors import UsageError
 from launcher.execute.ssh.protocol import ANNOUNCE_FLAG
 
 if TYPE_CHECKING:
-    from launcher.request import LaunchRequest
+    from launcher.settings.request import LaunchRequest
 
 # Variables of the head's environment that every rank gets by default: the
 # collective libraries' knobs, the data location and the Python path a job
@@ -137,7 +137,7 @@ def _server_ids(table) -> list[str]:
 
 def rank_env(environ, assignments, env_file: str | None) -> dict[str, str]:
     """The variables every remote rank gets: FORWARDED_ENV from the head, then --env-file, then --env."""
-    from launcher.envfiles import parse_assignment, read_env_file
+    from launcher.settings.envfiles import parse_assignment, read_env_file
 
     env = {k: v for k, v in environ.items() if any(fnmatch.fnmatchcase(k, p) for p in FORWARDED_ENV)}
     if env_file:
@@ -220,8 +220,8 @@ def _paths(value: str | None) -> tuple[str, ...]:
 
 def describe_plan(plan: SshPlan) -> str:
     """What ``--dry-run`` prints: per host, the target, the remote command and the request (secrets masked)."""
-    from launcher.console import printable
-    from launcher.environment import masked
+    from launcher.base.console import printable
+    from launcher.plan.environment import masked
 
     lines = [f"run {plan.run_id}: {plan.world_size} rank(s) on {len(plan.hosts)} host(s) over SSH (dry run: "
              f"nothing is connected to or started)",

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from launcher import __version__
-from launcher.console import say
+from launcher.base.console import say
 from launcher.execute.ssh.plan import CHECK_MARK, HostLaunch, SshPlan, Target
 from launcher.execute.ssh.protocol import ANNOUNCE_FLAG
 
@@ -253,7 +253,7 @@ def _connect_problem(target: Target, exc: BaseException, plan: SshPlan, timed_ou
                 f"if that fingerprint is the host's, record it with 'ssh-keyscan -p {target.port} "
                 f"{target.hostname} >> {target.record_file}', or pass --trust-new-hosts")
     if isinstance(exc, _DamagedKnownHosts):
-        from launcher.console import printable
+        from launcher.base.console import printable
 
         return (f"known_hosts file {exc.path} holds a line that is not a host key, so no key in it could be "
                 f"read: {printable(exc.line.strip())[:120]!r}; remove that line (ssh-keygen -R cannot)")

@@ -12,9 +12,9 @@ import signal
 import time
 from collections import deque
 
+from launcher.base.lines import LineBuffer
 from launcher.execute.ssh.plan import HostLaunch, SshPlan
 from launcher.execute.ssh.protocol import encode_request, encode_signal, parse_event
-from launcher.lines import LineBuffer
 
 STOP_MARGIN = 10.0             # beyond the grace period, for a stopped host to kill, drain and report
 EXIT_STATUS_POLL = 0.05        # between a channel's EOF and its exit status (paramiko has no fd for it)
@@ -226,7 +226,7 @@ class Session:
 
     def _write(self, stream: str, data: bytes) -> None:
         """All of ``data`` to the head's "out" or "err"; a closed console (``| head``) does not stop the job."""
-        from launcher.execute.tee import _write_all
+        from launcher.execute.local.tee import _write_all
 
         try:
             _write_all(self.fds[stream], data)

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import os
 
-from launcher import console
-from launcher.lines import LineBuffer, with_prefix
+from launcher.base import console
+from launcher.base.lines import LineBuffer, with_prefix
 
 MAX_PENDING = 1 << 16  # a "line" longer than this (a progress bar without newlines) is shown in pieces
 ERASE_LINE = b"\r\x1b[K"

@@ -20,10 +20,10 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from launcher.argtypes import port, whole
-from launcher.cli.msrun import Translation
+from launcher.cli.fronts.msrun import Translation
 from launcher.errors import UsageError
-from launcher.request import LaunchRequest
+from launcher.settings.argtypes import port, whole
+from launcher.settings.request import LaunchRequest
 
 FLAG, VALUE = "flag", "value"
 # (flags, dest, torchrun 2.13's default, kind): get_args_parser() in torch/distributed/run.py
@@ -125,11 +125,11 @@ def with_env_defaults(ns: argparse.Namespace, environ: Mapping[str, str]) -> arg
 
 
 def with_pod_defaults(ns: argparse.Namespace, environ: Mapping[str, str]) -> list[str]:
-    """In a scheduler's pod (``launcher.pods``), what torchrun would need typed: the job's size, this pod's
+    """In a scheduler's pod (``launcher.host.pods``), what torchrun would need typed: the job's size, this pod's
     index and the master address from the operator's variables, for every option neither the command line
     nor ``PET_*`` gave (Volcano sets no ``PET_*``; training-operator v1 sets ``PET_NNODES`` but only
     ``MASTER_ADDR``).  The notes say what was taken."""
-    from launcher.pods import detect
+    from launcher.host.pods import detect
 
     pod = detect(environ)
     if pod is None or ns.standalone or pod.nnodes is None:
@@ -290,9 +290,9 @@ def translate(ns: argparse.Namespace, nproc: int, devices: list[int]) -> Transla
 def settled_launch(args: argparse.Namespace) -> tuple[str, LaunchRequest]:
     """("run" or "cluster", its request) for a torchrun command line: its options checked by their declared
     types and layered like a typed command line (``cmd_torchrun`` then runs it)."""
-    from launcher import host
-    from launcher.console import say
-    from launcher.host import ranks_per_node
+    from launcher.base.console import say
+    from launcher.host import devices as host
+    from launcher.host.devices import ranks_per_node
 
     for note in with_pod_defaults(args, os.environ):
         say(f"torchrun: {note}")

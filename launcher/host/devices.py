@@ -198,7 +198,7 @@ def auto_count(view: DeviceView) -> list[int]:
     if view.restricts:
         raise UsageError(f"--ranks auto: {view.source} is empty, so no device is visible; pass --ranks N "
                          f"to start N ranks anyway (CPU)")
-    from launcher.console import say
+    from launcher.base.console import say
 
     say(f"--ranks auto found no device ({ASCEND_VAR} and {CUDA_VAR} are unset, there is no {DAVINCI_GLOB}, "
         f"and nvidia-smi -L shows no GPU): starting one rank on the CPU (--ranks N starts N)")

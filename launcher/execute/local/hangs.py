@@ -17,11 +17,11 @@ from __future__ import annotations
 import os
 import time
 
+from launcher.base.lines import tail_lines
 from launcher.checkpoint import names as ckptnames
 from launcher.contract import HEARTBEAT_FILE
-from launcher.lines import tail_lines
-from launcher.plan import RankSpec
-from launcher.rundir import attempt_file
+from launcher.plan.make import RankSpec
+from launcher.rundir.paths import attempt_file
 
 STACK_DUMP_SECONDS = 20.0
 LAUNCHER_GAP_SECONDS = 1.0   # the launcher slept this much longer than it asked: it was stopped (SIGSTOP, Ctrl-Z)

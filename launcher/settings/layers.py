@@ -1,7 +1,7 @@
 """Settings in layers: command-line flags > DLAUNCH_<OPTION> environment variables > YAML files > defaults.
 
-Every option is declared once, as an ``Option`` (``launcher.options`` declares run's and cluster's,
-``launcher.scriptgen`` its own); the parsers, these layers and generated scripts are all built from the
+Every option is declared once, as an ``Option`` (``launcher.plan.settle`` declares run's and cluster's,
+``launcher.scripts.render`` its own); the parsers, these layers and generated scripts are all built from the
 declarations, so a new flag is settable in YAML and the environment without a second list to keep in
 step. Parsers give every layered option the default ``argparse.SUPPRESS``: an option absent from what
 the command line gave (``launcher.cli`` passes it as a plain dict) was not on it, and is filled from the
@@ -198,7 +198,7 @@ def read_file(path: str, actions: dict[str, Option]) -> dict[str, tuple[object, 
     """A YAML config as {dest: (value, "file:line")}; unknown keys and wrong types name key, file and line."""
     import yaml
 
-    from launcher.userfiles import read_text
+    from launcher.base.userfiles import read_text
 
     text = read_text(path, "config", MAX_CONFIG_BYTES)
     try:

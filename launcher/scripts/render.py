@@ -1,7 +1,7 @@
 """``dlaunch script``: standalone launch scripts rendered from Jinja2 templates.
 
 ``dlaunch script TEMPLATE SCRIPT [launch options] -o FILE [-- script arguments]``
-renders one of the templates shipped in ``launcher/templates/`` (or one of the
+renders one of the templates shipped in ``launcher/scripts/templates/`` (or one of the
 user's, ``--template-dir``) into an executable shell script that runs
 ``dlaunch run`` or ``dlaunch cluster`` with exactly the settings given now:
 
@@ -12,7 +12,7 @@ user's, ``--template-dir``) into an executable shell script that runs
                       for preemption (a requeued job resumes by itself: ``resume.slurm_requeue``)
 
 The launch options are the very options of ``run`` and ``cluster`` (built from
-their declarations in ``launcher.options``, so a new flag appears here too) and are layered like theirs:
+their declarations in ``launcher.plan.settle``, so a new flag appears here too) and are layered like theirs:
 flags > ``DLAUNCH_<OPTION>`` variables > ``--config`` files > defaults.  Every
 setting that did not come from a default is baked into the script as a flag,
 so the script depends on neither the config file nor the environment it was
@@ -49,11 +49,11 @@ import sys
 from dataclasses import replace
 from typing import Any
 
-from launcher.argtypes import whole
-from launcher.config import FLAG, LIST, Option
-from launcher.console import printable, say
+from launcher.base.console import printable, say
 from launcher.errors import UsageError
-from launcher.options import LAUNCH_COMMANDS, launch_option_names, options_for
+from launcher.settings.argtypes import whole
+from launcher.settings.launch import LAUNCH_COMMANDS, launch_option_names, options_for
+from launcher.settings.layers import FLAG, LIST, Option
 
 TEMPLATE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
 SUFFIX = ".j2"
@@ -295,7 +295,7 @@ def _absolute_paths(values: Settings, sources: Sources) -> None:
 
 def _refuse_secrets(values: Settings) -> None:
     """A generated script is a file people share and commit: it never holds a secret's value."""
-    from launcher.environment import is_secret
+    from launcher.plan.environment import is_secret
 
     for item in values.get("env") or []:
         name = item.partition("=")[0].strip()
@@ -384,7 +384,7 @@ def render(name: str, context: dict, template_dir: str | None = None) -> str:
 
 def write_script(path: str, text: str, force: bool) -> None:
     """Write an executable script by the rules of every ``-o`` (``userfiles.write_output``)."""
-    from launcher.userfiles import write_output
+    from launcher.base.userfiles import write_output
 
     write_output(path, lambda fh: fh.write(text), force=force, executable=True)
 

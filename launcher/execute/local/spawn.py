@@ -25,7 +25,7 @@ import os
 import signal
 from collections.abc import Mapping
 
-from launcher.execute.reaper import child_setup, death_signal_wrapper
+from launcher.execute.local.reaper import child_setup, death_signal_wrapper
 
 TYPE_CHECKING = False   # typing's own flag, without importing typing on the launch path (docs/development.md)
 if TYPE_CHECKING:

@@ -14,15 +14,15 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from launcher.console import printable
+from launcher.base.console import printable
+from launcher.base.lines import tail_lines
 from launcher.contract import ExitCode, Role
-from launcher.lines import tail_lines
 
 TYPE_CHECKING = False   # typing's own flag, without importing typing on the launch path (docs/development.md)
 if TYPE_CHECKING:
     from typing import Any
 
-    from launcher.plan import LaunchPlan
+    from launcher.plan.make import LaunchPlan
 
 HANG_EXIT_CODE = ExitCode.HUNG   # kept for readers of the old name
 
@@ -157,7 +157,7 @@ def _root_cause(result: AttemptResult) -> dict | None:
 def _error_file_message(path: str | None) -> str | None:
     """The message torchelastic's @record wrote for a failed rank, when there is one (read as any run file:
     bounded, never a FIFO the rank left in its place)."""
-    from launcher.rundir_model import read_json
+    from launcher.rundir.model import read_json
 
     if not path:
         return None
@@ -177,7 +177,7 @@ def _newest_complete_checkpoint(plan: LaunchPlan) -> str | None:
     saved nothing, or rank 0 is another host's), one directory is listed instead of every rank's."""
     from launcher.checkpoint.resume import collect, resume_point
     from launcher.contract import CKPT_DIR
-    from launcher.rundir import rank_dir_name
+    from launcher.rundir.paths import rank_dir_name
 
     if not collect({0: os.path.join(plan.run_dir, rank_dir_name(0, plan.world_size), CKPT_DIR)}):
         return None

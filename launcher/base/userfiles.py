@@ -26,10 +26,10 @@ import os
 import stat
 import sys
 
-from launcher.atomic import write_atomically
+from launcher.base.atomic import write_atomically
 from launcher.errors import UsageError
 
-# A directory holding one of these is a run directory (launcher.rundir lays them out): the -o rule keeps out.
+# A directory holding one of these is a run directory (launcher.rundir.create lays them out): the -o rule keeps out.
 RUN_MARKERS = ("plan*.json", "summary*.json", "rank_table*.json")
 
 

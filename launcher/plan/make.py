@@ -13,19 +13,19 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from launcher import numlists
+from launcher.base import numlists
+from launcher.base.console import printable
 from launcher.checkpoint.resume import ResumePoint
-from launcher.console import printable
 from launcher.contract import CKPT_DIR, RESUME_FROM_ENV, RESUME_STEP_ENV, SCHEDULER_DIR, Role
-from launcher.environment import (
+from launcher.host.devices import DeviceView
+from launcher.plan.environment import (
     masked,
     masked_argv,
     mindspore_scheduler_environment,
     mindspore_worker_environment,
     rank_environment,
 )
-from launcher.host import DeviceView
-from launcher.rundir import attempt_file, attempt_name, host_suffix, rank_dir_name
+from launcher.rundir.paths import attempt_file, attempt_name, host_suffix, rank_dir_name
 from launcher.table.model import RankTable
 
 CWD_LAUNCH = "launch"  # every rank runs where dlaunch was started, as torchrun and msrun do (the default)

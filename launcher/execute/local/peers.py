@@ -15,8 +15,8 @@ import os
 import socket
 import time
 
-from launcher.execute.hangs import last_sign_of_life
-from launcher.plan import LaunchPlan
+from launcher.execute.local.hangs import last_sign_of_life
+from launcher.plan.make import LaunchPlan
 
 REPEAT_SECONDS = 60.0
 PROBE_SECONDS = 0.5

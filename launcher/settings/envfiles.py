@@ -26,7 +26,7 @@ def parse_assignment(text: str, where: str) -> tuple[str, str]:
 def read_env_file(path: str) -> list[tuple[str, str]]:
     """KEY=VALUE lines; blank lines and # comments skipped; ``export`` allowed; values taken literally
     except that one pair of surrounding quotes is removed."""
-    from launcher.userfiles import read_text
+    from launcher.base.userfiles import read_text
 
     lines = read_text(path, "--env-file", MAX_ENV_FILE_BYTES).splitlines()
     pairs = []

@@ -92,7 +92,7 @@ class ResumePointFile(TypedDict, total=False):
 
 
 class PlanFile(TypedDict, total=False):
-    """A host's launch plan (``launcher.plan.LaunchPlan``, every field)."""
+    """A host's launch plan (``launcher.plan.make.LaunchPlan``, every field)."""
 
     layout: Number
     run_id: str
@@ -401,7 +401,7 @@ def read_json(path: str, name: str) -> tuple[object, str | None]:
     waiting on a FIFO, never a RecursionError. A file that is simply absent is (None, None)."""
     import os
 
-    from launcher.userfiles import read_text
+    from launcher.base.userfiles import read_text
 
     if not os.path.lexists(path):
         return None, None

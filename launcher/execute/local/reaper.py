@@ -40,9 +40,9 @@ import os
 import signal
 import time
 
-from launcher.console import say
+from launcher.base.console import say
+from launcher.base.lines import LineBuffer
 from launcher.contract import LAUNCHER_ID_ENV, LAUNCHER_IDS_ENV
-from launcher.lines import LineBuffer
 
 LAUNCHER_ID_VAR = LAUNCHER_ID_ENV
 PR_SET_PDEATHSIG = 1

@@ -21,167 +21,25 @@ import signal
 import time
 from collections.abc import Callable
 
-from launcher.console import say
+from launcher.base.console import say
 from launcher.contract import LAUNCHER_IDS_ENV, ExitCode, Role
-from launcher.environment import EnvLog
-from launcher.execute.forwarding import pass_through
-from launcher.execute.hangs import HangWatch, describe_hang, dump_stacks
-from launcher.execute.peers import PeerWait
-from launcher.execute.reaper import (
-    LAUNCHER_ID_VAR,
-    Reaper,
-    become_subreaper,
-    marker_chain,
-    sweep,
-)
-from launcher.execute.spawn import Child, RankSpawner
-from launcher.execute.ssh.protocol import decode_signals
-from launcher.execute.tee import ConsoleTee
-from launcher.lines import LineBuffer
-from launcher.plan import LaunchPlan, RankSpec
-from launcher.results import AttemptResult, RankResult
-from launcher.rundir import describe_os_error
+from launcher.execute.local.hangs import HangWatch, describe_hang, dump_stacks
+from launcher.execute.local.peers import PeerWait
+from launcher.execute.local.processes import AttemptProcesses, RankProcess, killpg_quietly
+from launcher.execute.local.reaper import LAUNCHER_ID_VAR, Reaper, become_subreaper, marker_chain, sweep
+from launcher.execute.local.spawn import RankSpawner
+from launcher.execute.local.tee import ConsoleTee
+from launcher.execute.results import AttemptResult, RankResult
+from launcher.execute.signals import SignalWatch
+from launcher.plan.environment import EnvLog
+from launcher.plan.make import LaunchPlan
+from launcher.rundir.create import describe_os_error
 
 TYPE_CHECKING = False   # typing's own flag, without importing typing on the launch path (docs/development.md)
 if TYPE_CHECKING:
-    import subprocess
     from typing import Any
 
-FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)   # torchrun's set
 PIPE_DRAIN_SECONDS = 1.0
-
-
-class SignalWatch:
-    """Turns SIGINT/SIGTERM/SIGHUP/SIGQUIT into bytes on a socket the selector watches.
-
-    A launcher started by a head node over SSH also has a control channel (its
-    stdin): the head sends signal names there, one a line, and the channel
-    closing means the head is gone, which counts as SIGHUP.
-    """
-
-    def __init__(self, control_fd: int | None = None, control_pending: bytes = b"", forward=()):
-        self.control_fd = control_fd
-        self.pass_through = pass_through(forward)   # forwarded to every rank; the job goes on
-        self._control = LineBuffer()
-        self._control.pending = control_pending   # signal lines that came with the request
-        import socket
-
-        self._recv, self._send = socket.socketpair()
-        self._recv.setblocking(False)
-        self._send.setblocking(False)
-        self.received: list[int] = []
-        self._previous_fd = signal.set_wakeup_fd(self._send.fileno(), warn_on_full_buffer=False)
-        self._previous = {sig: signal.signal(sig, self._record) for sig in (*FORWARDED_SIGNALS, *self.pass_through)}
-
-    def _record(self, signum, frame) -> None:
-        self.received.append(signum)
-
-    @property
-    def fd(self) -> int:
-        return self._recv.fileno()
-
-    def drain(self) -> list[int]:
-        try:
-            while self._recv.recv(4096):
-                pass
-        except BlockingIOError:
-            pass
-        signals, self.received = self.received, []
-        return signals
-
-    def read_control(self) -> list[int]:
-        """Signals the head sent over the control channel; EOF (the head is gone) is SIGHUP."""
-        assert self.control_fd is not None   # read only while registered (attempts.py), until EOF unsets it
-        try:
-            chunk = os.read(self.control_fd, 4096)
-        except OSError:
-            chunk = b""
-        if not chunk:
-            self.control_fd = None
-            return [signal.SIGHUP]
-        return decode_signals(self._control.lines(chunk), self.pass_through)
-
-    def pending_control(self) -> list[int]:
-        """Whole signal lines that arrived with the launch request, before the selector watched the channel."""
-        return decode_signals(self._control.lines(b""), self.pass_through)
-
-    def close(self) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-        signal.set_wakeup_fd(self._previous_fd)
-        self._recv.close()
-        self._send.close()
-
-
-def _killpg(pgid: int, sig: int) -> bool:
-    """Signal a rank's process group; False when it no longer exists."""
-    try:
-        os.killpg(pgid, sig)
-        return True
-    except OSError as exc:
-        if exc.errno in (errno.ESRCH, errno.EPERM):
-            return False
-        raise
-
-
-class _Process:
-    """A process of the attempt (a rank or the scheduler): its Popen, exit watch and result."""
-
-    def __init__(self, spec: RankSpec, result: RankResult):
-        self.spec, self.result = spec, result
-        self.proc: Child | subprocess.Popen | None = None
-        self.pidfd: int | None = None
-
-    @property
-    def alive(self) -> bool:
-        return self.proc is not None and self.result.returncode is None
-
-    @property
-    def popen(self) -> Child | subprocess.Popen:
-        """Its process (a spawned ``Child``, or a Popen where posix_spawn could not serve), for a process that
-        started (alive, or being reaped: only those are signalled or waited)."""
-        assert self.proc is not None, f"{self.spec.rank_dir}: never started"
-        return self.proc
-
-
-class _Attempt:
-    """One attempt's state: its processes, its result, and the one shared stop deadline."""
-
-    def __init__(self, plan: LaunchPlan):
-        self.plan = plan
-        self.result = AttemptResult(attempt=plan.attempt, ranks=[])
-        self.ranks: list[_Process] = []
-        self.scheduler: _Process | None = None
-        self.deadline: float | None = None   # when stopping: SIGKILL for whatever is left at this time
-        self.killed = False
-        self.unwatched: list[_Process] = []   # started, but no pidfd (an old kernel): _dispatch polls them
-        self._first_live = 0   # ranks before it have ended (an ended process never lives again)
-
-    @property
-    def processes(self) -> list[_Process]:
-        return self.ranks + ([self.scheduler] if self.scheduler else [])
-
-    @property
-    def stopping(self) -> bool:
-        return self.deadline is not None
-
-    def ranks_done(self) -> bool:
-        """Every rank has ended.  Asked on every wake-up of the loop (each chunk of console output): the ranks
-        known to have ended are not looked at again, so 1,024 ranks cost O(1) per wake-up, not a scan."""
-        ranks, first = self.ranks, self._first_live
-        while first < len(ranks) and not ranks[first].alive:
-            first += 1
-        self._first_live = first
-        return first == len(ranks)
-
-    def alive(self) -> int:
-        return sum(1 for p in self.processes if p.alive)
-
-    def describe_alive(self) -> str:
-        """``3 rank(s)``, or ``3 rank(s) and the scheduler``: what is still running, as messages name it."""
-        ranks = sum(1 for p in self.ranks if p.alive)
-        scheduler = self.scheduler is not None and self.scheduler.alive
-        return f"{ranks} rank(s)" + (" and the scheduler" if scheduler else "")
 
 
 def _make_dir(path: str) -> None:
@@ -219,7 +77,7 @@ class LocalWorkers:
         self.reaper.close()
 
     def run(self, plan: LaunchPlan) -> AttemptResult:
-        attempt = _Attempt(plan)
+        attempt = AttemptProcesses(plan)
         selector = selectors.DefaultSelector()
         tee = ConsoleTee(self.console_fd)
         selector.register(self.signals.fd, selectors.EVENT_READ, ("signal", None))
@@ -238,12 +96,12 @@ class LocalWorkers:
 
     # ------------------------------------------------------------------ starting
 
-    def _start(self, attempt: _Attempt, selector, tee: ConsoleTee) -> None:
+    def _start(self, attempt: AttemptProcesses, selector, tee: ConsoleTee) -> None:
         """Spawn the scheduler (if any) and every rank; a spawn failure or a signal stops what started."""
         result = attempt.result
         try:
             for spec in attempt.plan.processes():
-                process = _Process(spec, RankResult(spec.rank, spec.local_rank, spec.device_id, spec.server_id,
+                process = RankProcess(spec, RankResult(spec.rank, spec.local_rank, spec.device_id, spec.server_id,
                                                     spec.log_file, spec.error_file, role=spec.role))
                 if spec.role == Role.SCHEDULER:
                     attempt.scheduler, result.scheduler = process, process.result
@@ -270,7 +128,7 @@ class LocalWorkers:
 
     # ------------------------------------------------------------------ the loop
 
-    def _supervise(self, attempt: _Attempt, selector, tee: ConsoleTee) -> None:
+    def _supervise(self, attempt: AttemptProcesses, selector, tee: ConsoleTee) -> None:
         """Until every process has ended and its output is drained: events, watches, the stop deadline.
 
         When the last rank has ended, its group is killed (nothing of a finished rank may linger) and the
@@ -319,7 +177,7 @@ class LocalWorkers:
                 self._kill_groups(attempt.processes)
                 attempt.killed = True
 
-    def _watch(self, attempt: _Attempt, hangs: HangWatch | None, peers: PeerWait | None) -> None:
+    def _watch(self, attempt: AttemptProcesses, hangs: HangWatch | None, peers: PeerWait | None) -> None:
         """The periodic watches, each when due (at most once an interval): the live ranks are listed only then,
         not on every wake-up."""
         peers_due, hangs_due = bool(peers and peers.due()), bool(hangs and hangs.due())
@@ -335,7 +193,7 @@ class LocalWorkers:
             if hung:
                 self._begin_stop(attempt, root_cause=hung)
 
-    def _on_event(self, attempt: _Attempt, kind: str, value) -> None:
+    def _on_event(self, attempt: AttemptProcesses, kind: str, value) -> None:
         if kind == "launcher_error" and not attempt.stopping:
             self._begin_stop(attempt, launcher_error=value)
         elif kind == "exit" and not attempt.stopping and value.returncode != 0:
@@ -355,21 +213,21 @@ class LocalWorkers:
                 self._kill_groups(attempt.processes)
                 attempt.killed = True
 
-    def _pass_on(self, attempt: _Attempt, sig: int) -> tuple[int, ...]:
+    def _pass_on(self, attempt: AttemptProcesses, sig: int) -> tuple[int, ...]:
         """A pass-through signal (SIGUSR1, --forward-signals): every live process gets it; nothing stops.
         Returns the pass-through set, so callers can filter with it."""
         if sig in self.signals.pass_through:
-            told = sum(_killpg(p.popen.pid, sig) for p in attempt.processes if p.alive)
+            told = sum(killpg_quietly(p.popen.pid, sig) for p in attempt.processes if p.alive)
             say(f"{signal.Signals(sig).name}: forwarded to {told} process(es); the job goes on")
         return self.signals.pass_through
 
-    def _on_signal(self, attempt: _Attempt, sig: int) -> None:
+    def _on_signal(self, attempt: AttemptProcesses, sig: int) -> None:
         """A signal to dlaunch: forwarded to every process, and said at once: who, how long, how to cut it short."""
         self._begin_stop(attempt, signal_=sig)
         say(f"{signal.Signals(sig).name}: told {attempt.describe_alive()} to stop; they have "
             f"{attempt.plan.policy.grace_period:g} s (--grace-period) before SIGKILL; Ctrl-C again kills them now")
 
-    def _begin_stop(self, attempt: _Attempt, root_cause: RankResult | None = None, signal_: int | None = None,
+    def _begin_stop(self, attempt: AttemptProcesses, root_cause: RankResult | None = None, signal_: int | None = None,
                     launcher_error: str | None = None, stopped_by: dict | None = None) -> None:
         """The first failure, hang, launcher error, signal or stop from another host: record it, tell the
         other hosts (when it is ours) and every live process, start the one shared grace period."""
@@ -381,12 +239,12 @@ class LocalWorkers:
             self.job.stopped(result)
         for process in attempt.processes:
             if process.alive:
-                _killpg(process.popen.pid, signal_ or signal.SIGTERM)
+                killpg_quietly(process.popen.pid, signal_ or signal.SIGTERM)
         attempt.deadline = time.monotonic() + attempt.plan.policy.grace_period
 
     # ------------------------------------------------------------------ the end
 
-    def _finish(self, attempt: _Attempt, selector, tee: ConsoleTee) -> None:
+    def _finish(self, attempt: AttemptProcesses, selector, tee: ConsoleTee) -> None:
         """Whatever happened: no process of the attempt survives, every exit status is collected."""
         self._kill_groups(attempt.processes)
         for process in attempt.processes:
@@ -417,7 +275,7 @@ class LocalWorkers:
         if self.reaper.pidfd is not None:
             selector.register(self.reaper.pidfd, selectors.EVENT_READ, ("reaper", None))
 
-    def _check_hangs(self, hangs: HangWatch, live: list[_Process], attempt: int) -> RankResult | None:
+    def _check_hangs(self, hangs: HangWatch, live: list[RankProcess], attempt: int) -> RankResult | None:
         """If a rank has hung: record every live rank's stack, and return the hung rank's result."""
         found = hangs.find_hung([p.spec for p in live])
         if not found:
@@ -428,7 +286,7 @@ class LocalWorkers:
         self._dump_stacks(live, attempt)
         return hung
 
-    def _dump_stacks(self, live: list[_Process], attempt: int) -> None:
+    def _dump_stacks(self, live: list[RankProcess], attempt: int) -> None:
         """Every live rank's stack into its rank directory (py-spy), recorded in its result."""
         try:
             files, why = dump_stacks([(p.spec, p.popen.pid) for p in live], attempt)
@@ -441,7 +299,7 @@ class LocalWorkers:
 
     # ------------------------------------------------------------------ processes
 
-    def _spawn(self, process: _Process, selector, tee: ConsoleTee, prefix_host: bool) -> None:
+    def _spawn(self, process: RankProcess, selector, tee: ConsoleTee, prefix_host: bool) -> None:
         spec, result = process.spec, process.result
         log_fd: int | None   # closed at the end unless the tee took it
         try:
@@ -489,7 +347,7 @@ class LocalWorkers:
                     os.close(fd)
 
     @staticmethod
-    def _watch_exits(processes: list[_Process], selector) -> list[_Process]:
+    def _watch_exits(processes: list[RankProcess], selector) -> list[RankProcess]:
         """A pidfd per started process, opened once all are spawned: each fd the launcher holds is copied into
         every later spawn's fd table and closed again at its exec (1,024 pidfds held while spawning: O(N^2)).
         A rank that ended meanwhile is a zombie until reaped: its pid cannot be reused, its pidfd is readable.
@@ -512,7 +370,7 @@ class LocalWorkers:
     def _pipes(self, selector) -> bool:
         return bool(self._pipe_keys(selector))
 
-    def _dispatch(self, selector, tee: ConsoleTee, unwatched: list[_Process], timeout):
+    def _dispatch(self, selector, tee: ConsoleTee, unwatched: list[RankProcess], timeout):
         """Wait for one batch of events; returns ("exit", RankResult), ("signal", signum) and ("launcher_error",
         message) items.  ``unwatched`` (processes without a pidfd) are polled; the others' exits are events."""
         polling = any(p.alive for p in unwatched)
@@ -555,12 +413,12 @@ class LocalWorkers:
                     happened.append(("exit", self._reap(process)))
         return happened
 
-    def _reap(self, process: _Process) -> RankResult:
+    def _reap(self, process: RankProcess) -> RankResult:
         process.result.returncode = process.popen.wait()
         process.result.end = time.time()
         return process.result
 
-    def _kill_groups(self, processes: list[_Process]) -> None:
+    def _kill_groups(self, processes: list[RankProcess]) -> None:
         for process in processes:
             if process.proc:
-                _killpg(process.proc.pid, signal.SIGKILL)
+                killpg_quietly(process.proc.pid, signal.SIGKILL)

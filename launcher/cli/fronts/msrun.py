@@ -22,10 +22,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from launcher.argtypes import MAX_SECONDS, port, whole
 from launcher.errors import UsageError
-from launcher.options import MAX_LOCAL_RANKS
-from launcher.request import LaunchRequest
+from launcher.settings.argtypes import MAX_SECONDS, port, whole
+from launcher.settings.launch import MAX_LOCAL_RANKS
+from launcher.settings.request import LaunchRequest
 
 # msrun 2.10's defaults (run.py get_args), kept so a line that relies on them means the same here
 MSRUN_WORKER_NUM = 8
@@ -250,7 +250,7 @@ def master_ip(addr: str) -> str:
 
 def is_local_address(ip: str) -> bool:
     """Whether the scheduler could listen on ``ip`` here: a port can be bound there (loopback 127/8 included)."""
-    from launcher.host import free_port
+    from launcher.host.devices import free_port
 
     try:
         free_port(ip)
@@ -262,8 +262,8 @@ def is_local_address(ip: str) -> bool:
 def settled_launch(args: argparse.Namespace) -> tuple[str, LaunchRequest]:
     """("run" or "cluster", its request) for an msrun command line: its options checked by their declared
     types and layered like a typed command line (``cmd_msrun`` then runs it)."""
-    from launcher import host
-    from launcher.console import say
+    from launcher.base.console import say
+    from launcher.host import devices as host
 
     ip = master_ip(args.master_addr)
     view = host.discover()
@@ -279,8 +279,8 @@ def settled_launch(args: argparse.Namespace) -> tuple[str, LaunchRequest]:
 
 def cmd_msrun(args: argparse.Namespace) -> int:
     """An msrun command line, carried out as the dlaunch run or cluster it translates to (``cli.msrun``)."""
+    from launcher.base.console import say
     from launcher.cli.launch import launch
-    from launcher.console import say
 
     _, request = settled_launch(args)
     if not request.dry_run:
@@ -299,7 +299,7 @@ def link_msrun_logs(ns: argparse.Namespace, output_dir: str) -> None:
     import os
 
     from launcher.contract import SCHEDULER_DIR
-    from launcher.rundir import LATEST, rank_dir_name
+    from launcher.rundir.paths import LATEST, rank_dir_name
 
     first = max(ns.node_rank, 0) * ns.local_worker_num
     links = {f"worker_{rank}.log": os.path.join(LATEST, rank_dir_name(rank, ns.worker_num), "output.log")

@@ -1,0 +1,87 @@
+"""The processes of one attempt (ranks, and MindSpore's scheduler): each one's handle, exit watch and result, and
+the attempt's view of them (which are alive, whether it is stopping).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+
+from launcher.execute.local.spawn import Child
+from launcher.execute.results import AttemptResult, RankResult
+from launcher.plan.make import LaunchPlan, RankSpec
+
+TYPE_CHECKING = False   # typing's own flag, without importing typing on the launch path (docs/development.md)
+if TYPE_CHECKING:
+    import subprocess
+
+
+def killpg_quietly(pgid: int, sig: int) -> bool:
+    """Signal a rank's process group; False when it no longer exists."""
+    try:
+        os.killpg(pgid, sig)
+        return True
+    except OSError as exc:
+        if exc.errno in (errno.ESRCH, errno.EPERM):
+            return False
+        raise
+
+
+class RankProcess:
+    """A process of the attempt (a rank or the scheduler): its Popen, exit watch and result."""
+
+    def __init__(self, spec: RankSpec, result: RankResult):
+        self.spec, self.result = spec, result
+        self.proc: Child | subprocess.Popen | None = None
+        self.pidfd: int | None = None
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.result.returncode is None
+
+    @property
+    def popen(self) -> Child | subprocess.Popen:
+        """Its process (a spawned ``Child``, or a Popen where posix_spawn could not serve), for a process that
+        started (alive, or being reaped: only those are signalled or waited)."""
+        assert self.proc is not None, f"{self.spec.rank_dir}: never started"
+        return self.proc
+
+
+class AttemptProcesses:
+    """One attempt's state: its processes, its result, and the one shared stop deadline."""
+
+    def __init__(self, plan: LaunchPlan):
+        self.plan = plan
+        self.result = AttemptResult(attempt=plan.attempt, ranks=[])
+        self.ranks: list[RankProcess] = []
+        self.scheduler: RankProcess | None = None
+        self.deadline: float | None = None   # when stopping: SIGKILL for whatever is left at this time
+        self.killed = False
+        self.unwatched: list[RankProcess] = []   # started, but no pidfd (an old kernel): _dispatch polls them
+        self._first_live = 0   # ranks before it have ended (an ended process never lives again)
+
+    @property
+    def processes(self) -> list[RankProcess]:
+        return self.ranks + ([self.scheduler] if self.scheduler else [])
+
+    @property
+    def stopping(self) -> bool:
+        return self.deadline is not None
+
+    def ranks_done(self) -> bool:
+        """Every rank has ended.  Asked on every wake-up of the loop (each chunk of console output): the ranks
+        known to have ended are not looked at again, so 1,024 ranks cost O(1) per wake-up, not a scan."""
+        ranks, first = self.ranks, self._first_live
+        while first < len(ranks) and not ranks[first].alive:
+            first += 1
+        self._first_live = first
+        return first == len(ranks)
+
+    def alive(self) -> int:
+        return sum(1 for p in self.processes if p.alive)
+
+    def describe_alive(self) -> str:
+        """``3 rank(s)``, or ``3 rank(s) and the scheduler``: what is still running, as messages name it."""
+        ranks = sum(1 for p in self.ranks if p.alive)
+        scheduler = self.scheduler is not None and self.scheduler.alive
+        return f"{ranks} rank(s)" + (" and the scheduler" if scheduler else "")

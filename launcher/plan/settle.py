@@ -1,0 +1,117 @@
+"""This host's launch settings: a settled ``LaunchRequest`` and its share of the table -> one ``plan.Options``.
+
+Between the parsers and the plan, every launch setting ends up in one ``Options`` here, so ``--dry-run`` and
+``plan.json`` show it. ``cluster --ssh``'s head, the host launchers and ``dlaunch script`` use the same functions,
+and nothing here imports the CLI: they take the settled ``LaunchRequest``, never a Namespace.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import replace
+
+from launcher.errors import UsageError
+from launcher.settings.launch import CLUSTER_DEFAULT_PORT, options_for
+
+TYPE_CHECKING = False   # typing's own flag, without importing typing on the launch path (docs/development.md)
+if TYPE_CHECKING:
+
+    from launcher.settings.request import LaunchRequest
+
+
+def extra_env(args: LaunchRequest) -> dict[str, str]:
+    """What every rank gets on top of dlaunch's own variables: the head's request (``--ssh``), then
+    --env-file, then --env KEY=VALUE.  It goes into the plan, so --dry-run and plan.json show it (masked)."""
+    from launcher.settings.envfiles import parse_assignment, read_env_file
+
+    env = dict(args.head_env)
+    env.update(read_env_file(args.env_file) if args.env_file else [])
+    env.update(parse_assignment(text, "--env") for text in args.env)
+    return env
+
+
+def launch_options(args: LaunchRequest, table, server_index: int, view=None, head: bool = False):
+    """Every setting of this host's launch, as the plan takes it.
+
+    ``run`` picks a free master port unless one was given and shares a run directory only when --run-id
+    names one; ``cluster`` hosts agree on port 29500 and one run directory, and prefix their console lines
+    with the host. ``head`` is ``cluster --ssh``'s head node, which starts no rank itself. A job Slurm
+    requeued resumes without --resume (``resume.slurm_requeue``).
+    """
+    from launcher.host.devices import DeviceView, free_port
+    from launcher.plan.make import Command, Options, Policy, console_ranks
+    from launcher.rundir.paths import check_run_id, host_suffix, new_run_id, resolve
+    from launcher.table.share import master_address
+
+    cluster = args.command == "cluster"
+    held = next((a for a in [args.script, *args.script_args] if "\0" in a), None)
+    if held is not None:   # no command line can hold it: refused before a run directory exists
+        raise UsageError(f"the script or one of its arguments holds a NUL byte, which no command line can hold: "
+                         f"{held[:60]!r}")
+    command = Command(target=args.script if args.module or args.no_python else os.path.abspath(args.script),
+                      args=tuple(args.script_args), module=args.module, no_python=args.no_python)
+    console = args.console.strip().lower()
+    world = table.device_count   # counted once: it walks every server (once per rank was quadratic)
+    beyond = [r for r in console_ranks(console, world) if r >= world]
+    if beyond:
+        raise UsageError(f"--console names rank {beyond[0]} but the job has {world} ranks")
+    master_addr = args.master_addr or master_address(table)
+    run_id = args.run_id or (scheduler_run_id() if cluster else None)
+    output_dir = os.path.abspath(args.output_dir)
+    resume_from, resume_note = None, ""
+    if args.resume is not None:
+        resume_from = resolve(args.resume or output_dir)
+        if not os.path.isdir(resume_from):
+            raise UsageError(f"--resume: no run directory at {args.resume or args.output_dir}")
+    elif not head:   # a job Slurm requeued resumes by itself, in a run directory of its own
+        from launcher.checkpoint.resume import slurm_requeue
+
+        run_id, resume_from, resume_note = slurm_requeue(run_id, output_dir, world, os.environ) or (
+            run_id, None, "")
+    opts = Options(command=command, run_id=check_run_id(run_id) if run_id else new_run_id(),
+                   output_dir=output_dir, launch_dir=os.getcwd(), python=sys.executable,
+                   policy=Policy(cwd_mode=args.cwd, grace_period=args.grace_period, max_restarts=args.max_restarts,
+                                 waiting_notice=args.waiting_notice, hang_timeout=args.hang_timeout,
+                                 prefix_host=cluster),
+                   console=console, master_addr=master_addr,
+                   master_port=args.master_port or (CLUSTER_DEFAULT_PORT if cluster else free_port(master_addr)),
+                   host_files_suffix=host_suffix(table.servers[server_index].server_id) if cluster and not head
+                   else "",
+                   extra_env=extra_env(args),
+                   ms_scheduler=args.ms_scheduler, ms_topo_timeout=args.ms_topo_timeout,
+                   ms_scheduler_elsewhere=args.ms_scheduler_elsewhere, ms_scheduler_pod=args.ms_scheduler_pod,
+                   forward_signals=args.forward_signals or (),
+                   termination_log=args.termination_log,
+                   shared_run_dir=cluster or bool(args.run_id), run_id_shared=bool(run_id),
+                   fixed_port=cluster or args.master_port is not None, resume_from=resume_from,
+                   resume_note=resume_note, job_port=args.job_port, job_addr=args.job_addr,   # run: None
+                   host_timeout=args.host_timeout, join_timeout=args.join_timeout,   # run: the defaults
+                   devices=view if view is not None else DeviceView())
+    return replace(opts, host_argv=tuple(host_argv(args, opts))) if head else opts
+
+
+def host_argv(args: LaunchRequest, opts) -> list[str]:
+    """``cluster --ssh``: the ``cluster`` arguments of every host's launcher (each adds its ``--server-id``).
+
+    Every option declared ``to_hosts``, with the value the head settled (flags, configs, DLAUNCH_* variables;
+    what the head resolved, such as the run id and the master address, from its ``Options``), defaults
+    included: a host settles its arguments without its own environment or configs, and its dlaunch's defaults
+    need not be the head's.
+    """
+    resolved = {"run_id": opts.run_id, "master_addr": opts.master_addr, "master_port": opts.master_port,
+                "output_dir": opts.output_dir, "console": opts.console, "module": opts.command.module,
+                "no_python": opts.command.no_python}
+    words = [opts.command.target]
+    for option in options_for("cluster"):
+        if option.to_hosts:
+            words += option.words(resolved[option.dest] if option.dest in resolved else getattr(args, option.dest))
+    return words
+
+
+def scheduler_run_id() -> str | None:
+    """The run id every host of one scheduled job agrees on without being told: the job's id (Slurm)."""
+    import re
+
+    job = os.environ.get("SLURM_JOB_ID", "")
+    return f"slurm-{job}" if re.fullmatch(r"[0-9]{1,20}", job) else None

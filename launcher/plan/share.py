@@ -1,0 +1,189 @@
+"""This host's share of the job: from what the user said (a rank table, --ranks, --devices, --nnodes, a pod)
+to the validated table and the index of this host's server in it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from launcher.errors import UsageError
+from launcher.plan.settle import launch_options
+from launcher.settings.launch import AUTO, PROFILE
+
+TYPE_CHECKING = False   # typing's own flag, without importing typing on the launch path (docs/development.md)
+if TYPE_CHECKING:
+
+    from launcher.settings.request import LaunchRequest
+
+
+def launch_table(args: LaunchRequest):
+    """(table, this host's server index, table source, device view) from --ranks, --devices or --rank-table.
+
+    The device view is what this host allows (CUDA_VISIBLE_DEVICES / ASCEND_RT_VISIBLE_DEVICES) or shows;
+    every device this host runs must be inside what it allows.
+    """
+    from launcher.host import devices as visible
+    from launcher.table.build import parse_devices, read_hccn_conf, single_server_table
+    from launcher.table.rules import require_valid
+    from launcher.table.share import read_table, select_server
+
+    from_table = args.rank_table_text is not None or bool(args.rank_table)
+    auto = not from_table and args.devices is None and args.ranks == AUTO
+    view = visible.discover(probe_hardware=auto)
+    if from_table:
+        if args.rank_table_text is not None:
+            from launcher.table.model import RankTableError, loads
+
+            try:
+                table = loads(args.rank_table_text)
+            except RankTableError as exc:
+                raise UsageError(f"rank table from the head: {exc}") from None
+            what = "the rank table from the head"
+        else:
+            assert args.rank_table   # from a table, and not the head's text: --rank-table named it
+            table, what = read_table(args.rank_table)[1], f"rank table {args.rank_table}"
+        require_valid(table, args.profile, what)
+        if args.command == "run" and len(table.servers) > 1:
+            raise UsageError(multi_host_hint(table, args.rank_table or "rt.json", args.script or "train.py",
+                                             ["--profile", args.profile] if args.profile != PROFILE.default else []))
+        index = select_server(table, args.server_id, args.rank_start)
+        server = table.servers[index]
+        view.check([dev.device for dev in server.placed()], f"{what} (server {server.server_id})")
+        return table, index, what, view
+    if args.devices is not None:
+        devices, what = parse_devices(args.devices), f"--devices {args.devices}"
+        view.check(devices, what)
+    elif auto:
+        devices = visible.auto_count(view)
+        what = f"--ranks auto ({len(devices)} device(s) from {view.source})"
+    else:
+        count = args.ranks
+        assert isinstance(count, int)   # not auto here, and rank_count gives a number or auto
+        if count < 1:
+            raise UsageError(f"--ranks must be at least 1, not {count}")
+        devices, what = view.first(count), f"--ranks {count}"
+    table = single_server_table(devices, "127.0.0.1", read_hccn_conf(args.hccn_conf))
+    require_valid(table, args.profile, what)
+    return table, 0, what, view
+
+
+def adopt_pod(args: LaunchRequest, environ) -> LaunchRequest | None:
+    """``cluster`` with no --rank-table inside a scheduler's pod (``launcher.host.pods``): the job's rank table the
+    operator wrote (RANK_TABLE_FILE or ascend-operator's mount, waited for while it says "initializing"),
+    else a table of the job's size the operator gave (node K runs ranks K*nproc.., as dlaunch torchrun
+    does), and the operator's master address and port.  Flags given win.  The request with all that, or None
+    when nothing says where this host belongs (the caller then asks for --rank-table)."""
+    from launcher.base.console import say
+    from launcher.host.pods import detect, rank_table_path
+    from launcher.table.share import load_completed, rank_zero_address
+
+    pod = detect(environ)
+    path = pod.rank_table if pod is not None else rank_table_path(environ)
+    if pod is None and path is None:
+        return None
+    if pod is not None:
+        say(f"{pod.operator}: {pod.said}")
+        args = replace(args, master_addr=args.master_addr or pod.master_addr,
+                       master_port=args.master_port or pod.master_port)
+        if pod.ms_role == "MS_SCHED":   # the job's MindSpore scheduler: the script once, with the pod's MS_*
+            from launcher.table.build import single_server_table
+            from launcher.table.model import dumps
+
+            say("this pod is the job's MindSpore scheduler (MS_ROLE=MS_SCHED): running the script once as the "
+                "scheduler, which the worker pods' ranks register with")
+            return replace(args, rank_table_text=dumps(single_server_table([0], "scheduler")),
+                           ms_scheduler_pod=True)
+    if path is not None:
+        args = replace(args, rank_table=path)
+        table = load_completed(path, args.join_timeout,
+                               lambda status: say(f"waiting up to {args.join_timeout:g} s (--join-timeout) for rank "
+                                                  f"table {path} to be completed by the job's operator (status: "
+                                                  f"{status})"))
+        if pod is not None and pod.ms_role == "MS_WORKER":
+            # MindSpore's scheduler runs in its own pod at MS_SCHED_HOST: the ranks register with it, and the
+            # pods of the job meet at the pod of rank 0 instead
+            return replace(args, ms_scheduler_elsewhere=True, job_addr=rank_zero_address(table))
+        return args
+    assert pod is not None   # no pod and no path returned above
+    if pod.nnodes is None or pod.node_rank is None:
+        raise UsageError(f"{pod.operator} did not say how many pods the job has and which this one is "
+                         f"({pod.said or 'no variable set'}): pass --rank-table FILE")
+    if pod.node_rank >= pod.nnodes:
+        raise UsageError(f"{pod.operator}: pod index {pod.node_rank} but the job has {pod.nnodes} pod(s) "
+                         f"({pod.said})")
+    return take_job_share(args, pod.nnodes, pod.node_rank, pod.nproc, environ, pod.operator)
+
+
+def take_job_share(args: LaunchRequest, nnodes: int, node_rank: int, nproc_text: str | None, environ,
+                   who: str) -> LaunchRequest:
+    """A job without a rank table, as torchrun runs one: ``nnodes`` hosts of ``nproc`` ranks, host K running
+    ranks K*nproc..; the table dlaunch makes of it (``table.build.job_table``) and this host's share of it.
+    The pods of an operator and ``cluster --nnodes`` both come here."""
+    from launcher.base.console import say
+    from launcher.host.devices import discover, ranks_per_node
+    from launcher.table.build import job_table
+
+    nproc, chosen = ranks_per_node(nproc_text or "auto", environ)
+    if chosen:
+        say(f"{who}: {chosen}")
+    return replace(args, rank_table_text=job_table(nnodes, discover(environ).first(nproc, "ranks per node")),
+                   rank_start=node_rank * nproc if args.server_id is None and args.rank_start is None
+                   else args.rank_start,
+                   # a job of any size, as torchrun's: no Ascend topology rules
+                   profile="structure" if args.source("profile") == "default" else args.profile)
+
+
+def nodes_share(args: LaunchRequest, environ) -> LaunchRequest | None:
+    """``cluster --nnodes N --node-rank K [--nproc-per-node P]``: torchrun's way of naming a job without a
+    rank table; this host's share, or None when --nnodes is not given."""
+    given = [flag for flag, value in (("--node-rank", args.node_rank), ("--nproc-per-node", args.nproc_per_node))
+             if value is not None]
+    if args.nnodes is None:
+        if given:
+            raise UsageError(f"{given[0]} goes with --nnodes N (the job's number of hosts)")
+        return None
+    if args.rank_table or args.ssh:
+        raise UsageError("--nnodes names a job without a rank table: give either --rank-table FILE or --nnodes N "
+                         "--node-rank K, not both" if args.rank_table else
+                         "--nnodes has no hosts to reach over --ssh: --ssh starts the servers of a --rank-table")
+    if args.node_rank is None:
+        raise UsageError(f"--nnodes {args.nnodes} needs --node-rank K on each host (0 to {args.nnodes - 1})")
+    if args.node_rank >= args.nnodes:
+        raise UsageError(f"--node-rank {args.node_rank} but --nnodes is {args.nnodes}: use 0 to {args.nnodes - 1}")
+    if args.master_addr is None and args.nnodes > 1:
+        raise UsageError(f"--nnodes {args.nnodes} needs --master-addr A on every host: the address of node 0")
+    return take_job_share(args, args.nnodes, args.node_rank, args.nproc_per_node, environ, "--nnodes")
+
+
+def multi_host_hint(table, path: str, script: str, extra: list[str] | None = None) -> str:
+    """Why ``run`` refuses a table that spans hosts, and the exact commands that run it (with ``extra``: the
+    options given that the commands need too, such as --profile)."""
+    import shlex
+
+    starts = [min((d.rank for d in s.devices if d.rank is not None), default=0) for s in table.servers]
+    first = shlex.join(["dlaunch", "cluster", script, "--rank-table", path, *(extra or []), "--rank-start",
+                        str(starts[0]), "--run-id", "JOB"])
+    ssh = shlex.join(["dlaunch", "cluster", script, "--rank-table", path, *(extra or []), "--ssh"])
+    shown = ", ".join(f"{s.server_id} (--rank-start {k})" for s, k in list(zip(table.servers, starts))[:4])
+    more = f" and {len(table.servers) - 4} more" if len(table.servers) > 4 else ""
+    return (f"{path} spans {len(table.servers)} hosts ({shown}{more}); dlaunch run starts one host. Run "
+            f"'{first}' on each host with its own --rank-start and the same --run-id, or '{ssh}' from one "
+            f"head node")
+
+
+def head_launch(args: LaunchRequest):
+    """``cluster --ssh`` on the head node: (the table's text, the table, the head's Options).
+
+    The head starts no rank itself; every host gets the text as is and settles its own share.
+    """
+    from launcher.table.rules import require_valid
+    from launcher.table.share import read_table
+
+    if not args.rank_table:
+        raise UsageError("dlaunch cluster --ssh needs --rank-table FILE: its servers are the hosts to start")
+    if args.server_id is not None or args.rank_start is not None:
+        raise UsageError("--server-id and --rank-start choose one host's share; with --ssh every server of the "
+                         "table is started")
+    text, table = read_table(args.rank_table)
+    require_valid(table, args.profile, f"rank table {args.rank_table}")
+    return text, table, launch_options(args, table, 0, head=True)

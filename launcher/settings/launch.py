@@ -1,0 +1,201 @@
+"""Every launch option, declared once: ``run``'s and ``cluster``'s flags.
+
+``_DECLARED`` is the one declaration of the launch commands' options: the parsers (``launcher.cli.parsers``),
+the ``DLAUNCH_*``/YAML layers (``settings.layers``), the flags of generated scripts (``launcher.scripts``) and
+the settings a ``cluster --ssh`` head sends its hosts are all built from it.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from launcher.base.signals import signal_list, signal_names
+from launcher.host.devices import MAX_DEVICES
+from launcher.settings.argtypes import port, positive_seconds, seconds, whole
+from launcher.settings.layers import FLAG, LIST, OPTIONAL, Option, add_options
+from launcher.table.rules import DEFAULT_PROFILE, PROFILE_HELP
+
+TYPE_CHECKING = False   # typing's own flag, without importing typing on the launch path (docs/development.md)
+if TYPE_CHECKING:
+    from typing import Any
+
+
+
+AUTO = "auto"                 # --ranks auto: one rank per visible device
+
+
+CLUSTER_DEFAULT_PORT = 29500  # cluster hosts agree on MASTER_PORT without talking (torchrun's default too)
+
+
+LAUNCH_COMMANDS = ("run", "cluster")
+
+
+MAX_LOCAL_RANKS = MAX_DEVICES   # one rank per device
+
+
+SSH_GROUP = "from a head node over SSH"
+
+
+def rank_count(text) -> int | str:
+    """``--ranks``: a positive count, or "auto" (one rank per visible device)."""
+    word = str(text).strip().lower()
+    if word == AUTO:
+        return AUTO
+    if not word.isascii() or not word.isdigit():
+        raise argparse.ArgumentTypeError(f"expected a number of ranks or 'auto', not {str(text)[:40]!r}")
+    if len(word) > 5 or int(word) > MAX_LOCAL_RANKS:
+        raise argparse.ArgumentTypeError(f"{word[:20]}{'...' if len(word) > 20 else ''} is more ranks than one "
+                                         f"host runs (at most {MAX_LOCAL_RANKS})")
+    return int(word)
+
+
+PROFILE = Option(("--profile",), "rule set: " + "; ".join(f"{k}: {v}" for k, v in PROFILE_HELP.items()),
+                 choices=tuple(sorted(PROFILE_HELP)), default=DEFAULT_PROFILE, to_hosts=True)
+
+
+def _shared(*flags: str, **declared) -> tuple[Option, tuple[str, ...]]:
+    return Option(flags, **declared), LAUNCH_COMMANDS
+
+
+# (option, the commands that take it). Help texts name defaults from the declared values.
+_DECLARED: list[tuple[Option, tuple[str, ...]]] = [
+    _shared("--config", kind=LIST, layered=False, metavar="FILE",
+            help="YAML file of options (repeatable, later files win); flags > DLAUNCH_<OPTION> environment "
+                 "variables > files > defaults"),
+    _shared("-m", "--module", kind=FLAG, exclusive="what", default=False,
+            help="SCRIPT is a Python module, run as python -m", to_hosts=True),
+    _shared("--no-python", kind=FLAG, exclusive="what", default=False,
+            help="SCRIPT is an executable, run without python", to_hosts=True),
+    _shared("--rank-table", metavar="FILE", rivals="devices",   # a table, or --ranks/--devices (run)
+            help="HCCL rank table; this host runs its own server's devices"),
+    (PROFILE, LAUNCH_COMMANDS),
+    _shared("--output-dir", default="dlaunch_runs", metavar="DIR",
+            help="where run directories go (default ./dlaunch_runs)", to_hosts=True),
+    _shared("--run-id", from_env=False,   # DLAUNCH_RUN_ID is the rank contract's: a parent job's id, not ours
+            help="name of the run directory (default: time and a random suffix; for cluster under Slurm, "
+                 "slurm-$SLURM_JOB_ID); hosts of one job share it", to_hosts=True),
+    _shared("--cwd", choices=("launch", "rank"), default="launch",   # plan.CWD_LAUNCH, plan.CWD_RANK
+            help="where ranks run: 'launch' (default) all where dlaunch was started, as torchrun and msrun; "
+                 "'rank' each in its own rank directory, as the seeds' run.sh (logs and checkpoints go to the "
+                 "rank directories either way)", to_hosts=True),
+    _shared("--console", default="0", metavar="WHICH",
+            help="ranks whose output is shown: all, none, or a list such as 0,3 (default 0); every rank's "
+                 "output always goes to its log", to_hosts=True),
+    _shared("--grace-period", type=seconds, default=10.0, metavar="SECONDS",
+            help="after SIGTERM, how long ranks may take to exit (e.g. to save) before SIGKILL (default 10)",
+            to_hosts=True),
+    _shared("--forward-signals", type=signal_list, spell=signal_names, metavar="SIG,...",
+            help="signals forwarded to every rank without stopping the job, besides SIGUSR1 and SIGUSR2 "
+                 "(e.g. WINCH,URG); SIGINT/SIGTERM/SIGHUP/SIGQUIT always stop it", to_hosts=True),
+    _shared("--termination-log", metavar="FILE",
+            help="write a failed run's root cause here (a container's termination message); default: "
+                 "/dev/termination-log when dlaunch is PID 1 and it is writable"),
+    _shared("--max-restarts", type=whole(0, 1000), default=0, metavar="K",
+            help="restart all ranks up to K times after a failure (default 0)", to_hosts=True),
+    _shared("--hang-timeout", type=positive_seconds, metavar="SECONDS",
+            help="stop the job as failed (exit 124) when a rank shows no sign of life (output, "
+                 "launcher.heartbeat.beat(), a checkpoint) for this long; every rank's stack is saved first "
+                 "(py-spy)", to_hosts=True),
+    _shared("--hccn-conf", default="/etc/hccn.conf", metavar="FILE",
+            help="device NIC addresses for generated rank tables (default /etc/hccn.conf)"),
+    _shared("--waiting-notice", type=seconds, default=30.0, metavar="SECONDS",
+            help="when every rank here has been silent this long and other hosts of the job have not started, "
+                 "say so, and again every minute (default 30; 0: never)", to_hosts=True),
+    _shared("--ms-scheduler", kind=FLAG, default=False,
+            help="MindSpore's dynamic cluster, as msrun starts it: a scheduler process (the same script, "
+                 "MS_ROLE=MS_SCHED) beside rank 0, and MS_ROLE/MS_NODE_ID/MS_WORKER_NUM/MS_SCHED_HOST/"
+                 "MS_SCHED_PORT for every rank, so mindspore.communication.init() needs no rank table", to_hosts=True),
+    _shared("--ms-topo-timeout", type=positive_seconds, default=600.0, metavar="SECONDS",
+            help="MS_TOPO_TIMEOUT: how long MindSpore waits for the cluster to form (default 600, as msrun's "
+                 "--cluster_time_out)", to_hosts=True),
+    _shared("--env", kind=LIST, default=[], metavar="KEY=VALUE", help="set a variable for every rank (repeatable)"),
+    _shared("--env-file", metavar="FILE", help="KEY=VALUE lines to set for every rank"),
+    _shared("--dry-run", kind=FLAG, layered=False, default=False,
+            help="print the plan (commands, env, logs) and start nothing"),
+    # run only
+    (Option(("--master-addr",), "MASTER_ADDR (default 127.0.0.1)"), ("run",)),
+    (Option(("--master-port",), "MASTER_PORT (default: a free port)", type=port), ("run",)),
+    (Option(("--ranks",), "one rank per device for the first N devices this host allows (CUDA_VISIBLE_DEVICES "
+                          "or ASCEND_RT_VISIBLE_DEVICES when set, else 0..N-1); auto (default): one per visible "
+                          "device", type=rank_count, default=AUTO, metavar="N|auto", exclusive="devices"),
+     ("run",)),
+    (Option(("--devices",), "use these devices, e.g. 4,5 or 0-3", metavar="LIST", exclusive="devices"), ("run",)),
+    (Option(("--resume",), "resume from the newest checkpoint step every rank completed in RUN_DIR (default: the "
+                           "latest run in --output-dir); ranks get DLAUNCH_RESUME_FROM and DLAUNCH_RESUME_STEP",
+            kind=OPTIONAL, const="", metavar="RUN_DIR"), ("run",)),
+    # cluster only
+    (Option(("--server-id",), "this host's server_id in the rank table"), ("cluster",)),
+    (Option(("--rank-start",), "this host is the server whose first rank is K", type=whole(0, 10**9 - 1),
+            metavar="K"), ("cluster",)),
+    (Option(("--nnodes",), "without a rank table: the job's number of hosts, node K running ranks K*N.. "
+                           "(with --node-rank K on each, as torchrun's --nnodes)", type=whole(1, 10**6),
+            metavar="N"), ("cluster",)),
+    (Option(("--node_rank", "--node-rank"), "with --nnodes: this host's index, 0 to N-1",
+            type=whole(0, 10**6 - 1), metavar="K"), ("cluster",)),
+    (Option(("--nproc_per_node", "--nproc-per-node"),
+            "with --nnodes: ranks per host, a number or auto (one per visible GPU or NPU, else one per CPU, as "
+            "torchrun; default auto)", metavar="N|auto"), ("cluster",)),
+    (Option(("--master-addr",), "MASTER_ADDR (default: the server_id of rank 0's server)", to_hosts=True),
+     ("cluster",)),
+    (Option(("--master-port",), f"MASTER_PORT (default {CLUSTER_DEFAULT_PORT}, the same on every host)",
+            type=port, to_hosts=True), ("cluster",)),
+    (Option(("--check-network",), "before starting ranks, run dlaunch check-network on the table (every host with "
+                                  "--ssh) and refuse to start when a device fails; costs a few hccn_tool calls "
+                                  "and up to --health-timeout seconds", kind=FLAG, default=False), ("cluster",)),
+    (Option(("--hccn-tool",), "hccn_tool for --check-network (default: PATH, else the driver's tools directory)",
+            metavar="PATH"), ("cluster",)),
+    (Option(("--health-timeout",), "--check-network: how long a device's net health may take to turn Success "
+                                   "(default 30)", type=positive_seconds, default=30.0, metavar="SECONDS"),
+     ("cluster",)),
+    (Option(("--job-port",), "the port on the master address where the master host's dlaunch coordinates the "
+                             "job's hosts (default: MASTER_PORT + 1)", type=port, metavar="PORT", to_hosts=True),
+     ("cluster",)),
+    (Option(("--host-timeout",), "a host of the job that sends nothing for this long is lost and the job stops "
+                                 "(default 15; heartbeats every fifth of it)", type=positive_seconds, default=15.0,
+            metavar="SECONDS", to_hosts=True), ("cluster",)),
+    (Option(("--join-timeout",), "every host of the job must have joined within this long, else the job stops "
+                                 "(default 180)", type=positive_seconds, default=180.0, metavar="SECONDS",
+            to_hosts=True),
+     ("cluster",)),
+    (Option(("--ssh",), "start every server of the table over SSH from here", kind=FLAG, default=False,
+            group=SSH_GROUP), ("cluster",)),
+    (Option(("--ssh-config",), "OpenSSH client config (default ~/.ssh/config)", metavar="FILE", group=SSH_GROUP),
+     ("cluster",)),
+    (Option(("--trust-new-hosts",), "accept host keys not yet in known_hosts (and record them); changed keys are "
+                                    "always refused", kind=FLAG, default=False, group=SSH_GROUP), ("cluster",)),
+    (Option(("--remote-python",), "Python with dlaunch on the hosts (default: this Python's path)",
+            metavar="PATH", group=SSH_GROUP), ("cluster",)),
+    (Option(("--connect-timeout",), "SSH connect and preflight timeout per host (default 10)",
+            type=positive_seconds, default=10.0, metavar="SECONDS", group=SSH_GROUP), ("cluster",)),
+]
+
+
+def options_for(command: str) -> list[Option]:
+    """The options ``dlaunch COMMAND`` takes (run or cluster), in help order."""
+    return [option for option, commands in _DECLARED if command in commands]
+
+
+def add_launch_arguments(parser: argparse.ArgumentParser, declared) -> None:
+    """SCRIPT and the declared options, on the parser of a command that launches (or writes a launcher)."""
+    parser.add_argument("script", metavar="SCRIPT", nargs="?",
+                        help="training script (a module name with -m, an executable with --no-python); its "
+                             "arguments go after --")
+    add_options(parser, declared)
+    parser.set_defaults(script_args=[])
+
+
+def launch_option_names() -> dict[str, set[str]]:
+    """dest -> the launch commands that take it."""
+    names: dict[str, set[str]] = {}
+    for option, commands in _DECLARED:
+        names.setdefault(option.dest, set()).update(commands)
+    return names
+
+
+def declared_defaults() -> dict[str, Any]:
+    """dest -> declared default of every launch option (the first declaration of a dest shared by run and
+    cluster: their defaults agree)."""
+    defaults: dict[str, Any] = {}
+    for option, _ in _DECLARED:
+        defaults.setdefault(option.dest, list(option.default) if isinstance(option.default, list) else option.default)
+    return defaults
