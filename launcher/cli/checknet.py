@@ -57,20 +57,14 @@ def add_check_options(p: argparse.ArgumentParser) -> None:
                    help="how long a device's net health may take to turn Success (default 30)")
 
 
-def _read_table(path: str):
-    from launcher.table.model import MAX_TABLE_BYTES, RankTableError, loads
-    from launcher.table.share import read_table
+def _stdin_table() -> str:
+    """A rank table's text from standard input (``-``), bounded as a file would be."""
+    from launcher.table.model import MAX_TABLE_BYTES
 
-    if path != STDIN:
-        return read_table(path)
     data = sys.stdin.buffer.read(MAX_TABLE_BYTES + 1)
     if len(data) > MAX_TABLE_BYTES:
         raise UsageError(f"rank table on stdin: more than the {MAX_TABLE_BYTES >> 20} MiB dlaunch reads")
-    text = data.decode("utf-8", "replace")
-    try:
-        return text, loads(text)
-    except RankTableError as exc:
-        raise UsageError(f"rank table on stdin: {exc}") from None
+    return data.decode("utf-8", "replace")
 
 
 def _settings(args: argparse.Namespace | LaunchRequest, tool_path: str):
@@ -103,16 +97,17 @@ def run_checks(args: argparse.Namespace | LaunchRequest, text: str, table, serve
 
 def cmd_check_network(args: argparse.Namespace) -> int:
     from launcher.netcheck import report
-    from launcher.table.rules import require_valid
-    from launcher.table.share import select_server
+    from launcher.plan.share import TableSource, host_share
 
-    text, table = _read_table(args.rank_table)
-    where = "the rank table on stdin" if args.rank_table == STDIN else f"rank table {args.rank_table}"
-    require_valid(table, args.profile, where)
     if args.ssh and args.server_id:
         raise UsageError("--server-id chooses one host; with --ssh every server of the table is checked")
-    server_index = None if args.ssh else select_server(table, args.server_id)
-    hosts = run_checks(args, text, table, server_index)
+    stdin = args.rank_table == STDIN
+    share = host_share(TableSource(path=None if stdin else args.rank_table, text=_stdin_table() if stdin else None,
+                                   profile=args.profile, server_id=args.server_id,
+                                   what="the rank table on stdin" if stdin else f"rank table {args.rank_table}"),
+                       every_host=args.ssh)
+    text, table = share.text, share.table
+    hosts = run_checks(args, text, table, share.index)
     if args.json:
         json.dump(report.as_json(hosts), sys.stdout, indent=2)
         print()

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import argparse
 import os
+from dataclasses import replace
 
 from launcher.errors import UsageError
 from launcher.plan.settle import launch_options
-from launcher.plan.share import adopt_pod, head_launch, launch_table, nodes_share
+from launcher.plan.share import TableSource, adopt_pod, head_launch, launch_table, nodes_share
 from launcher.settings.launch import CLUSTER_DEFAULT_PORT, add_launch_arguments, options_for
 from launcher.settings.request import LaunchRequest
 
@@ -37,9 +38,9 @@ def cmd_cluster(args: LaunchRequest, control=None, on_started=None) -> int:
     table, server_index, _, view = launch_table(args)
     if checking:
         check_before_launch(args, "", table, server_index)
-    reread = (args.rank_table, args.profile, args.server_id, args.rank_start) if args.rank_table else None
+    reread = replace(TableSource.of(args), text=None) if args.rank_table else None   # the file, read again
     return launch(table, server_index, launch_options(args, table, server_index, view=view), dry_run=args.dry_run,
-                  on_started=on_started, control=control, reread=reread)
+                  environ=os.environ, on_started=on_started, control=control, reread=reread)
 
 
 def cmd_from_head(announce: bool = False) -> int:

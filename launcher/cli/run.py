@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 from launcher.plan.settle import launch_options
 from launcher.plan.share import launch_table
@@ -14,7 +15,8 @@ def cmd_run(args: LaunchRequest) -> int:
     from launcher.execute.attempts import launch
 
     table, server_index, _, view = launch_table(args)
-    return launch(table, server_index, launch_options(args, table, server_index, view=view), dry_run=args.dry_run)
+    return launch(table, server_index, launch_options(args, table, server_index, view=view), dry_run=args.dry_run,
+                  environ=os.environ)
 
 
 def add_parser(sub) -> argparse.ArgumentParser:

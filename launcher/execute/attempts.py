@@ -1,9 +1,10 @@
 """One host's launch from start to exit code: table -> plan -> run directory -> attempts -> summary.
 
-``dlaunch run`` and ``dlaunch cluster`` differ only in how they find the rank
-table and this host's share of it; both end here.  Everything up to the run
-directory raises ``UsageError`` (exit 2, nothing started); after it, the exit
-code is the root cause's.
+``dlaunch run`` and ``dlaunch cluster`` differ only in how they find the rank table and this host's share
+of it; both end here. ``Launch`` has the elastic agent's seams: ``start`` (run directory, signals, workers),
+``run_attempt``, ``decide`` (succeeded, restart, or stop), ``next_plan`` and ``conclude`` (the summary and the
+exit code). A restart policy is a rule in ``decide``; what a restart runs is ``next_plan``. Everything up to
+the run directory raises ``UsageError`` (exit 2, nothing started); after it, the exit code is the root cause's.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import replace
+from enum import Enum
 
 from launcher.base.console import say
 from launcher.checkpoint.resume import find_resume_point
@@ -28,7 +30,20 @@ from launcher.table.model import RankTable, dumps
 
 TYPE_CHECKING = False   # typing's own flag, without importing typing on the launch path (docs/development.md)
 if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+    from launcher.checkpoint.resume import ResumePoint
+    from launcher.execute.job.link import JobLink
+    from launcher.plan.share import TableSource
     from launcher.rundir.model import PidsFile
+
+
+class Decision(Enum):
+    """What an attempt's end means for the launch."""
+
+    SUCCEEDED = "succeeded"   # every rank (of every host) succeeded: conclude
+    RESTART = "restart"       # run the next attempt from the newest complete checkpoint
+    STOP = "stop"             # conclude with the attempt's exit code (the root cause's)
 
 
 def check_command(opts: Options) -> None:
@@ -50,143 +65,198 @@ def check_command(opts: Options) -> None:
         raise UsageError(f"script not found: {command.target}")
 
 
-def launch(table: RankTable, server_index: int, opts: Options, *, dry_run: bool, on_started=None,
-           control=None, reread=None) -> int:
+def first_resume_point(opts: Options, world_size: int) -> ResumePoint | None:
+    """``--resume`` (or a Slurm requeue): the newest step every rank completed in the earlier run, said once."""
+    if opts.resume_from is None:
+        if opts.resume_note:
+            say(opts.resume_note)
+        return None
+    resume = find_resume_point(opts.resume_from, world_size, log=say)
+    if resume is None:
+        raise UsageError(f"nothing to resume: {opts.resume_from} has no checkpoint that every rank completed")
+    say(f"{opts.resume_note + ': ' if opts.resume_note else ''}resuming from {resume.label} of {resume.run_dir}")
+    return resume
+
+
+def launch(table: RankTable, server_index: int, opts: Options, *, dry_run: bool, environ: Mapping[str, str],
+           on_started: Callable | None = None, control=None, reread: TableSource | None = None) -> int:
     """Run this host's share of ``table`` to the end; returns dlaunch's exit code.
 
-    ``opts.resume_from`` is an earlier run directory whose newest complete checkpoint step the ranks resume
-    from; after a failure, restarts resume from this run's own newest complete step. ``reread`` (the table's
-    file, profile, --server-id, --rank-start) lets a restart use a rank table an operator rewrote meanwhile.
+    ``environ`` is the environment the ranks inherit. ``opts.resume_from`` is an earlier run directory whose
+    newest complete checkpoint step the ranks resume from; after a failure, restarts resume from this run's
+    own newest complete step. ``reread`` lets a restart use a rank table an operator rewrote meanwhile.
     """
-    inherited = dict(os.environ)
     rank_table_file = os.path.join(opts.output_dir, opts.run_id, f"rank_table{opts.host_files_suffix}.json")
-    resume = None
-    if opts.resume_from is not None:
-        resume = find_resume_point(opts.resume_from, table.device_count, log=say)
-        if resume is None:
-            raise UsageError(f"nothing to resume: {opts.resume_from} has no checkpoint that every rank completed")
-        say(f"{opts.resume_note + ': ' if opts.resume_note else ''}resuming from {resume.label} of {resume.run_dir}")
-    elif opts.resume_note:
-        say(opts.resume_note)
-    plan = make_plan(table, server_index, opts, rank_table_file, inherited, resume=resume)
+    resume = first_resume_point(opts, table.device_count)
+    plan = make_plan(table, server_index, opts, rank_table_file, dict(environ), resume=resume)
     if dry_run:
-        from launcher.plan.make import describe
+        from launcher.plan.describe import describe
 
         print(describe(plan, port_chosen_at_start=not opts.fixed_port))
         return 0
     check_command(opts)
-    link = None
-    if plan.server_count > 1:
+    return Launch(table, server_index, opts, plan, environ=environ, control=control, on_started=on_started,
+                  reread=reread).run()
+
+
+class Launch:
+    """One host's launch once its first plan is made: the attempts, the decisions between them, the summary."""
+
+    def __init__(self, table: RankTable, server_index: int, opts: Options, plan: LaunchPlan, *,
+                 environ: Mapping[str, str], control=None, on_started: Callable | None = None,
+                 reread: TableSource | None = None):
+        self.table, self.server_index, self.opts, self.plan = table, server_index, opts, plan
+        self.inherited = dict(environ)
+        self.control = control            # (fd, pending bytes) of a head's control channel (--ssh), or None
+        self.on_started = on_started      # told the ranks once every process of an attempt runs
+        self.reread = reread
+        self.resume = plan.resume
+        self.attempts: list[AttemptResult] = []
+        self.verdict: dict = {}           # the job's verdict on the last attempt (several hosts)
+        self.failure: Exception | None = None
+        self.started = time.time()
+        self.link: JobLink | None = None  # a multi-host job's link, opened by run
+
+    # ------------------------------------------------------------------ the seams
+
+    def run(self) -> int:
+        """start, then attempts until ``decide`` says otherwise, then conclude."""
+        link = self.link = self._open_link()
+        try:
+            create_run_dir(self.plan, dumps(self.table), shared=self.opts.shared_run_dir)
+        except BaseException:
+            if link:
+                link.close()
+            raise
+        if self.control is None:   # said at the start, so a long job's logs can be found while it runs
+            say(f"run directory {self.plan.run_dir}")
+        self.started = time.time()
+        control_fd, control_pending = self.control or (None, b"")
+        self.signals = SignalWatch(control_fd, control_pending, forward=self.opts.forward_signals)
+        self.workers = LocalWorkers(self.signals, self.inherited, job=link, on_started=self._publish_pids)
+        zombies = ZombieCollector(lambda: {*self.workers.reaper.groups, self.workers.reaper.pid}).start() \
+            if is_pid1() else None
+        try:
+            try:
+                for attempt in range(self.opts.policy.max_restarts + 1):
+                    if attempt:
+                        self.plan = self.next_plan(attempt)
+                    result = self.run_attempt()
+                    if result is None or self.decide(result) is not Decision.RESTART:
+                        break
+            finally:
+                if link is not None:
+                    link.close()
+                self.workers.reaper.leave()   # awaited once the summary is written
+                if zombies:
+                    zombies.stop()
+            return self.conclude()
+        finally:
+            # only now: a SIGTERM while the summary is written (srun ending the job once another host's dlaunch
+            # exited, a pod being deleted) asks for the end already under way, and must not cut it short
+            self.signals.close()
+            self.workers.close()
+
+    def run_attempt(self) -> AttemptResult | None:
+        """The current plan's attempt, recorded; None when dlaunch itself failed (recorded too, so the run does
+        not show "starting" forever)."""
+        try:
+            result = self.workers.run(self.plan)
+        except Exception as exc:   # a dlaunch defect
+            self.failure = exc
+            self.attempts.append(AttemptResult(attempt=self.plan.attempt, ranks=[],
+                                               launcher_error=f"dlaunch failed ({type(exc).__name__}: {exc})"))
+            return None
+        result.root_cause = first_failure(result)
+        self.attempts.append(result)
+        return result
+
+    def decide(self, result: AttemptResult) -> Decision:
+        """Succeeded, restart or stop. Several hosts decide together (the job's verdict); one host restarts
+        after a rank failed while restarts are left, never after a signal or a launcher error."""
+        last = self.plan.attempt == self.opts.policy.max_restarts
+        restart = f"restart {self.plan.attempt + 1} of {self.opts.policy.max_restarts}"
+        if self.link is not None:
+            from launcher.execute.job import hosts as job
+
+            self.verdict = job.settle(self.link, self.plan, result, self.signals.fd)
+            if self.verdict.get("restart"):
+                say(f"{job.cause_line(self.verdict)}; restarting the job on every host ({restart})")
+                return Decision.RESTART
+            return Decision.SUCCEEDED if self.verdict.get("status") == "succeeded" else Decision.STOP
+        if result.exit_code == 0:
+            return Decision.SUCCEEDED
+        cause = result.root_cause   # a rank failed: the one failure a restart answers
+        if result.interrupted_by is not None or result.launcher_error is not None or cause is None or last:
+            return Decision.STOP
+        say(f"rank {cause.rank} {how_it_ended(cause.to_dict())}; restarting all ranks ({restart})")
+        return Decision.RESTART
+
+    def next_plan(self, attempt: int) -> LaunchPlan:
+        """The plan of restart ``attempt``: a fresh port unless fixed, the table an operator rewrote, and the
+        newest step every rank completed (of every host, as the job agreed)."""
+        opts, plan = self.opts, self.plan
+        port = opts.master_port if opts.fixed_port else free_port(opts.master_addr)
+        rank_table_file = plan.rank_table_file
+        if self.reread is not None:
+            from launcher.execute.job.restarts import next_table
+
+            self.table, self.server_index, rank_table_file = next_table(self.reread, self.table, self.server_index,
+                                                                        plan, rank_table_file, attempt)
+        if self.link is not None:
+            from launcher.execute.job import hosts as job
+
+            self.resume = job.resume_point(plan, self.verdict) or self.resume
+        else:
+            self.resume = find_resume_point(plan.run_dir, self.table.device_count, log=say) or self.resume
+        return make_plan(self.table, self.server_index, replace(opts, master_port=port), rank_table_file,
+                         self.inherited, attempt=attempt, resume=self.resume)
+
+    def conclude(self) -> int:
+        """The launch's summary written and said; its exit code."""
+        plan, opts = self.plan, self.opts
+        warnings = shared_checkpoint_warnings(plan, self.started)
+        summary = summarize(plan, self.attempts, self.started, warnings)
+        if self.verdict:
+            from launcher.execute.job import hosts as job
+
+            job.add_verdict(summary, self.verdict)
+        summary_path = plan.host_file("summary", "json")
+        unwritten = write_termination_log(termination_log_path(opts.termination_log), summary)
+        if unwritten:
+            warnings = [*warnings, unwritten]
+        try:
+            write_json(summary_path, summary)
+        except OSError as exc:
+            say(*closing_lines(summary, "not written"), *warnings,
+                f"error: cannot write the summary {summary_path}: {exc.strerror}; the ranks' logs are in "
+                f"{plan.run_dir}")
+            return summary["exit_code"] or 1
+        say(*closing_lines(summary, summary_path), *warnings)
+        if self.failure is not None:
+            raise self.failure
+        if self.control:
+            from launcher.execute.ssh.protocol import emit
+
+            emit("summary", summary=summary, path=summary_path)
+        return summary["exit_code"]
+
+    # ------------------------------------------------------------------ collaborators
+
+    def _open_link(self) -> JobLink | None:
+        if self.plan.server_count < 2:
+            return None
         from launcher.execute.job import hosts as job
 
-        link = job.open_link(plan, opts, table, control)
-    try:
-        create_run_dir(plan, dumps(table), shared=opts.shared_run_dir)
-    except BaseException:
-        if link:
-            link.close()
-        raise
-    if control is None:   # said at the start, so a long job's logs can be found while it runs
-        say(f"run directory {plan.run_dir}")
-    started = time.time()
-    control_fd, control_pending = control or (None, b"")
-    signals = SignalWatch(control_fd, control_pending, forward=opts.forward_signals)
-    workers = LocalWorkers(signals)
-    workers.job = link
-    verdict: dict = {}
-    zombies = ZombieCollector(lambda: {*workers.reaper.groups, workers.reaper.pid}).start() if is_pid1() else None
-    pids_file = plan.host_file("pids", "json")
+        return job.open_link(self.plan, self.opts, self.table, self.control)
 
-    def publish_pids(ranks, scheduler) -> None:
+    def _publish_pids(self, ranks, scheduler) -> None:
+        """pids.json once every process of an attempt runs (status and logs find live ranks there)."""
+        plan = self.plan
         published: PidsFile = {"launcher_pid": os.getpid(), "ranks": {
             str(r.rank): {"pid": r.pid, "start": r.start, "attempt": plan.attempt} for r in ranks}}
         if scheduler is not None:
             published["scheduler"] = {"pid": scheduler.pid, "start": scheduler.start, "attempt": plan.attempt}
-        write_json(pids_file, published)
-        if on_started:
-            on_started(ranks)
-
-    workers.on_started = publish_pids
-    attempts: list[AttemptResult] = []
-    failure: Exception | None = None
-    try:
-        try:
-            for attempt in range(opts.policy.max_restarts + 1):
-                if attempt:
-                    port = opts.master_port if opts.fixed_port else free_port(opts.master_addr)
-                    if reread is not None:
-                        from launcher.execute.job.restarts import next_table
-
-                        table, server_index, rank_table_file = next_table(reread, table, server_index, plan,
-                                                                          rank_table_file, attempt)
-                    if link is not None:   # the step every rank of every host has, as the job agreed
-                        resume = job.resume_point(plan, verdict) or resume
-                    else:
-                        resume = find_resume_point(plan.run_dir, table.device_count, log=say) or resume
-                    plan = make_plan(table, server_index, replace(opts, master_port=port), rank_table_file, inherited,
-                                     attempt=attempt, resume=resume)
-                try:
-                    result = workers.run(plan)
-                except Exception as exc:   # a dlaunch defect: recorded, so the run does not show "starting" forever
-                    failure = exc
-                    attempts.append(AttemptResult(attempt=plan.attempt, ranks=[],
-                                                  launcher_error=f"dlaunch failed ({type(exc).__name__}: {exc})"))
-                    break
-                result.root_cause = first_failure(result)
-                attempts.append(result)
-                if link is not None:
-                    verdict = job.settle(link, plan, result, signals.fd)
-                    if not verdict.get("restart"):
-                        break
-                    say(f"{job.cause_line(verdict)}; restarting the job on every host "
-                        f"(restart {attempt + 1} of {opts.policy.max_restarts})")
-                    continue
-                cause = result.root_cause   # a rank failed: the one failure a restart answers
-                if (result.exit_code == 0 or result.interrupted_by is not None or result.launcher_error is not None
-                        or cause is None or attempt == opts.policy.max_restarts):
-                    break
-                say(f"rank {cause.rank} {how_it_ended(cause.to_dict())}; restarting all ranks "
-                    f"(restart {attempt + 1} of {opts.policy.max_restarts})")
-        finally:
-            if link is not None:
-                link.close()
-            workers.reaper.leave()   # awaited once the summary is written
-            if zombies:
-                zombies.stop()
-        return _conclude(plan, opts, attempts, started, verdict, failure, control)
-    finally:
-        # only now: a SIGTERM while the summary is written (srun ending the job once another host's dlaunch
-        # exited, a pod being deleted) asks for the end already under way, and must not cut it short
-        signals.close()
-        workers.close()
-
-
-def _conclude(plan: LaunchPlan, opts: Options, attempts: list[AttemptResult], started: float, verdict: dict,
-              failure: Exception | None, control) -> int:
-    """The launch's summary written and said; its exit code."""
-    warnings = shared_checkpoint_warnings(plan, started)
-    summary = summarize(plan, attempts, started, warnings)
-    if verdict:
-        from launcher.execute.job import hosts as job
-
-        job.add_verdict(summary, verdict)
-    summary_path = plan.host_file("summary", "json")
-    unwritten = write_termination_log(termination_log_path(opts.termination_log), summary)
-    if unwritten:
-        warnings = [*warnings, unwritten]
-    try:
-        write_json(summary_path, summary)
-    except OSError as exc:
-        say(*closing_lines(summary, "not written"), *warnings,
-            f"error: cannot write the summary {summary_path}: {exc.strerror}; the ranks' logs are in "
-            f"{plan.run_dir}")
-        return summary["exit_code"] or 1
-    say(*closing_lines(summary, summary_path), *warnings)
-    if failure is not None:
-        raise failure
-    if control:
-        from launcher.execute.ssh.protocol import emit
-
-        emit("summary", summary=summary, path=summary_path)
-    return summary["exit_code"]
-
+        write_json(plan.host_file("pids", "json"), published)
+        if self.on_started:
+            self.on_started(ranks)

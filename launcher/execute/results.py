@@ -24,7 +24,6 @@ if TYPE_CHECKING:
 
     from launcher.plan.make import LaunchPlan
 
-HANG_EXIT_CODE = ExitCode.HUNG   # kept for readers of the old name
 
 
 def how_it_ended(entry: Mapping[str, Any]) -> str:

@@ -14,7 +14,6 @@ import os
 from dataclasses import dataclass, field
 
 from launcher.base import numlists
-from launcher.base.console import printable
 from launcher.checkpoint.resume import ResumePoint
 from launcher.contract import CKPT_DIR, RESUME_FROM_ENV, RESUME_STEP_ENV, SCHEDULER_DIR, Role
 from launcher.host.devices import DeviceView
@@ -255,56 +254,3 @@ def make_plan(table: RankTable, server_index: int, opts: Options, rank_table_fil
                 "ranks": numlists.format_ranges(d.rank for d in other.devices if d.rank is not None)}
                for index, other in enumerate(table.servers) if index != server_index],
         is_master=is_master, scheduler=scheduler)
-
-
-def describe(plan: LaunchPlan, port_chosen_at_start: bool = False) -> str:
-    """The plan as people read it: what --dry-run prints.
-
-    The first rank's environment (and MindSpore's scheduler's) is shown in full, the other ranks' as
-    differences from it (16 ranks were 560 lines). With ``port_chosen_at_start`` (no --master-port) the real
-    run picks its own free port, so no number is shown for it.
-    """
-    import shlex
-
-    port = "a free port, chosen at start" if port_chosen_at_start else str(plan.master_port)
-    lines = [f"run {plan.run_id}: {len(plan.ranks)} rank(s) on server {plan.server_id} "
-             f"(server {plan.server_index + 1} of {plan.server_count}), world size {plan.world_size}",
-             f"run directory: {plan.run_dir}",
-             f"rank table:    {plan.rank_table_file}",
-             f"master:        {plan.master_addr}:{plan.master_port}" if not port_chosen_at_start else
-             f"master:        {plan.master_addr}, port: {port}",
-             "working dir:   " + ("each rank its own rank directory" if plan.policy.cwd_mode == CWD_RANK
-                                  else "launch directory"),
-             f"on failure:    SIGTERM, {plan.policy.grace_period:g} s grace, SIGKILL; restarts allowed: "
-             f"{plan.policy.max_restarts}",
-             "hang check:    " + (f"stop after {plan.policy.hang_timeout:g} s without a sign of life (exit 124)"
-                                  if plan.policy.hang_timeout else "off (--hang-timeout)")]
-    if plan.resume:
-        lines.append(f"resume from:   {plan.resume.label} of {plan.resume.run_dir}")
-    def shown_env(spec: RankSpec) -> dict[str, str]:
-        return {k: f"<{port}>" if port_chosen_at_start and v == str(plan.master_port) else shlex.quote(v)
-                for k, v in masked(spec.env).items()}
-
-    base = next((spec for spec in plan.processes() if spec.role != "scheduler"), None)
-    base_env = shown_env(base) if base is not None else {}
-    for spec in plan.processes():
-        if spec.role == Role.SCHEDULER:
-            lines.append("MindSpore scheduler (not a rank; started first, stopped with the ranks)")
-        else:
-            lines.append(f"rank {spec.rank} (local {spec.local_rank}, device {spec.device_id})"
-                         + ("  [console]" if spec.console else ""))
-        lines += [f"  command: {shlex.join(masked_argv(spec.argv))}",
-                  f"  cwd:     {spec.cwd}",
-                  f"  log:     {spec.log_file}"]
-        if spec.ckpt_dir:
-            lines.append(f"  ckpt:    {spec.ckpt_dir}")
-        env = shown_env(spec)
-        if spec is base or base is None or spec.role == Role.SCHEDULER:   # the scheduler's differs too much
-            lines.append("  env:")
-            lines += [f"    {k}={v}" for k, v in sorted(env.items())]
-        else:
-            changed = sorted((k, v) for k, v in env.items() if base_env.get(k) != v)
-            gone = sorted(set(base_env) - set(env))
-            lines.append(f"  env: as rank {base.rank}'s, but" if changed or gone else f"  env: as rank {base.rank}'s")
-            lines += [f"    {k}={v}" for k, v in changed] + [f"    (no {k})" for k in gone]
-    return "\n".join(printable(line) for line in lines)

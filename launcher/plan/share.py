@@ -4,16 +4,71 @@ to the validated table and the index of this host's server in it.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from launcher.errors import UsageError
 from launcher.plan.settle import launch_options
 from launcher.settings.launch import AUTO, PROFILE
+from launcher.table.rules import DEFAULT_PROFILE
 
 TYPE_CHECKING = False   # typing's own flag, without importing typing on the launch path (docs/development.md)
 if TYPE_CHECKING:
+    from collections.abc import Callable
 
     from launcher.settings.request import LaunchRequest
+    from launcher.table.model import RankTable
+
+
+@dataclass(frozen=True)
+class TableSource:
+    """Where a job's rank table comes from, and how this host finds its server in it: enough to read it again
+    before a restart (an operator may have rewritten the file meanwhile)."""
+
+    path: str | None = None         # a file (--rank-table, an operator's mount)
+    text: str | None = None         # the table itself (a head's, a front's, a pod's): no file to read
+    profile: str = DEFAULT_PROFILE
+    server_id: str | None = None    # --server-id
+    rank_start: int | None = None   # --rank-start
+    what: str = ""                  # how errors name it
+
+    @classmethod
+    def of(cls, args: LaunchRequest) -> TableSource:
+        """The table a launch request names (its text before its file)."""
+        what = "the rank table from the head" if args.rank_table_text is not None else f"rank table {args.rank_table}"
+        return cls(path=args.rank_table, text=args.rank_table_text, profile=args.profile, server_id=args.server_id,
+                   rank_start=args.rank_start, what=what)
+
+
+@dataclass(frozen=True)
+class HostShare:
+    text: str                 # the table as read (hosts over SSH get it as is, unknown fields and all)
+    table: RankTable
+    index: int | None         # this host's server in table.servers; None for every server (an --ssh head)
+
+
+def host_share(source: TableSource, *, every_host: bool = False,
+               one_host: Callable[[RankTable], str] | None = None) -> HostShare:
+    """THE way to say which part of a job this host runs: the table read, checked against its profile's rules,
+    and this host's server found in it (``table.share.select_server``), or every server (``every_host``).
+    ``one_host`` refuses a table of several servers with the message it makes (``dlaunch run``)."""
+    from launcher.table.rules import require_valid
+    from launcher.table.share import read_table, select_server
+
+    if source.text is not None:
+        from launcher.table.model import RankTableError, loads
+
+        try:
+            text, table = source.text, loads(source.text)
+        except RankTableError as exc:
+            raise UsageError(f"{source.what}: {exc}") from None
+    else:
+        assert source.path   # a source is a text or a file
+        text, table = read_table(source.path)
+    require_valid(table, source.profile, source.what)
+    if one_host is not None and len(table.servers) > 1:
+        raise UsageError(one_host(table))
+    index = None if every_host else select_server(table, source.server_id, source.rank_start)
+    return HostShare(text, table, index)
 
 
 def launch_table(args: LaunchRequest):
@@ -25,31 +80,21 @@ def launch_table(args: LaunchRequest):
     from launcher.host import devices as visible
     from launcher.table.build import parse_devices, read_hccn_conf, single_server_table
     from launcher.table.rules import require_valid
-    from launcher.table.share import read_table, select_server
 
     from_table = args.rank_table_text is not None or bool(args.rank_table)
     auto = not from_table and args.devices is None and args.ranks == AUTO
     view = visible.discover(probe_hardware=auto)
     if from_table:
-        if args.rank_table_text is not None:
-            from launcher.table.model import RankTableError, loads
+        source = TableSource.of(args)
+        def hint(table: RankTable) -> str:
+            profile = ["--profile", args.profile] if args.profile != PROFILE.default else []
+            return multi_host_hint(table, args.rank_table or "rt.json", args.script or "train.py", profile)
 
-            try:
-                table = loads(args.rank_table_text)
-            except RankTableError as exc:
-                raise UsageError(f"rank table from the head: {exc}") from None
-            what = "the rank table from the head"
-        else:
-            assert args.rank_table   # from a table, and not the head's text: --rank-table named it
-            table, what = read_table(args.rank_table)[1], f"rank table {args.rank_table}"
-        require_valid(table, args.profile, what)
-        if args.command == "run" and len(table.servers) > 1:
-            raise UsageError(multi_host_hint(table, args.rank_table or "rt.json", args.script or "train.py",
-                                             ["--profile", args.profile] if args.profile != PROFILE.default else []))
-        index = select_server(table, args.server_id, args.rank_start)
-        server = table.servers[index]
-        view.check([dev.device for dev in server.placed()], f"{what} (server {server.server_id})")
-        return table, index, what, view
+        share = host_share(source, one_host=hint if args.command == "run" else None)
+        assert share.index is not None   # one host's share
+        server = share.table.servers[share.index]
+        view.check([dev.device for dev in server.placed()], f"{source.what} (server {server.server_id})")
+        return share.table, share.index, source.what, view
     if args.devices is not None:
         devices, what = parse_devices(args.devices), f"--devices {args.devices}"
         view.check(devices, what)
@@ -176,14 +221,10 @@ def head_launch(args: LaunchRequest):
 
     The head starts no rank itself; every host gets the text as is and settles its own share.
     """
-    from launcher.table.rules import require_valid
-    from launcher.table.share import read_table
-
     if not args.rank_table:
         raise UsageError("dlaunch cluster --ssh needs --rank-table FILE: its servers are the hosts to start")
     if args.server_id is not None or args.rank_start is not None:
         raise UsageError("--server-id and --rank-start choose one host's share; with --ssh every server of the "
                          "table is started")
-    text, table = read_table(args.rank_table)
-    require_valid(table, args.profile, f"rank table {args.rank_table}")
-    return text, table, launch_options(args, table, 0, head=True)
+    share = host_share(TableSource.of(args), every_host=True)
+    return share.text, share.table, launch_options(args, share.table, 0, head=True)

@@ -190,11 +190,11 @@ def _table_info(values: Settings) -> tuple[int | None, int | None]:
         if values["rank_table"]:
             say(f"script: {values['rank_table']} does not exist yet; it is read when the script runs")
         return None, None
-    from launcher.table.rules import require_valid
-    from launcher.table.share import read_table
+    from launcher.plan.share import TableSource, host_share
 
-    table = read_table(values["rank_table"])[1]
-    require_valid(table, values["profile"], f"rank table {values['rank_table']}")
+    path = values["rank_table"]
+    table = host_share(TableSource(path=path, profile=values["profile"], what=f"rank table {path}"),
+                       every_host=True).table
     return len(table.servers), table.device_count
 
 

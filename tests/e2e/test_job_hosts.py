@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from launcher.execute.job.protocol import LOST_EXIT, STOPPED_EXIT
+from launcher.contract import ExitCode
 from tests.launching import RANK_PROGRAM, kill_run, processes_of_run, run_dlaunch, start_dlaunch, wait_until
 
 HOSTS = ("127.0.0.2", "127.0.0.3", "127.0.0.4")
@@ -86,13 +86,14 @@ def test_a_failing_rank_stops_every_host_and_every_host_tells_the_same_verdict(t
     assert codes[2][0] == 3, codes[2][1]
     for index in (0, 1):
         code, stderr = codes[index]
-        assert code == STOPPED_EXIT, stderr
+        assert code == ExitCode.STOPPED_BY_PEER, stderr
         assert "rank 2 on host 127.0.0.4 exited with code 3" in stderr
     verdicts = [job.summary(index)["job"] for index in range(3)]
     assert verdicts[0] == verdicts[1] == verdicts[2]
     assert verdicts[0]["status"] == "failed" and verdicts[0]["exit_code"] == 3
     assert verdicts[0]["root_cause"]["rank"] == 2 and verdicts[0]["root_cause"]["host"] == "127.0.0.4"
-    assert verdicts[0]["host_exit_codes"] == {"127.0.0.2": STOPPED_EXIT, "127.0.0.3": STOPPED_EXIT, "127.0.0.4": 3}
+    assert verdicts[0]["host_exit_codes"] == {"127.0.0.2": ExitCode.STOPPED_BY_PEER,
+                                                       "127.0.0.3": ExitCode.STOPPED_BY_PEER, "127.0.0.4": 3}
     assert job.summary(0)["stopped_by"]["cause"]["rank"] == 2
     for index in (0, 2):   # no shared run directory: each host's own status tells the job's verdict
         status = run_dlaunch("status", job.cwd(index) / "dlaunch_runs" / "failfast", cwd=tmp_path).stdout
@@ -123,7 +124,7 @@ def test_a_host_whose_dlaunch_is_killed_or_stopped_is_lost_and_the_others_stop(t
     os.kill(job.procs[1].pid, stop)
     code, stderr = job.wait(0)
     took = time.monotonic() - lost_at
-    assert code == LOST_EXIT, stderr
+    assert code == ExitCode.HOST_LOST, stderr
     assert "host 127.0.0.3 was lost" in stderr
     assert ("sent nothing for" if stop == signal.SIGSTOP else "closed its connection") in stderr
     assert took < 1.0 + 2 + 5   # --host-timeout, the grace period, and slack for a loaded machine
@@ -143,7 +144,7 @@ def test_the_master_host_dying_or_stopping_stops_the_other_hosts(tmp_path, jobs,
     os.kill(job.procs[0].pid, stop)
     code, stderr = job.wait(1)
     took = time.monotonic() - lost_at
-    assert code == LOST_EXIT, stderr
+    assert code == ExitCode.HOST_LOST, stderr
     if stop == signal.SIGKILL:
         assert "host 127.0.0.2 was lost: the master host 127.0.0.2 closed the job's connection" in stderr
     else:
@@ -155,7 +156,7 @@ def test_a_host_that_never_arrives_stops_the_job_at_the_join_timeout(tmp_path, j
     job = jobs(tmp_path, 2, 29726, "never", join_timeout=2.0)
     job.start(0, "--sleep", "60")
     code, stderr = job.wait(0)
-    assert code == LOST_EXIT, stderr
+    assert code == ExitCode.HOST_LOST, stderr
     assert "host 127.0.0.3 was lost: never joined the job within 2 s" in stderr
 
 
@@ -164,12 +165,12 @@ def test_a_process_without_the_jobs_secret_can_neither_join_nor_stop_it(tmp_path
     master = job.start(0, "--sleep", "60", env={"DLAUNCH_JOB_SECRET": "the-jobs-secret"})
     job.start(1, "--fail-rank", "1", "--sleep", "60", env={"DLAUNCH_JOB_SECRET": "a-guess"})
     code, stderr = job.wait(1)
-    assert code in (3, LOST_EXIT), stderr
+    assert code in (3, ExitCode.HOST_LOST), stderr
     assert "refused this host: wrong job secret" in stderr
     assert master.poll() is None   # the stranger's failure did not stop the job
     assert "the-jobs-secret" not in " ".join(map(str, master.args))   # never on a command line ps shows
     code, stderr = job.wait(0)
-    assert code == LOST_EXIT and "never joined" in stderr, stderr
+    assert code == ExitCode.HOST_LOST and "never joined" in stderr, stderr
     assert "job coordinator: refused 127.0.0.1:" in stderr and "wrong job secret" in stderr
 
 
@@ -202,7 +203,7 @@ def test_a_restart_is_one_for_the_whole_job_and_resumes_from_the_step_every_host
         count, step, path = (rank_dir / "resumed").read_text().split()
         assert (count, step, path) == ("1", "1_1", str(rank_dir / "ckpt" / "ckpt-1_1.pt"))
         host_summary = job.summary(index)
-        assert [a["exit_code"] for a in host_summary["attempts"]] == [STOPPED_EXIT if index == 0 else 3, 0]
+        assert [a["exit_code"] for a in host_summary["attempts"]] == [ExitCode.STOPPED_BY_PEER if index == 0 else 3, 0]
         assert host_summary["job"]["status"] == "succeeded"
 
 
@@ -215,7 +216,7 @@ def test_a_hang_on_one_host_stops_the_job_with_every_hosts_stacks_on_the_master_
         job.start(index, "--heartbeat-for", "60", "--heartbeat-ranks", "0", "--sleep", "60")
     (code0, stderr0), (code1, stderr1) = job.wait(0, timeout=60), job.wait(1, timeout=60)
     assert code1 == 124, stderr1
-    assert code0 == STOPPED_EXIT, stderr0
+    assert code0 == ExitCode.STOPPED_BY_PEER, stderr0
     assert "rank 1 on host 127.0.0.3 hung and was stopped" in stderr0
     stacks = job.cwd(0) / "dlaunch_runs" / "hang" / "job_stacks"
     assert f"every rank's stack, from every host: {stacks}" in stderr0
@@ -234,7 +235,8 @@ def test_a_signal_to_one_hosts_dlaunch_stops_the_whole_job(tmp_path, jobs):
     job.procs[1].send_signal(signal.SIGTERM)   # one pod preempted
     (code0, stderr0), (code1, stderr1) = job.wait(0), job.wait(1)
     assert code1 == 128 + signal.SIGTERM, stderr1
-    assert code0 == STOPPED_EXIT and "dlaunch on host 127.0.0.3 was interrupted by SIGTERM" in stderr0, stderr0
+    assert code0 == ExitCode.STOPPED_BY_PEER, stderr0
+    assert "dlaunch on host 127.0.0.3 was interrupted by SIGTERM" in stderr0, stderr0
     assert job.summary(0)["job"]["status"] == job.summary(1)["job"]["status"] == "interrupted"
 
 

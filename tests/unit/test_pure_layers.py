@@ -12,7 +12,8 @@ from launcher.cli.parsers import build_parser
 from launcher.cli.request import request_from_args
 from launcher.errors import UsageError
 from launcher.execute.results import RankResult, how_it_ended, job_verdict
-from launcher.plan.make import describe, make_plan
+from launcher.plan.describe import describe
+from launcher.plan.make import make_plan
 from launcher.plan.settle import launch_options
 from launcher.plan.share import launch_table
 from launcher.rundir.paths import HEAD_SUMMARY, LAYOUT_VERSION

@@ -3,8 +3,12 @@
 import copy
 import json
 
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+import pytest
+
+pytest.importorskip("hypothesis", reason="the fuzz tests need hypothesis (the test extra installs it)")
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402 (after the skip: any venv runs tests/unit)
+from hypothesis import strategies as st  # noqa: E402
 
 from launcher import cli
 from launcher.table import model as ranktable

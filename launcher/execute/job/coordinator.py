@@ -22,8 +22,9 @@ import socket
 import time
 from collections.abc import Callable
 
+from launcher.contract import ExitCode
 from launcher.execute.job import protocol
-from launcher.execute.job.protocol import LOST_EXIT, Channel
+from launcher.execute.job.protocol import Channel
 from launcher.execute.job.restarts import common_step
 
 
@@ -257,7 +258,7 @@ class Coordinator:
             self._drop(peer)
         self.log(f"job coordinator: lost host {self.hosts[index]}: {why}")
         if self.stop is None:
-            self.stop = {"kind": "lost", "host": self.hosts[index], "why": why, "exit_code": LOST_EXIT,
+            self.stop = {"kind": "lost", "host": self.hosts[index], "why": why, "exit_code": ExitCode.HOST_LOST,
                          "end": time.time()}
             self._broadcast({"t": "stop", "attempt": self.attempt, "cause": self.stop})
         self._maybe_verdict()

@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 
 from launcher.base.console import say
+from launcher.contract import ExitCode
 from launcher.execute.job.link import JobLink, describe
-from launcher.execute.job.protocol import LOST_EXIT, STOPPED_EXIT
 from launcher.execute.job.restarts import complete_steps, host_resume_point
 
 STACK_TEXT_LIMIT = 256 << 10   # of one rank's stack sent to the master host (py-spy's are a few KiB)
@@ -56,7 +56,7 @@ def add_verdict(summary: dict, verdict: dict) -> None:
     summary["job"] = job
     if summary["exit_code"] == 0 and job["status"] != "succeeded":
         cause = job.get("root_cause") or {}
-        code = LOST_EXIT if cause.get("kind") == "lost" else STOPPED_EXIT
+        code = ExitCode.HOST_LOST if cause.get("kind") == "lost" else ExitCode.STOPPED_BY_PEER
         summary.update(status="failed", exit_code=code,
                        stopped_by={"why": cause_line(verdict), "exit_code": code, "cause": cause})
 

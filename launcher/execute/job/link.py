@@ -16,10 +16,10 @@ import threading
 import time
 
 from launcher.base.console import say
+from launcher.contract import ExitCode
 from launcher.execute.job import protocol
 from launcher.execute.job.coordinator import Coordinator
 from launcher.execute.job.member import Member
-from launcher.execute.job.protocol import LOST_EXIT, STOPPED_EXIT
 from launcher.execute.results import how_it_ended
 
 
@@ -113,7 +113,7 @@ class JobLink:
             if event["t"] == "stop" and event.get("attempt") == self.attempt or event["t"] == "lost":
                 cause = event["cause"] if event["t"] == "stop" else {"kind": "lost", "host": event["host"],
                                                                      "why": event["why"], "end": time.time()}
-                code = LOST_EXIT if cause.get("kind") == "lost" else STOPPED_EXIT
+                code = ExitCode.HOST_LOST if cause.get("kind") == "lost" else ExitCode.STOPPED_BY_PEER
                 if event["t"] == "stop":
                     self._events.remove(event)
                 found.append(("job_stop", {"why": describe(cause), "exit_code": code, "cause": cause}))
@@ -167,7 +167,7 @@ class JobLink:
                 cause = {"kind": "lost", "host": event["host"], "why": event["why"]}
                 say(f"no verdict from the job: {describe(cause)}")
                 return {"t": "verdict", "attempt": self.attempt, "status": "failed", "restart": False,
-                        "exit_code": LOST_EXIT, "root_cause": cause}
+                        "exit_code": ExitCode.HOST_LOST, "root_cause": cause}
         return None
 
     def close(self) -> None:

@@ -23,24 +23,19 @@ import hmac
 import json
 import secrets
 
-from launcher.contract import JOB_SECRET_ENV, ExitCode
+from launcher.contract import JOB_SECRET_ENV
 from launcher.errors import UsageError
 
 PROTOCOL = 1
-SECRET_VAR = JOB_SECRET_ENV   # the job's secret, when the operator or scheduler hands one to every host
 MAX_LINE = 1 << 20                  # a line longer than this is not the protocol: the connection is dropped
 MAC_BYTES = 16
 
-# Exit codes of a host whose own ranks did not cause the end (sysexits.h's meanings).
-STOPPED_EXIT = ExitCode.STOPPED_BY_PEER   # a rank (or dlaunch) on another host failed or was interrupted
-LOST_EXIT = ExitCode.HOST_LOST            # a host of the job was lost (killed, silent, never arrived, or refused)
-
 
 def job_secret(environ, table_text: str, run_id: str) -> bytes:
-    """``DLAUNCH_JOB_SECRET`` when set (a Kubernetes secret, a Slurm job's environment, the SSH head's
-    request); otherwise derived from what every host of the job already holds and a stranger on the network
+    """``DLAUNCH_JOB_SECRET`` when set (a Kubernetes secret, a Slurm job's environment, every host's
+    own environment); otherwise derived from what every host of the job already holds and a stranger on the network
     does not: the rank table's servers and ranks (``link.job_identity``) and the run id."""
-    given = environ.get(SECRET_VAR)
+    given = environ.get(JOB_SECRET_ENV)
     if given:
         return hashlib.sha256(b"dlaunch-job-secret\0" + given.encode()).digest()
     return hashlib.sha256(b"dlaunch-job-table\0" + table_text.encode() + b"\0" + run_id.encode()).digest()

@@ -13,6 +13,10 @@ from launcher.checkpoint.resume import ResumePoint, Step, collect
 from launcher.contract import CKPT_DIR
 from launcher.plan.make import LaunchPlan
 
+TYPE_CHECKING = False   # typing's own flag, without importing typing on the launch path (docs/development.md)
+if TYPE_CHECKING:
+    from launcher.plan.share import TableSource
+
 
 def _own_steps(plan: LaunchPlan) -> list[Step]:
     own = {spec.rank: os.path.join(spec.rank_dir, CKPT_DIR) for spec in plan.ranks if spec.rank is not None}
@@ -41,43 +45,40 @@ def host_resume_point(plan: LaunchPlan, label: str) -> ResumePoint | None:
                        files=dict(step.files))
 
 
-def reread_table(path: str, profile: str, server_id: str | None, rank_start: int | None, current, server_index: int):
-    """Before a restart: the rank table at ``path`` if an operator rewrote it (a rescheduled pod), as (table,
-    this host's server index, None); or (the current table, index, why it is kept) when it is unchanged,
-    unreadable, invalid or a different job (another world size or number of servers)."""
+def reread_table(source: TableSource, current, server_index: int):
+    """Before a restart: the rank table ``source`` names if an operator rewrote it (a rescheduled pod), as
+    (table, this host's server index, None); or (the current table, index, why it is kept) when it is
+    unchanged, unreadable, invalid or a different job (another world size or number of servers)."""
     from launcher.errors import UsageError
+    from launcher.plan.share import host_share
     from launcher.table.model import dumps
-    from launcher.table.rules import require_valid
-    from launcher.table.share import read_table, select_server
 
     try:
-        table = read_table(path)[1]
-        require_valid(table, profile, f"rank table {path}")
-        index = select_server(table, server_id, rank_start)
+        share = host_share(source)
     except UsageError as exc:
         return current, server_index, f"kept the rank table this job started with: {exc}"
+    table = share.table
     if dumps(table) == dumps(current):
         return current, server_index, None
     if (table.device_count, len(table.servers)) != (current.device_count, len(current.servers)):
-        return current, server_index, (f"kept the rank table this job started with: {path} now has "
+        return current, server_index, (f"kept the rank table this job started with: {source.path} now has "
                                        f"{table.device_count} ranks on {len(table.servers)} servers")
-    return table, index, None
+    return table, share.index, None
 
 
-def next_table(reread, table, server_index: int, plan, rank_table_file: str, attempt: int):
+def next_table(source: TableSource, table, server_index: int, plan, rank_table_file: str, attempt: int):
     """The table for the next attempt: the rewritten one (in its own file of the run directory), or the same."""
     from launcher.base.atomic import write_atomically
     from launcher.base.console import say
     from launcher.rundir.paths import attempt_file
     from launcher.table.model import dumps
 
-    path, profile, server_id, rank_start = reread
-    fresh, index, kept = reread_table(path, profile, server_id, rank_start, table, server_index)
+    fresh, index, kept = reread_table(source, table, server_index)
     if kept:
         say(kept)
     if fresh is table:
         return table, server_index, rank_table_file
     written = attempt_file(plan.run_dir, f"rank_table{plan.host_files_suffix}", "json", attempt)
     write_atomically(written, lambda fh: fh.write(dumps(fresh)))
-    say(f"the rank table {path} was rewritten: restart {attempt} uses it ({written})")
+    say(f"the rank table {source.path} was rewritten: restart {attempt} uses it ({written})")
     return fresh, index, written

@@ -44,7 +44,6 @@ from launcher.base.console import say
 from launcher.base.lines import LineBuffer
 from launcher.contract import LAUNCHER_ID_ENV, LAUNCHER_IDS_ENV
 
-LAUNCHER_ID_VAR = LAUNCHER_ID_ENV
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 SWEEP_SECONDS = 5.0          # a sweep keeps looking for new marked processes this long at most
@@ -105,14 +104,14 @@ def child_setup(launcher_pid: int):
 
 
 def marker(launcher_id: str) -> bytes:
-    return f"{LAUNCHER_ID_VAR}={launcher_id}".encode()
+    return f"{LAUNCHER_ID_ENV}={launcher_id}".encode()
 
 
 def marker_chain(environ, launcher_id: str) -> str:
     """The value of ``DLAUNCH_LAUNCHER_IDS`` for what this launcher starts: the enclosing launches' markers
     (from its own environment) and its own, so that an outer watchdog still finds a nested job's processes
     once the inner launcher and its watchdog are gone."""
-    outer = environ.get(LAUNCHER_IDS_ENV, "").split() or [environ.get(LAUNCHER_ID_VAR, "")]
+    outer = environ.get(LAUNCHER_IDS_ENV, "").split() or [environ.get(LAUNCHER_ID_ENV, "")]
     kept = [mark for mark in outer if mark and mark != launcher_id][-MAX_NESTING + 1:]
     return " ".join([*kept, launcher_id])
 

@@ -19,14 +19,13 @@ import os
 import selectors
 import signal
 import time
-from collections.abc import Callable
 
 from launcher.base.console import say
-from launcher.contract import LAUNCHER_IDS_ENV, ExitCode, Role
+from launcher.contract import LAUNCHER_ID_ENV, LAUNCHER_IDS_ENV, ExitCode, Role
 from launcher.execute.local.hangs import HangWatch, describe_hang, dump_stacks
 from launcher.execute.local.peers import PeerWait
 from launcher.execute.local.processes import AttemptProcesses, RankProcess, killpg_quietly
-from launcher.execute.local.reaper import LAUNCHER_ID_VAR, Reaper, become_subreaper, marker_chain, sweep
+from launcher.execute.local.reaper import Reaper, become_subreaper, marker_chain, sweep
 from launcher.execute.local.spawn import RankSpawner
 from launcher.execute.local.tee import ConsoleTee
 from launcher.execute.results import AttemptResult, RankResult
@@ -37,7 +36,10 @@ from launcher.rundir.create import describe_os_error
 
 TYPE_CHECKING = False   # typing's own flag, without importing typing on the launch path (docs/development.md)
 if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
     from typing import Any
+
+    from launcher.execute.job.link import JobLink
 
 PIPE_DRAIN_SECONDS = 1.0
 
@@ -58,20 +60,23 @@ def _make_dir(path: str) -> None:
 class LocalWorkers:
     """Runs one attempt of a plan on this host and reports how every rank ended."""
 
-    def __init__(self, signals: SignalWatch, console_fd: int = 1):
+    def __init__(self, signals: SignalWatch, environ: Mapping[str, str], *, job: JobLink | None = None,
+                 on_started: Callable | None = None, console_fd: int = 1):
+        """``environ`` is what every rank inherits; ``job`` a multi-host job's link (execute/job: its stops stop
+        us, ours stop the other hosts); ``on_started(ranks, scheduler)`` is called once every process runs."""
         self.signals = signals
         self.console_fd = console_fd
-        self.launcher_id = os.urandom(16).hex()   # uuid4().hex without importing uuid (platform, ctypes: 2 ms)
+        self.job = job
+        self.on_started = on_started
+        self.launcher_id = os.urandom(16).hex()   # uuid4().hex without importing uuid (platform, ctypes)
         self.subreaper = become_subreaper()
         self.reaper = Reaper(self.launcher_id)
-        self.marker_chain = marker_chain(os.environ, self.launcher_id)
+        self.marker_chain = marker_chain(environ, self.launcher_id)
         # what every rank inherits, read (masked for env.log, encoded for the spawn) once, not once per rank
-        self._environ = dict(os.environ)
+        self._environ = dict(environ)
         self._env_log = EnvLog(self._environ)
-        self.spawner = RankSpawner(self._environ, {LAUNCHER_ID_VAR: self.launcher_id,
+        self.spawner = RankSpawner(self._environ, {LAUNCHER_ID_ENV: self.launcher_id,
                                                    LAUNCHER_IDS_ENV: self.marker_chain})
-        self.on_started: Callable | None = None  # callback(ranks, scheduler) once every process is running
-        self.job: Any = None   # a multi-host job's link (execute/job): its stops stop us, ours stop the other hosts
 
     def close(self) -> None:
         self.reaper.close()
@@ -399,6 +404,7 @@ class LocalWorkers:
                 self.reaper.check()
                 self._watch_reaper(selector)
             elif kind == "job":
+                assert self.job is not None   # registered only with a link
                 happened.extend(self.job.stop_events())
             elif kind == "control":
                 found = self.signals.read_control()
