@@ -14,7 +14,9 @@ import argparse
 import signal
 
 PASS_THROUGH_DEFAULT = (signal.SIGUSR1, signal.SIGUSR2)
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)   # torchrun's set: they stop
+# The signals that stop the job, spelled once: dlaunch forwards them to every rank and starts its grace period,
+# its watchdog ignores them, a head may send them to its hosts. torchrun's set, in torchrun's order.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 _UNCATCHABLE = (signal.SIGKILL, signal.SIGSTOP)
 _LAUNCHER_OWN = (signal.SIGCHLD, signal.SIGPIPE)   # dlaunch needs these itself
 
@@ -22,6 +24,11 @@ _LAUNCHER_OWN = (signal.SIGCHLD, signal.SIGPIPE)   # dlaunch needs these itself
 def signal_names(signals) -> str:
     """Signals as ``--forward-signals`` takes them back: ``SIGWINCH,SIGURG``."""
     return ",".join(signal.Signals(s).name for s in signals)
+
+
+def stop_signal_names() -> str:
+    """The stop signals as torchrun's ``--signals-to-handle`` names them: ``SIGTERM,SIGINT,SIGHUP,SIGQUIT``."""
+    return signal_names(STOP_SIGNALS)
 
 
 def signal_list(text) -> tuple[int, ...]:

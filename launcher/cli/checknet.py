@@ -15,10 +15,23 @@ from dataclasses import replace
 
 from launcher.errors import LaunchError, UsageError
 from launcher.settings.argtypes import positive_seconds
-from launcher.settings.launch import PROFILE, SSH_GROUP
+from launcher.settings.launch import (
+    CONNECT_TIMEOUT,
+    HCCN_TOOL,
+    HEALTH_TIMEOUT,
+    PROFILE,
+    REMOTE_PYTHON,
+    SERVER_ID,
+    SSH,
+    SSH_CONFIG,
+    SSH_GROUP,
+    TRUST_NEW_HOSTS,
+)
+from launcher.settings.layers import Option
 from launcher.settings.request import LaunchRequest
 
 STDIN = "-"
+TOOL_TIMEOUT = 10.0   # seconds one hccn_tool call may take (cluster --check-network has no flag for it)
 
 
 def add_parser(sub) -> None:
@@ -31,30 +44,29 @@ def add_parser(sub) -> None:
                     "must be OK where npu-smi is present. Checks this host's devices, or with --ssh every "
                     "host's at once. Exit 0 all passed, 1 a check failed, 2 bad input.")
     p.add_argument("rank_table", metavar="RANK_TABLE", help="the job's rank table (- reads it from stdin)")
-    p.add_argument("--server-id", help="this host's server_id in the table (default: found from its addresses)")
+    _here(SERVER_ID, "this host's server_id in the table (default: found from its addresses)").add_to(p)
     add_check_options(p)
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     # the checks need a table whose devices can be named, not one that follows a product's topology rules
     replace(PROFILE, layered=False, default="structure").add_to(p)
     ssh = p.add_argument_group(SSH_GROUP)
-    ssh.add_argument("--ssh", action="store_true", help="check every server of the table over SSH from here")
-    ssh.add_argument("--ssh-config", metavar="FILE", help="OpenSSH client config (default ~/.ssh/config)")
-    ssh.add_argument("--trust-new-hosts", action="store_true",
-                     help="accept host keys not yet in known_hosts (and record them); changed keys are always refused")
-    ssh.add_argument("--remote-python", metavar="PATH", help="Python with dlaunch on the hosts (default: this one)")
-    ssh.add_argument("--connect-timeout", type=positive_seconds, default=10.0, metavar="SECONDS",
-                     help="SSH connect timeout per host (default 10)")
+    _here(SSH, "check every server of the table over SSH from here").add_to(ssh)
+    for option in (SSH_CONFIG, TRUST_NEW_HOSTS, REMOTE_PYTHON, CONNECT_TIMEOUT):
+        _here(option).add_to(ssh)
     p.set_defaults(handler=cmd_check_network)
+
+
+def _here(option: Option, help: str | None = None) -> Option:
+    """A launch option (``settings.launch``) as this command takes it: from the command line only."""
+    return replace(option, layered=False, help=help or option.help)
 
 
 def add_check_options(p: argparse.ArgumentParser) -> None:
     """The options check-network shares with ``gen-ranktable`` (--hccn-tool) and the timeouts."""
-    p.add_argument("--hccn-tool", metavar="PATH",
-                   help="hccn_tool to run (default: PATH, else /usr/local/Ascend/driver/tools/hccn_tool)")
-    p.add_argument("--tool-timeout", type=positive_seconds, default=10.0, metavar="SECONDS",
-                   help="how long one hccn_tool call may take before it is killed (default 10)")
-    p.add_argument("--health-timeout", type=positive_seconds, default=30.0, metavar="SECONDS",
-                   help="how long a device's net health may take to turn Success (default 30)")
+    _here(HCCN_TOOL, "hccn_tool to run (default: PATH, else /usr/local/Ascend/driver/tools/hccn_tool)").add_to(p)
+    p.add_argument("--tool-timeout", type=positive_seconds, default=TOOL_TIMEOUT, metavar="SECONDS",
+                   help=f"how long one hccn_tool call may take before it is killed (default {TOOL_TIMEOUT:g})")
+    _here(HEALTH_TIMEOUT, "how long a device's net health may take to turn Success (default 30)").add_to(p)
 
 
 def _stdin_table() -> str:
@@ -70,8 +82,8 @@ def _stdin_table() -> str:
 def _settings(args: argparse.Namespace | LaunchRequest, tool_path: str):
     from launcher.netcheck.device import Settings
 
-    return Settings(hccn_tool=tool_path, timeout=getattr(args, "tool_timeout", 10.0),   # cluster has no --tool-timeout
-                    health_timeout=args.health_timeout)
+    return Settings(hccn_tool=tool_path, timeout=args.tool_timeout if isinstance(args, argparse.Namespace)
+                    else TOOL_TIMEOUT, health_timeout=args.health_timeout)
 
 
 def run_checks(args: argparse.Namespace | LaunchRequest, text: str, table, server_index: int | None) -> list[dict]:

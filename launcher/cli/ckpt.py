@@ -7,6 +7,7 @@ import json
 import sys
 
 from launcher.base.console import printable, say
+from launcher.cli.observe_args import add_run_dir
 from launcher.errors import UsageError
 from launcher.settings.argtypes import whole
 
@@ -50,9 +51,7 @@ def add_parser(sub) -> None:
                        ("merge", "join per-rank slices of one step into one full checkpoint"),
                        ("reshard", "re-slice a checkpoint saved by N ranks for M ranks")):
         a = actions.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".")
-        a.add_argument("run_dir", metavar="RUN_DIR", nargs="?",
-                       help="run directory (default: the latest run in --output-dir)")
-        a.add_argument("--output-dir", default="dlaunch_runs", metavar="DIR", help="default ./dlaunch_runs")
+        add_run_dir(a, help="run directory (default: the latest run in --output-dir)")
         if name != "list":
             a.add_argument("--step", help="which step, e.g. ckpt-3_156 or 3_156 (default: the newest complete)")
         if name == "merge":

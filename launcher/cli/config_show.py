@@ -9,7 +9,7 @@ import sys
 
 from launcher.base.console import printable
 from launcher.errors import UsageError
-from launcher.settings.launch import LAUNCH_COMMANDS, options_for
+from launcher.settings.launch import LAUNCH_COMMANDS, launch_flags, options_for
 from launcher.settings.layers import apply_layers
 
 
@@ -61,8 +61,8 @@ def _clash(unknown: dict[str, list[str]], launch_parsers: dict[str, argparse.Arg
     command's: "--rank-start is an option of dlaunch cluster, not run" (None when some flag is nobody's)."""
     def owner(flag: str, refused_by: str) -> str | None:
         name = flag.split("=", 1)[0]
-        return next((command for command, sub in launch_parsers.items()
-                     if command != refused_by and name in sub._option_string_actions), None)
+        return next((command for command in launch_parsers
+                     if command != refused_by and name in launch_flags(command)), None)
 
     said = []
     for command, extras in unknown.items():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from launcher.cli.observe_args import add_output_dir
 from launcher.cli.request import typed
 from launcher.settings.argtypes import whole
 
@@ -21,6 +22,6 @@ def add_parser(sub) -> None:
                                    "start time). A run that may still be running (a host with a plan and no "
                                    "summary whose launcher is not known to be gone) is never removed.")
     p.add_argument("--keep", type=whole(0, 10**6), required=True, metavar="N", help="how many of the newest to keep")
-    p.add_argument("--output-dir", default="dlaunch_runs", metavar="DIR", help="default ./dlaunch_runs")
+    add_output_dir(p)
     p.add_argument("--dry-run", action="store_true", help="list what would be removed; remove nothing")
     p.set_defaults(handler=_run)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from launcher.cli.observe_args import add_run_dir
 from launcher.cli.request import typed
 
 
@@ -23,11 +24,7 @@ def add_parser(sub) -> None:
                                    "lines like 'epoch: 1 step: 20, loss is 2.29' (the seeds' LossMonitor), "
                                    "'accuracy is 0.91', 'acc: 0.91', {'accuracy': 0.91}, or JSON lines like "
                                    '{"dlaunch": "metric", "step": 20, "loss": 2.29}.')
-    p.add_argument("run_dir", metavar="RUN_DIR", nargs="?",
-                   help="a run directory, or an output directory (its latest run); default: the latest run in "
-                        "--output-dir")
-    p.add_argument("--output-dir", default="dlaunch_runs", metavar="DIR",
-                   help="where run directories are (default ./dlaunch_runs)")
+    add_run_dir(p)
     p.add_argument("-o", "--output", metavar="FILE",
                    help="the HTML file to write, - for stdout (default ./report-RUN_ID.html; the run "
                         "directory itself is left as the run left it)")

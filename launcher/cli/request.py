@@ -1,7 +1,7 @@
 """Where the Namespace of ``run`` and ``cluster`` ends: settled by layer, checked, turned into a ``LaunchRequest``.
 
 Like torchrun's ``config_from_args``: what argparse gave goes in, a frozen, typed request comes out, and
-nothing below ``launcher.cli`` sees the Namespace.  The fronts (``cli.msrun``, ``cli.torchrun``) and the
+nothing below ``launcher.cli`` sees the Namespace.  The fronts (``cli.fronts.msrun``, ``cli.fronts.torchrun``) and the
 host launcher a head starts (``cluster --from-head``) come through ``settled_request`` too, with the values
 they decided in place of a command line.
 """
@@ -34,7 +34,7 @@ def typed(cls: type[Request], args: argparse.Namespace) -> Request:
 def settled_request(command: str, given: Mapping[str, Any], script_args_given: bool, environ=None,
                     usage: str | None = None, **extra: Any) -> LaunchRequest:
     """``command``'s request from what its command line gave (dest -> value, ``script``, ``script_args``):
-    the layers fill the rest (``config.apply_layers``); a script is required by then.  ``extra`` sets the
+    the layers fill the rest (``settings.layers.apply_layers``); a script is required by then.  ``extra`` sets the
     fields no flag gives (a table's text, the head's variables)."""
     values, sources = apply_layers(given, options_for(command), os.environ if environ is None else environ,
                                    script_args_given)

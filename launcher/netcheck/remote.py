@@ -31,7 +31,8 @@ def remote_argv(python: str, server_id: str, settings: Settings, tool_given: str
 
 def check_hosts(text: str, table, settings: Settings, *, tool_given: str | None, ssh_config: str | None,
                 trust_new_hosts: bool, connect_timeout: float, python: str | None = None) -> list[dict]:
-    """Every server's results (``host.check_host``'s shape), a host that could not be checked with its problem."""
+    """Every server's results (``netcheck.host.check_host``'s shape); a host that could not be checked, with its
+    problem."""
     import logging
 
     import paramiko  # noqa: F401  (imported before the worker threads need it)

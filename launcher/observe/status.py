@@ -1,6 +1,6 @@
 """``dlaunch status``: each rank of a run, live or finished, from any terminal.
 
-Everything comes from the run directory (``rundir``'s reader), never from the launcher itself; live
+Everything comes from the run directory (``rundir.read``), never from the launcher itself; live
 processes are looked at by ``observe.processes``.
 """
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import re
 
+from launcher.base.signals import stop_signal_names
 from launcher.contract import CKPT_DIR_ENV, RANK_DIR_ENV, RUN_DIR_ENV, RUN_ID_ENV
 
 SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|KEY|CREDENTIAL|AUTH|PRIVATE|COOKIE|SESSION", re.IGNORECASE)
@@ -21,7 +22,6 @@ SECRET_PART = re.compile(r"(?:^|_)(?:PASS|PWD|PW)(?:_|$)(?<!^PWD)", re.IGNORECAS
 ASSIGNMENT = re.compile(r"(^|[\s,;'\"])([A-Za-z_][A-Za-z0-9_]*)=([^\s,;'\"]*)")
 MASK = "****"
 ROLE_NAME = "default"
-SIGNALS_TO_HANDLE = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"   # what dlaunch forwards to ranks, named as torchrun names them
 
 
 def rank_environment(*, rank: int, local_rank: int, world_size: int, local_world_size: int, group_rank: int,
@@ -30,7 +30,7 @@ def rank_environment(*, rank: int, local_rank: int, world_size: int, local_world
                      error_file: str, restart_count: int, max_restarts: int, inherited: dict) -> dict[str, str]:
     """The variables dlaunch sets for one rank (inherited ones excluded, except where it fills a default).
 
-    ``device_id`` is what the rank's runtime calls its device (``host.DeviceView.device_id``) and
+    ``device_id`` is what the rank's runtime calls its device (``host.devices.DeviceView.device_id``) and
     ``cuda_visible`` its ``CUDA_VISIBLE_DEVICES`` (None: not set), both worked out by the plan from the
     devices this host allows.
 
@@ -64,7 +64,7 @@ def rank_environment(*, rank: int, local_rank: int, world_size: int, local_world
         "TORCHELASTIC_RUN_ID": run_id,
         "TORCHELASTIC_ERROR_FILE": error_file,
         "TORCHELASTIC_USE_AGENT_STORE": "False",
-        "TORCHELASTIC_SIGNALS_TO_HANDLE": SIGNALS_TO_HANDLE,
+        "TORCHELASTIC_SIGNALS_TO_HANDLE": stop_signal_names(),
         # dlaunch
         RUN_ID_ENV: run_id,
         RUN_DIR_ENV: run_dir,

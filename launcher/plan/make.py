@@ -5,7 +5,7 @@ server and the options it computes one ``RankSpec`` per local rank (argv,
 working directory, environment, log file, checkpoint directory) without
 touching a process, a file or a socket.  The plan can be printed
 (``--dry-run``), written to the run directory and tested on its own; the
-executor in ``execute/local.py`` only carries it out (tests/unit/test_pure_layers.py tests it without one).
+executor in ``execute/local/workers.py`` only carries it out (tests/unit/test_pure_layers.py tests it without one).
 """
 
 from __future__ import annotations

@@ -99,13 +99,13 @@ def host_argv(args: LaunchRequest, opts) -> list[str]:
     included: a host settles its arguments without its own environment or configs, and its dlaunch's defaults
     need not be the head's.
     """
-    resolved = {"run_id": opts.run_id, "master_addr": opts.master_addr, "master_port": opts.master_port,
-                "output_dir": opts.output_dir, "console": opts.console, "module": opts.command.module,
-                "no_python": opts.command.no_python}
+    settled = {**vars(args), "run_id": opts.run_id, "master_addr": opts.master_addr, "master_port": opts.master_port,
+               "output_dir": opts.output_dir, "console": opts.console, "module": opts.command.module,
+               "no_python": opts.command.no_python}
     words = [opts.command.target]
     for option in options_for("cluster"):
         if option.to_hosts:
-            words += option.words(resolved[option.dest] if option.dest in resolved else getattr(args, option.dest))
+            words += option.words(settled[option.dest])
     return words
 
 

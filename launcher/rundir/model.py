@@ -186,7 +186,7 @@ class StoppedByFile(TypedDict, total=False):
 
 
 class SummaryFile(TypedDict, total=False):
-    """How a host's launch ended (``results.summarize``)."""
+    """How a host's launch ended (``execute.results.summarize``)."""
 
     run_id: str
     run_dir: Path

@@ -50,7 +50,7 @@ class RankRef:
 
 @dataclass
 class Run:
-    """A run as its files say, every value checked by ``rundir_model`` (the files' TypedDicts)."""
+    """A run as its files say, every value checked by ``rundir.model`` (the files' TypedDicts)."""
 
     run_dir: str
     run_id: str

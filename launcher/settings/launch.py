@@ -53,6 +53,29 @@ PROFILE = Option(("--profile",), "rule set: " + "; ".join(f"{k}: {v}" for k, v i
                  choices=tuple(sorted(PROFILE_HELP)), default=DEFAULT_PROFILE, to_hosts=True)
 
 
+OUTPUT_DIR = Option(("--output-dir",), "where run directories go (default ./dlaunch_runs)", default="dlaunch_runs",
+                    metavar="DIR", to_hosts=True)   # the commands that read runs take it too (cli/observe_args.py)
+
+
+# Options check-network takes too (cli/checknet.py adds them from here, from the command line only).
+SERVER_ID = Option(("--server-id",), "this host's server_id in the rank table")
+HCCN_TOOL = Option(("--hccn-tool",), "hccn_tool for --check-network (default: PATH, else the driver's tools directory)",
+                   metavar="PATH")
+HEALTH_TIMEOUT = Option(("--health-timeout",), "--check-network: how long a device's net health may take to turn "
+                                               "Success (default 30)", type=positive_seconds, default=30.0,
+                        metavar="SECONDS")
+SSH = Option(("--ssh",), "start every server of the table over SSH from here", kind=FLAG, default=False,
+             group=SSH_GROUP)
+SSH_CONFIG = Option(("--ssh-config",), "OpenSSH client config (default ~/.ssh/config)", metavar="FILE", group=SSH_GROUP)
+TRUST_NEW_HOSTS = Option(("--trust-new-hosts",), "accept host keys not yet in known_hosts (and record them); "
+                                                 "changed keys are always refused", kind=FLAG, default=False,
+                         group=SSH_GROUP)
+REMOTE_PYTHON = Option(("--remote-python",), "Python with dlaunch on the hosts (default: this Python's path)",
+                       metavar="PATH", group=SSH_GROUP)
+CONNECT_TIMEOUT = Option(("--connect-timeout",), "SSH connect and preflight timeout per host (default 10)",
+                         type=positive_seconds, default=10.0, metavar="SECONDS", group=SSH_GROUP)
+
+
 def _shared(*flags: str, **declared) -> tuple[Option, tuple[str, ...]]:
     return Option(flags, **declared), LAUNCH_COMMANDS
 
@@ -69,8 +92,7 @@ _DECLARED: list[tuple[Option, tuple[str, ...]]] = [
     _shared("--rank-table", metavar="FILE", rivals="devices",   # a table, or --ranks/--devices (run)
             help="HCCL rank table; this host runs its own server's devices"),
     (PROFILE, LAUNCH_COMMANDS),
-    _shared("--output-dir", default="dlaunch_runs", metavar="DIR",
-            help="where run directories go (default ./dlaunch_runs)", to_hosts=True),
+    (OUTPUT_DIR, LAUNCH_COMMANDS),
     _shared("--run-id", from_env=False,   # DLAUNCH_RUN_ID is the rank contract's: a parent job's id, not ours
             help="name of the run directory (default: time and a random suffix; for cluster under Slurm, "
                  "slurm-$SLURM_JOB_ID); hosts of one job share it", to_hosts=True),
@@ -124,7 +146,7 @@ _DECLARED: list[tuple[Option, tuple[str, ...]]] = [
                            "latest run in --output-dir); ranks get DLAUNCH_RESUME_FROM and DLAUNCH_RESUME_STEP",
             kind=OPTIONAL, const="", metavar="RUN_DIR"), ("run",)),
     # cluster only
-    (Option(("--server-id",), "this host's server_id in the rank table"), ("cluster",)),
+    (SERVER_ID, ("cluster",)),
     (Option(("--rank-start",), "this host is the server whose first rank is K", type=whole(0, 10**9 - 1),
             metavar="K"), ("cluster",)),
     (Option(("--nnodes",), "without a rank table: the job's number of hosts, node K running ranks K*N.. "
@@ -142,11 +164,8 @@ _DECLARED: list[tuple[Option, tuple[str, ...]]] = [
     (Option(("--check-network",), "before starting ranks, run dlaunch check-network on the table (every host with "
                                   "--ssh) and refuse to start when a device fails; costs a few hccn_tool calls "
                                   "and up to --health-timeout seconds", kind=FLAG, default=False), ("cluster",)),
-    (Option(("--hccn-tool",), "hccn_tool for --check-network (default: PATH, else the driver's tools directory)",
-            metavar="PATH"), ("cluster",)),
-    (Option(("--health-timeout",), "--check-network: how long a device's net health may take to turn Success "
-                                   "(default 30)", type=positive_seconds, default=30.0, metavar="SECONDS"),
-     ("cluster",)),
+    (HCCN_TOOL, ("cluster",)),
+    (HEALTH_TIMEOUT, ("cluster",)),
     (Option(("--job-port",), "the port on the master address where the master host's dlaunch coordinates the "
                              "job's hosts (default: MASTER_PORT + 1)", type=port, metavar="PORT", to_hosts=True),
      ("cluster",)),
@@ -157,22 +176,22 @@ _DECLARED: list[tuple[Option, tuple[str, ...]]] = [
                                  "(default 180)", type=positive_seconds, default=180.0, metavar="SECONDS",
             to_hosts=True),
      ("cluster",)),
-    (Option(("--ssh",), "start every server of the table over SSH from here", kind=FLAG, default=False,
-            group=SSH_GROUP), ("cluster",)),
-    (Option(("--ssh-config",), "OpenSSH client config (default ~/.ssh/config)", metavar="FILE", group=SSH_GROUP),
-     ("cluster",)),
-    (Option(("--trust-new-hosts",), "accept host keys not yet in known_hosts (and record them); changed keys are "
-                                    "always refused", kind=FLAG, default=False, group=SSH_GROUP), ("cluster",)),
-    (Option(("--remote-python",), "Python with dlaunch on the hosts (default: this Python's path)",
-            metavar="PATH", group=SSH_GROUP), ("cluster",)),
-    (Option(("--connect-timeout",), "SSH connect and preflight timeout per host (default 10)",
-            type=positive_seconds, default=10.0, metavar="SECONDS", group=SSH_GROUP), ("cluster",)),
+    (SSH, ("cluster",)),
+    (SSH_CONFIG, ("cluster",)),
+    (TRUST_NEW_HOSTS, ("cluster",)),
+    (REMOTE_PYTHON, ("cluster",)),
+    (CONNECT_TIMEOUT, ("cluster",)),
 ]
 
 
 def options_for(command: str) -> list[Option]:
     """The options ``dlaunch COMMAND`` takes (run or cluster), in help order."""
     return [option for option, commands in _DECLARED if command in commands]
+
+
+def launch_flags(command: str) -> set[str]:
+    """Every flag ``dlaunch COMMAND`` takes (run or cluster), as typed on a command line."""
+    return {flag for option in options_for(command) for flag in option.flags}
 
 
 def add_launch_arguments(parser: argparse.ArgumentParser, declared) -> None:

@@ -1,6 +1,6 @@
 """Settings in layers: command-line flags > DLAUNCH_<OPTION> environment variables > YAML files > defaults.
 
-Every option is declared once, as an ``Option`` (``launcher.plan.settle`` declares run's and cluster's,
+Every option is declared once, as an ``Option`` (``settings.launch`` declares run's and cluster's,
 ``launcher.scripts.render`` its own); the parsers, these layers and generated scripts are all built from the
 declarations, so a new flag is settable in YAML and the environment without a second list to keep in
 step. Parsers give every layered option the default ``argparse.SUPPRESS``: an option absent from what

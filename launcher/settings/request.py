@@ -1,12 +1,12 @@
 """``LaunchRequest``: ``run``'s or ``cluster``'s command line once it is settled, as one frozen, typed value.
 
 The argparse Namespace never leaves ``launcher.cli``: ``cli.request`` settles the flags with the
-``DLAUNCH_*`` and YAML layers (``config.apply_layers``) and builds this request; ``dlaunch
+``DLAUNCH_*`` and YAML layers (``settings.layers.apply_layers``) and builds this request; ``dlaunch
 msrun`` and ``dlaunch torchrun`` build the same request from their own flags, without an argv to re-parse.
-Everything below the CLI (``options``, ``execute.ssh``) reads typed fields, never probes attributes; this
+Everything below the CLI (``plan``, ``execute.ssh``) reads typed fields, never probes attributes; this
 module imports nothing of dlaunch, so every layer may name the type.
 
-One field per declared launch option (``options._DECLARED``; a test keeps them in step), then what no flag
+One field per declared launch option (``settings.launch._DECLARED``; a test keeps them in step), then what no flag
 says: where the request came from (the sources, for ``config show`` and generated scripts) and what the
 host's launcher learns from a head, an operator's pod or a front (the table's text, the head's variables).
 """
@@ -24,7 +24,7 @@ class LaunchRequest:
     command: str                       # "run" or "cluster"
     script: str
     script_args: tuple[str, ...]
-    # the declared options (options._DECLARED), by dest; those of the other command keep their declared default
+    # the declared options (settings.launch._DECLARED), by dest; those of the other command keep their declared default
     config: tuple[str, ...]
     module: bool
     no_python: bool

@@ -48,7 +48,7 @@ def _servers_listed(table: RankTable) -> str:
 
 
 def this_host_names() -> set[str]:
-    """Every name and address this host answers to, its FQDN included (``host.host_names``)."""
+    """Every name and address this host answers to, its FQDN included (``host.devices.host_names``)."""
     from launcher.host.devices import host_names
 
     return host_names(resolve=True)

@@ -15,7 +15,7 @@ from launcher import checkpoint
 from launcher.checkpoint import store as ckptstore
 from launcher.observe import ckpt as ckpttool
 from tests.launching import ROOT, wait_until
-from tests.unit.test_checkpoint import ckpt_of, labels
+from tests.unit.checkpoint.test_api import ckpt_of, labels
 
 
 def python(script, *args, **popen):

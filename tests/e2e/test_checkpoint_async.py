@@ -18,7 +18,7 @@ from launcher.checkpoint import writer as ckptwriter
 from launcher.observe import ckpt as ckpttool
 from tests.e2e.test_checkpoint import python, sigterm_when_ready
 from tests.launching import ROOT, latest_run, run_dlaunch, summary, wait_until
-from tests.unit.test_checkpoint import ckpt_of, labels
+from tests.unit.checkpoint.test_api import ckpt_of, labels
 
 SAVER = str(ROOT / "tests" / "programs" / "async_saver.py")
 

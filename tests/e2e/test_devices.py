@@ -78,7 +78,7 @@ def test_ranks_auto_is_one_rank_per_allowed_device_and_the_default(tmp_path):
 
 
 def test_ranks_auto_without_devices_runs_one_cpu_rank(tmp_path):
-    """Issue 20: as torchrun's default, one process on a host without GPUs or NPUs (said on the console)."""
+    """As torchrun's default, one process on a host without GPUs or NPUs (said on the console)."""
     if os.path.exists("/dev/davinci0"):
         pytest.skip("this host has NPUs")
     for given in (["--ranks", "auto"], []):

@@ -34,7 +34,7 @@ def test_dry_run_shows_the_env_of_ranks_and_scheduler(run_cli, tmp_path):
         for line in ("MS_ROLE=MS_WORKER", f"MS_NODE_ID={rank}", f"RANK_ID={rank}", "MS_WORKER_NUM=2",
                      "MS_SCHED_HOST=127.0.0.1", "MS_SCHED_PORT=9124", "MS_TOPO_TIMEOUT=-1", f"DEVICE_ID={rank}",
                      f"RANK_TABLE_FILE={tmp_path / 'rt.json'}"):
-            # a rank after rank 0 shows what differs from rank 0's environment (issue 20: compact --dry-run)
+            # a rank after rank 0 shows what differs from rank 0's environment (a compact --dry-run)
             assert f"    {line}\n" in block or ("as rank 0's" in block and f"    {line}\n" in ranks[0]), (line, block)
         assert "train.py --epochs 1" in block
     assert f"run directory: {tmp_path / '-logs'}/" in result.stdout   # a value with a leading "-" stays a value

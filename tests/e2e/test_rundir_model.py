@@ -14,7 +14,7 @@ from launcher.rundir.model import PidsFile, PlanFile, SummaryFile, checked
 from launcher.rundir.paths import LAYOUT_VERSION
 from launcher.rundir.read import load_run
 from tests.launching import RANK_PROGRAM, latest_run, run_dlaunch
-from tests.unit.test_rundir_model import _lost
+from tests.unit.rundir.test_model import _lost
 
 MODELS = {"plan": PlanFile, "summary": SummaryFile, "pids": PidsFile}
 

@@ -107,7 +107,7 @@ def test_status_of_a_live_8_rank_job_then_of_the_finished_one(tmp_path, out):
         # --watch refreshed and stopped by itself when the run finished, with its verdict and exit code;
         # into a pipe, as plain snapshots
         shown, werr = watch.communicate(timeout=20)
-        assert watch.returncode == 7, werr
+        assert watch.returncode == 7, (werr, shown[-1500:])
         assert shown.count("run live (") >= 2 and "\x1b[" not in shown
         assert "exited 7" in shown and "run live finished: failed, exit code 7" in shown.split("run live (")[-1]
     finally:

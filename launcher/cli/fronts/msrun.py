@@ -55,7 +55,7 @@ MS_SIMULATION_LEVEL), --worker_log_name (logs are rank_NNN/output.log in the run
 
 @dataclass(frozen=True)
 class Translation:
-    """The dlaunch command a front's line means (msrun's here, torchrun's in ``cli.torchrun``): run or cluster,
+    """The dlaunch command a front's line means (msrun's here, torchrun's in ``cli.fronts.torchrun``): run or cluster,
     the script, the options it sets as their flags would give them (dest -> value), the script's arguments."""
 
     command: str
@@ -278,7 +278,7 @@ def settled_launch(args: argparse.Namespace) -> tuple[str, LaunchRequest]:
 
 
 def cmd_msrun(args: argparse.Namespace) -> int:
-    """An msrun command line, carried out as the dlaunch run or cluster it translates to (``cli.msrun``)."""
+    """An msrun command line, carried out as the dlaunch run or cluster it translates to (``cli.fronts.msrun``)."""
     from launcher.base.console import say
     from launcher.cli.launch import launch
 

@@ -20,6 +20,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from launcher.base.signals import stop_signal_names
 from launcher.cli.fronts.msrun import Translation
 from launcher.errors import UsageError
 from launcher.settings.argtypes import port, whole
@@ -55,7 +56,7 @@ TORCHRUN_OPTIONS: list[tuple[tuple[str, ...], str, object, str]] = [
     (("--local-addr", "--local_addr"), "local_addr", None, VALUE),
     (("--logs-specs", "--logs_specs"), "logs_specs", None, VALUE),
     (("--numa-binding", "--numa_binding"), "numa_binding", None, VALUE),
-    (("--signals-to-handle", "--signals_to_handle"), "signals_to_handle", "SIGTERM,SIGINT,SIGHUP,SIGQUIT", VALUE),
+    (("--signals-to-handle", "--signals_to_handle"), "signals_to_handle", stop_signal_names(), VALUE),
     (("--shutdown-timeout", "--shutdown_timeout"), "shutdown_timeout", None, VALUE),
     (("--virtual-local-rank", "--virtual_local_rank"), "virtual_local_rank", False, FLAG),
 ]
@@ -199,9 +200,9 @@ def _refusals(ns: argparse.Namespace) -> list[str]:
     if ns.virtual_local_rank:
         refused.append("--virtual-local-rank is not supported: each rank's LOCAL_RANK is its own, with "
                        "CUDA_VISIBLE_DEVICES listing this node's devices")
-    if ns.signals_to_handle.replace(" ", "") != "SIGTERM,SIGINT,SIGHUP,SIGQUIT":
-        refused.append(f"--signals-to-handle {ns.signals_to_handle[:40]}: dlaunch forwards SIGTERM, SIGINT, "
-                       f"SIGHUP and SIGQUIT to every rank, and only those")
+    if ns.signals_to_handle.replace(" ", "") != stop_signal_names():
+        refused.append(f"--signals-to-handle {ns.signals_to_handle[:40]}: dlaunch forwards "
+                       f"{stop_signal_names().replace(',', ', ')} to every rank, and only those")
     if ns.event_log_handler != "null":
         refused.append(f"--event-log-handler {ns.event_log_handler[:40]}: dlaunch records events in the run "
                        f"directory (summary.json), only 'null' is accepted")
@@ -232,7 +233,7 @@ def _console(ns: argparse.Namespace, node_rank: int, nproc: int, notes: list[str
 def translate(ns: argparse.Namespace, nproc: int, devices: list[int]) -> Translation:
     """The dlaunch run/cluster options for torchrun flags ``ns`` (filled by ``with_env_defaults``).
 
-    ``nproc`` is --nproc-per-node as a number (``host.ranks_per_node``); ``devices`` this host's first
+    ``nproc`` is --nproc-per-node as a number (``host.devices.ranks_per_node``); ``devices`` this host's first
     ``nproc`` device ids.  A UsageError for what dlaunch cannot do.
     """
     from launcher.table.build import job_table
@@ -308,7 +309,7 @@ def settled_launch(args: argparse.Namespace) -> tuple[str, LaunchRequest]:
 
 
 def cmd_torchrun(args: argparse.Namespace) -> int:
-    """A torchrun command line, carried out as the dlaunch run or cluster it translates to (``cli.torchrun``)."""
+    """A torchrun command line, carried out as the dlaunch run or cluster it translates to (``cli.fronts.torchrun``)."""
     from launcher.cli.launch import launch
 
     return launch(settled_launch(args)[1])

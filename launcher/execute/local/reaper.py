@@ -42,6 +42,7 @@ import time
 
 from launcher.base.console import say
 from launcher.base.lines import LineBuffer
+from launcher.base.signals import STOP_SIGNALS
 from launcher.contract import LAUNCHER_ID_ENV, LAUNCHER_IDS_ENV
 
 PR_SET_PDEATHSIG = 1
@@ -55,7 +56,6 @@ MAX_NESTING = 16             # markers a process carries at most: the innermost 
                              # list must not grow every rank's environment)
 NOTE_SECONDS = 1.0           # how often the watchdog notes the launcher's tree (a few /proc reads per process)
 GOODBYE_SECONDS = 2.0        # a watchdog that has not left this long after "bye" is stuck: killed
-_WATCHDOG_IGNORES = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 
 
 @functools.cache
@@ -287,7 +287,7 @@ class Reaper:
                 os.close(write_fd)
                 _keep_only_fd(read_fd)  # hold none of the launcher's pipes, sockets or SSH channel open
                 os.setsid()  # out of the launcher's group: a killpg of the launcher must not take us too
-                for sig in _WATCHDOG_IGNORES:
+                for sig in STOP_SIGNALS:
                     signal.signal(sig, signal.SIG_IGN)
                 _reap_when_orphaned(read_fd, self.launcher_id, launcher_pid)
             except BaseException:

@@ -29,7 +29,7 @@ from launcher.settings.request import LaunchRequest
 def launch_over_ssh(args: LaunchRequest, text: str, table, opts) -> int:
     """``dlaunch cluster --ssh``: plan, preflight every host, start all, watch until the end; the exit code.
 
-    ``text``, ``table`` and ``opts`` are what ``options.head_launch`` decided on the head."""
+    ``text``, ``table`` and ``opts`` are what ``plan.share.head_launch`` decided on the head."""
     plan = make_ssh_plan(args, text, table, opts)
     if args.dry_run:
         print(describe_plan(plan))

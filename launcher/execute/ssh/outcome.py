@@ -19,7 +19,7 @@ HCCL_CONNECT_TIMEOUT_DEFAULT = 120   # seconds HCCL waits for its peers unless t
 
 def host_causes(runs: list[HostRun]) -> list[dict]:
     """Every host's own root cause (a rank), and every host that failed by itself (a lost connection, a
-    launcher error); ``results.cluster_verdict`` picks the one that came first."""
+    launcher error); ``execute.results.cluster_verdict`` picks the one that came first."""
     causes = []
     for run in runs:
         summary = run.summary or {}

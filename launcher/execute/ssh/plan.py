@@ -100,7 +100,7 @@ def make_ssh_plan(args: LaunchRequest, text: str, table, opts, environ=None) -> 
     """Everything ``cluster --ssh`` will do, decided from the request, the table and the SSH config; no network.
 
     ``text`` and ``table`` are the rank table as read and validated, ``opts`` the head's settings
-    (``options.head_launch``), with the arguments every host's launcher gets (``opts.host_argv``).
+    (``plan.share.head_launch``), with the arguments every host's launcher gets (``opts.host_argv``).
     """
     server_ids = _server_ids(table)
     env = rank_env(os.environ if environ is None else environ, args.env, args.env_file)

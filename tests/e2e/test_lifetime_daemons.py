@@ -1,4 +1,4 @@
-"""Process lifetime, round 3 (issue 20): forks during async saves, pid-hopping daemons."""
+"""Process lifetime against forks during async saves and pid-hopping daemons: nothing outlives the launch."""
 import os
 import subprocess
 import sys

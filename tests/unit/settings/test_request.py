@@ -46,7 +46,7 @@ def test_the_namespace_stays_in_the_cli():
     import ast
     from pathlib import Path
 
-    package = Path(__file__).resolve().parents[2] / "launcher"
+    package = Path(__file__).resolve().parents[3] / "launcher"
     for path in package.rglob("*.py"):
         if path.relative_to(package).parts[0] == "cli":
             continue
@@ -66,3 +66,23 @@ def test_a_generated_script_names_forwarded_signals(tmp_path, monkeypatch, capsy
     out = tmp_path / "run.sh"
     assert main(["script", "run.sh", "train.py", "--forward-signals", "WINCH,URG", "-o", str(out)]) == 0
     assert "--forward-signals SIGWINCH,SIGURG" in out.read_text()   # as the flag takes it back, not (28, 23)
+
+
+def test_below_the_cli_nothing_probes_arguments_or_argparse_internals():
+    """Stages read typed fields: no ``getattr(args, ...)`` outside ``launcher/cli``, and argparse's private
+    attributes (``_option_string_actions``, ``_actions``) nowhere."""
+    import ast
+    from pathlib import Path
+
+    package = Path(__file__).resolve().parents[3] / "launcher"
+    found = []
+    for path in package.rglob("*.py"):
+        in_cli = path.relative_to(package).parts[0] == "cli"
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (not in_cli and isinstance(node, ast.Call) and getattr(node.func, "id", "") == "getattr"
+                    and node.args and getattr(node.args[0], "id", "") in ("args", "ns", "namespace")):
+                found.append(f"{path.relative_to(package.parent)}:{node.lineno} getattr")
+            if isinstance(node, ast.Attribute) and node.attr in ("_option_string_actions", "_actions",
+                                                                 "_subparsers", "_defaults"):
+                found.append(f"{path.relative_to(package.parent)}:{node.lineno} {node.attr}")
+    assert found == []

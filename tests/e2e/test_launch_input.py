@@ -1,4 +1,4 @@
-"""Issue 20, the launch side and the CLI: bad input is one line and exit 2, never a traceback.
+"""The launch side and the CLI: bad input is one line and exit 2, never a traceback.
 
 The CLI cases run in-process through ``launcher.cli.main(argv)`` (fast); launches that must reach the
 executor run as real processes.
