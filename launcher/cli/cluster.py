@@ -28,7 +28,7 @@ def cmd_cluster(args: LaunchRequest, control=None, on_started=None) -> int:
             check_before_launch(args, text, head_table, None)
         return launch_over_ssh(args, text, head_table, opts)
     shared = nodes_share(args, os.environ)
-    if shared is None and not args.rank_table and args.rank_table_text is None:
+    if shared is None and not args.rank_table and args.rank_table_text is None and args.job is None:
         shared = adopt_pod(args, os.environ)
         if shared is None:
             raise UsageError("dlaunch cluster needs --rank-table FILE: on each host, dlaunch cluster SCRIPT "

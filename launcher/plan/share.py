@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 from launcher.errors import UsageError
 from launcher.plan.settle import launch_options
 from launcher.settings.launch import AUTO, PROFILE
+from launcher.settings.request import JobShape
 from launcher.table.rules import DEFAULT_PROFILE
 
 TYPE_CHECKING = False   # typing's own flag, without importing typing on the launch path (docs/development.md)
@@ -25,7 +26,8 @@ class TableSource:
     before a restart (an operator may have rewritten the file meanwhile)."""
 
     path: str | None = None         # a file (--rank-table, an operator's mount)
-    text: str | None = None         # the table itself (a head's, a front's, a pod's): no file to read
+    text: str | None = None         # the table itself (a head's, a pod's): no file to read
+    job: JobShape | None = None     # a job without a table (a front, --nnodes, a pod): its table is made here
     profile: str = DEFAULT_PROFILE
     server_id: str | None = None    # --server-id
     rank_start: int | None = None   # --rank-start
@@ -34,9 +36,14 @@ class TableSource:
     @classmethod
     def of(cls, args: LaunchRequest) -> TableSource:
         """The table a launch request names (its text before its file)."""
-        what = "the rank table from the head" if args.rank_table_text is not None else f"rank table {args.rank_table}"
-        return cls(path=args.rank_table, text=args.rank_table_text, profile=args.profile, server_id=args.server_id,
-                   rank_start=args.rank_start, what=what)
+        if args.job is not None:
+            what = f"the job's rank table ({args.job.nodes} nodes of {len(args.job.devices)} ranks)"
+        elif args.rank_table_text is not None:
+            what = "the rank table from the head"
+        else:
+            what = f"rank table {args.rank_table}"
+        return cls(path=args.rank_table, text=args.rank_table_text, job=args.job, profile=args.profile,
+                   server_id=args.server_id, rank_start=args.rank_start, what=what)
 
 
 @dataclass(frozen=True)
@@ -54,7 +61,13 @@ def host_share(source: TableSource, *, every_host: bool = False,
     from launcher.table.rules import require_valid
     from launcher.table.share import read_table, select_server
 
-    if source.text is not None:
+    if source.job is not None:
+        from launcher.table.build import job_table
+        from launcher.table.model import dumps
+
+        table = job_table(source.job.nodes, list(source.job.devices))
+        text = dumps(table)
+    elif source.text is not None:
         from launcher.table.model import RankTableError, loads
 
         try:
@@ -81,7 +94,7 @@ def launch_table(args: LaunchRequest):
     from launcher.table.build import parse_devices, read_hccn_conf, single_server_table
     from launcher.table.rules import require_valid
 
-    from_table = args.rank_table_text is not None or bool(args.rank_table)
+    from_table = args.rank_table_text is not None or bool(args.rank_table) or args.job is not None
     auto = not from_table and args.devices is None and args.ranks == AUTO
     view = visible.discover(probe_hardware=auto)
     if from_table:
@@ -162,16 +175,14 @@ def adopt_pod(args: LaunchRequest, environ) -> LaunchRequest | None:
 def take_job_share(args: LaunchRequest, nnodes: int, node_rank: int, nproc_text: str | None, environ,
                    who: str) -> LaunchRequest:
     """A job without a rank table, as torchrun runs one: ``nnodes`` hosts of ``nproc`` ranks, host K running
-    ranks K*nproc..; the table dlaunch makes of it (``table.build.job_table``) and this host's share of it.
+    ranks K*nproc..; the job's shape (``host_share`` makes its table) and this host's share of it.
     The pods of an operator and ``cluster --nnodes`` both come here."""
     from launcher.base.console import say
     from launcher.host.devices import discover, ranks_per_node
-    from launcher.table.build import job_table
-
     nproc, chosen = ranks_per_node(nproc_text or "auto", environ)
     if chosen:
         say(f"{who}: {chosen}")
-    return replace(args, rank_table_text=job_table(nnodes, discover(environ).first(nproc, "ranks per node")),
+    return replace(args, job=JobShape(nnodes, tuple(discover(environ).first(nproc, "ranks per node"))),
                    rank_start=node_rank * nproc if args.server_id is None and args.rank_start is None
                    else args.rank_start,
                    # a job of any size, as torchrun's: no Ascend topology rules

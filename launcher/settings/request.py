@@ -18,6 +18,15 @@ from dataclasses import dataclass, field, fields
 
 
 @dataclass(frozen=True)
+class JobShape:
+    """A job without a rank table, as torchrun and msrun name one: ``nodes`` hosts, each running ranks on
+    ``devices`` (node K runs ranks K*len(devices)..). ``plan.share`` makes its table."""
+
+    nodes: int
+    devices: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class LaunchRequest:
     """Every setting of one ``dlaunch run`` or ``cluster``, settled (flags > DLAUNCH_* > YAML > defaults)."""
 
@@ -69,7 +78,8 @@ class LaunchRequest:
     connect_timeout: float
     # what no flag says
     sources: Mapping[str, str] = field(default_factory=dict)   # dest -> "command line", "$DLAUNCH_X", a file, "default"
-    rank_table_text: str | None = None     # the table itself (from a head, a front, a pod), not a file to read
+    rank_table_text: str | None = None     # the table itself (from a head or an operator's pod), not a file to read
+    job: JobShape | None = None            # a job without a table (a front, --nnodes, a pod): its shape
     head_env: Mapping[str, str] = field(default_factory=dict)   # the head's variables for every rank (--ssh)
     ms_scheduler_elsewhere: bool = False   # MindSpore's scheduler runs in a pod of its own (an operator's job)
     ms_scheduler_pod: bool = False         # this pod is that scheduler: one process, no device
@@ -80,6 +90,6 @@ class LaunchRequest:
         return self.sources.get(dest, "default")
 
 
-_LATER = {"command", "script", "script_args", "sources", "rank_table_text", "head_env", "ms_scheduler_elsewhere",
+_LATER = {"command", "script", "script_args", "sources", "rank_table_text", "job", "head_env", "ms_scheduler_elsewhere",
           "ms_scheduler_pod", "job_addr"}
 OPTION_FIELDS = frozenset(f.name for f in fields(LaunchRequest)) - _LATER   # one per declared option's dest

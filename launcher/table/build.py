@@ -144,10 +144,8 @@ def _merge_super_pods(tables: list[RankTable]):
     return list(pods.values()) if pods else MISSING
 
 
-def job_table(nodes: int, devices: list[int]) -> str:
+def job_table(nodes: int, devices: list[int]) -> RankTable:
     """The job's rank table: ``nodes`` servers named node0, node1, ... each with ``devices``, ranks in node order."""
-    from launcher.table.model import dumps
-
     servers = [single_server_table(devices, f"node{k}", rank_start=k * len(devices)).servers[0]
                for k in range(nodes)]
-    return dumps(RankTable(version="1.0", server_count=str(nodes), servers=servers, status="completed"))
+    return RankTable(version="1.0", server_count=str(nodes), servers=servers, status="completed")

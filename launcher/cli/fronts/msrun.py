@@ -25,7 +25,7 @@ from typing import Any
 from launcher.errors import UsageError
 from launcher.settings.argtypes import MAX_SECONDS, port, whole
 from launcher.settings.launch import MAX_LOCAL_RANKS
-from launcher.settings.request import LaunchRequest
+from launcher.settings.request import JobShape, LaunchRequest
 
 # msrun 2.10's defaults (run.py get_args), kept so a line that relies on them means the same here
 MSRUN_WORKER_NUM = 8
@@ -62,7 +62,7 @@ class Translation:
     script: str
     flags: Mapping[str, Any]
     script_args: list[str]
-    rank_table_text: str | None = None        # several nodes: the job's table (no file to write or share)
+    job: JobShape | None = None               # several nodes: the job's shape (no table file to write or share)
     checked: Mapping[str, Any] = field(default_factory=dict)   # values the front's own rules checked (below)
     notes: list[str] = field(default_factory=list)
 
@@ -71,7 +71,7 @@ class Translation:
         from launcher.cli.request import front_request
 
         return front_request(front, self.command, self.script, self.script_args, self.flags,
-                             checked=self.checked, rank_table_text=self.rank_table_text)
+                             checked=self.checked, job=self.job)
 
 
 def _join(text: str) -> bool:
@@ -223,13 +223,10 @@ def translate(ns: argparse.Namespace, master_ip: str, devices: list[int], enviro
                          f"ignored (as msrun does)")
         return Translation("run", script, {**flags, "ranks": ns.worker_num}, script_args, checked=checked,
                            notes=notes)
-    from launcher.table.build import job_table
-
     per_node = ns.local_worker_num
-    nodes = ns.worker_num // per_node
-    table = job_table(nodes, devices[:per_node])
+    job = JobShape(ns.worker_num // per_node, tuple(devices[:per_node]))
     return Translation("cluster", script, {**flags, "rank_start": ns.node_rank * per_node}, script_args,
-                       rank_table_text=table, checked=checked, notes=notes)
+                       job=job, checked=checked, notes=notes)
 
 
 def master_ip(addr: str) -> str:

@@ -10,7 +10,7 @@ Every option also comes from ``PET_<OPTION>`` as its default, the command line w
 a malformed ``PET_*`` value is a one-line error of this command, never a traceback of every command.
 
 ``translate`` is pure: torchrun's flags in, the dlaunch command line out (and, for several nodes, the job's
-rank table: node K runs ranks K*nproc.., as msrun's multi-node path builds it, ``table.build.job_table``).
+rank table: node K runs ranks K*nproc.., as msrun's multi-node path does: the request's ``JobShape``).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from launcher.base.signals import stop_signal_names
 from launcher.cli.fronts.msrun import Translation
 from launcher.errors import UsageError
 from launcher.settings.argtypes import port, whole
-from launcher.settings.request import LaunchRequest
+from launcher.settings.request import JobShape, LaunchRequest
 
 FLAG, VALUE = "flag", "value"
 # (flags, dest, torchrun 2.13's default, kind): get_args_parser() in torch/distributed/run.py
@@ -236,8 +236,6 @@ def translate(ns: argparse.Namespace, nproc: int, devices: list[int]) -> Transla
     ``nproc`` is --nproc-per-node as a number (``host.devices.ranks_per_node``); ``devices`` this host's first
     ``nproc`` device ids.  A UsageError for what dlaunch cannot do.
     """
-    from launcher.table.build import job_table
-
     refused = _refusals(ns)
     if refused:
         raise UsageError(refused[0])
@@ -284,7 +282,7 @@ def translate(ns: argparse.Namespace, nproc: int, devices: list[int]) -> Transla
     flags.update(console=_console(ns, node_rank, nproc, notes), master_addr=addr,
                  master_port=TORCHRUN_DEFAULT_PORT if port_number is None else port_number,
                  rank_start=node_rank * nproc)
-    return Translation("cluster", script, flags, script_args, rank_table_text=job_table(nodes, devices[:nproc]),
+    return Translation("cluster", script, flags, script_args, job=JobShape(nodes, tuple(devices[:nproc])),
                        notes=notes)
 
 

@@ -10,7 +10,7 @@ import pytest
 from launcher.cli import build_parser
 from launcher.cli.fronts.msrun import translate
 from launcher.errors import UsageError
-from launcher.table.model import loads
+from launcher.table.build import job_table
 
 
 def msrun(*argv):
@@ -26,7 +26,7 @@ def test_msrun_defaults_are_msrun_2_10s():
     assert (done.command, done.script) == ("run", "train.py")
     assert done.flags == {"ms_scheduler": True, "profile": "structure", "master_addr": "127.0.0.1",
                           "master_port": 8118, "console": "all", "ms_topo_timeout": 600, "ranks": 8}
-    assert done.rank_table_text is None and not done.checked
+    assert done.job is None and not done.checked
 
 
 def test_one_node_line_maps_every_flag_and_keeps_script_arguments_apart():
@@ -60,7 +60,8 @@ def test_node_rank_over_several_nodes_is_cluster_with_this_nodes_share():
     done = translate(ns, "10.1.2.3", [4, 5, 6, 7], environ={})
     assert done.command == "cluster"
     assert done.flags["rank_start"] == 4 and done.flags["master_addr"] == "10.1.2.3"
-    table = loads(done.rank_table_text)
+    assert done.job is not None
+    table = job_table(done.job.nodes, list(done.job.devices))
     assert [s.server_id for s in table.servers] == ["node0", "node1"]
     assert [[(d.device, d.rank) for d in s.devices] for s in table.servers] == \
         [[(4, 0), (5, 1), (6, 2), (7, 3)], [(4, 4), (5, 5), (6, 6), (7, 7)]]
