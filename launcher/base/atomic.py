@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 
-# what tempfile.mkstemp opens with; tempfile itself (and random) is not imported to launch (~1.5 ms)
+# what tempfile.mkstemp opens with; tempfile itself (and random) is not imported on the launch path
 _CREATE_FLAGS = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
 
 

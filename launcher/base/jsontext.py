@@ -1,15 +1,14 @@
 """JSON text for the files people open (plans, summaries, rank tables): indented while small, compact beyond.
 
-CPython's C encoder writes only compact JSON; ``indent`` takes the pure-Python encoder, some 10x slower.
-Indenting a 1,024-rank rank table cost ~10 ms of a launch whose whole budget is ~0.3 ms per rank, and
-nobody reads 150 KB of JSON by eye.  Under 16 KiB (a rank table of up to ~250 ranks, a summary of up
-to ~32) the indenting costs under 3 ms and is kept.
+CPython's C encoder writes only compact JSON; ``indent`` takes the pure-Python encoder, many times slower.
+A large job's plan or rank table is not read by eye, so beyond 16 KiB (a rank table of some 250 ranks, a
+summary of some 32) the text is compact; below, the indenting is cheap and kept.
 
 Large texts are made in pieces of LONG_LIST items of a long list or dict (the ranks of plan.json, summary.json
 and pids.json): the C encoder keeps every small string of its output alive until it joins them, so encoding a
-1,024-rank plan.json (1.6 MB) at once passed through ~10 MB of fresh memory: ~2,000 page faults, a third of
-the encoding's cost.  A piece at a time, the same memory serves every rank, and a writer gets the pieces
-without the whole text ever being joined.
+large plan.json at once passes through several times its size in fresh memory, whose page faults are much of
+the cost.  A piece at a time, the same memory serves every rank, and a writer gets the pieces without the
+whole text ever being joined.
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ COMMANDS = {"validate-ranktable": "validate", "gen-ranktable": "gen", "merge-ran
 
 def build_parser(command: str | None = None) -> DlaunchParser:
     """The top-level parser.  Given the ``command`` being run, only that command's module is imported and its
-    parser built: the other fourteen cost every launch ~8 ms of CPU (1,024 ranks: 0.008 ms each) for nothing;
+    parser built: the others would cost every launch their imports and parsers for nothing;
     without one (help, an unknown word), every command's."""
     wanted = [command] if command in COMMANDS else list(COMMANDS)
     parser = DlaunchParser(

@@ -33,7 +33,8 @@ from launcher.rundir.paths import attempt_file
 from launcher.rundir.read import RankRef, Run, log_attempts, log_path
 
 # No two runs of \s* meet without a required character between them: every pattern here matches in time
-# linear in the line (``acc:`` and 30,000 spaces once took minutes), and lines are read at most MAX_LINE long.
+# linear in the line (adjacent \s* runs backtrack quadratically on long runs of spaces), and lines are read at
+# most MAX_LINE long.
 SEEDS_LOSS = re.compile(r"epoch:\s*(\d+)\s*(?:,\s*)?step:\s*(\d+)\s*(?:,\s*)?loss is\b(.*)")
 NUMBER_TEXT = r"(?<![\w.])[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|(?<!\w)[-+]?(?:nan|inf)\b"
 NUMBER = re.compile(NUMBER_TEXT, re.IGNORECASE)  # the first number that is not part of a name (Float32)

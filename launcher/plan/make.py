@@ -143,7 +143,7 @@ class LaunchPlan:
 
     def to_dict(self) -> dict:
         """JSON-ready, with secret-looking env values and arguments masked.  Shallow, unlike ``asdict``: the
-        plan is only read from here on, and a deep copy of 1,024 ranks' environments took seconds."""
+        plan is only read from here on, and a deep copy of every rank's environment grows with the job."""
         data = _fields(self)
         data.update(_fields(data.pop("policy")))   # plan.json's keys as they always were: one flat object
         data["ranks"] = [_fields(spec) for spec in self.ranks]

@@ -63,8 +63,7 @@ class Run:
     head: HeadSummaryFile | None = None                         # summary.head.json of a cluster --ssh job
     problems: list[str] = field(default_factory=list)           # one line per damaged file: what was ignored
     damaged: set[str] = field(default_factory=set)              # host suffixes whose plan could not be read
-    # host suffix -> rank -> its summary entry, made on first use (a rank looked up in a list per rank
-    # made `status` of 1,024 ranks quadratic)
+    # host suffix -> rank -> its summary entry, made on first use (a list searched per rank is quadratic)
     _entries: dict[str, dict] = field(default_factory=dict, repr=False, compare=False)
 
     @property

@@ -81,7 +81,7 @@ def become_subreaper() -> bool:
 def death_signal_wrapper() -> tuple[str, ...]:
     """``setpriv --pdeathsig KILL --``, a prefix that arms the death signal in the child and execs the rank,
     when util-linux's setpriv is here: then no ``preexec_fn`` runs, so subprocess spawns with vfork instead
-    of copying the launcher's whole address space for every rank (1,024 ranks: seconds).  The moment between
+    of copying the launcher's whole address space for every rank.  The moment between
     the spawn and setpriv's prctl, where the launcher could die unnoticed, is the watchdog's (the rank carries
     the marker).  Empty where setpriv is missing: ``child_setup`` then does the same in Python."""
     import shutil
@@ -410,8 +410,8 @@ def _reap_when_orphaned(read_fd: int, launcher_id: str, launcher_pid: int) -> No
     noting the launcher's tree every NOTE_SECONDS while it waits, unless no process or thread was created
     since a note that began a whole round after the last creation (``_last_pid``; a process given its pid just
     before one note may not be linked to its parent yet, so the next note is taken too). Reading the tree
-    costs /proc reads per process and per thread (1,024 ranks: 43 ms of CPU a second for the whole job), and
-    a quiet job creates nothing."""
+    costs /proc reads per process and per thread, for as long as the job runs, and a quiet job creates
+    nothing."""
     import select
 
     groups: set[int] = set()

@@ -1,12 +1,11 @@
 """Start one rank process cheaply: ``os.posix_spawn`` of the launch's shared environment plus the rank's own.
 
-Why not ``subprocess.Popen`` for every rank: with 1,024 ranks, Popen re-encodes the whole inherited
-environment (some 100 variables, two ``os.fsencode`` calls each, in Python) for every rank, builds its error
-pipe and its bookkeeping, and costs the launcher about as much CPU as the rank's own exec.  Here a rank's
-environment is one dict copy (the inherited variables and the launch's markers, read once) updated with its
-own variables, which ``posix_spawn`` encodes in C (cheaper than encoding the rank's own ~30 in Python: 1,024
-ranks ~5 ms less), and glibc's ``posix_spawn`` starts it with ``CLONE_VFORK`` (no copy of the launcher's
-memory).
+Why not ``subprocess.Popen`` for every rank: Popen re-encodes the whole inherited environment (two
+``os.fsencode`` calls a variable, in Python) for every rank, builds its error pipe and its bookkeeping, and
+costs the launcher about as much CPU as the rank's own exec.  Here a rank's environment is one dict copy (the
+inherited variables and the launch's markers, read once) updated with its own variables, which
+``posix_spawn`` encodes in C, and glibc's ``posix_spawn`` starts it with ``CLONE_VFORK`` (no copy of the
+launcher's memory).
 
 What Popen did and this keeps: the rank's own session (``setsid``), stdin from /dev/null, stdout and stderr
 to the rank's log or console pipe, SIGPIPE and SIGXFSZ back to their defaults (Python ignores them, and an

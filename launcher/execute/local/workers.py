@@ -46,7 +46,7 @@ PIPE_DRAIN_SECONDS = 1.0
 
 def _make_dir(path: str) -> None:
     """A rank's checkpoint directory, inside its rank directory (made by ``rundir.create.create``): one mkdir.
-    ``os.makedirs`` stats the parent first and costs 1,024 ranks ~10 ms more; a path whose parent is missing
+    ``os.makedirs`` stats every parent first, for every rank; a path whose parent is missing
     (the scheduler's directory) still gets every level, and a restart finds its directory there."""
     try:
         os.mkdir(path)

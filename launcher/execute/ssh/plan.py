@@ -152,8 +152,7 @@ def remote_command(python: str, cwd: str, target_kind: str, target: str) -> str:
     Every piece is quoted and only paths appear.  A failed check prints its
     mark and exits before the launcher.  The launcher (``--announce``) prints
     its version and the ready mark, then only waits for its request, so
-    starting nothing is still the head's call: one Python start per host (the
-    version used to be a ``python -m launcher --version`` of its own).
+    starting nothing is still the head's call: one Python start per host.
     """
     q = shlex.quote
 

@@ -56,8 +56,8 @@ _known_hosts_lock = threading.Lock()
 
 def _load_known_hosts(client, path: str, name: str) -> None:
     """Give ``client`` the keys ``path`` holds for ``name``.  The file is parsed once for all hosts, not once per
-    host: a known_hosts file with every host of a 64-host job, parsed by each connection, is O(hosts^2) key
-    parsing in the head (7 ms per host at 32 hosts)."""
+    host: a known_hosts file listing every host of the job, parsed by each connection, is O(hosts^2) key
+    parsing in the head."""
     from paramiko.hostkeys import HostKeys, InvalidHostKey
 
     try:

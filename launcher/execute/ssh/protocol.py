@@ -3,8 +3,8 @@
 The head runs ``python -m launcher cluster --from-head --announce`` on each host
 with nothing else on the command line (where ``ps`` would show it to every user).
 The launcher first says its version and the preflight's ready mark on stdout
-(``announce``: what a separate ``python -m launcher --version`` and the shell's
-``echo`` used to say, so a host costs one Python start, not two).
+(``announce``), so a host costs one Python start, not a second one for the
+version.
 It then writes one JSON line to the channel, the launch request:
 
     {"argv": [cluster arguments], "env": {"NAME": "value"}, "rank_table": "<table JSON text>"}
