@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from dataclasses import replace
 
@@ -117,7 +118,7 @@ def cmd_check_network(args: argparse.Namespace) -> int:
     share = host_share(TableSource(path=None if stdin else args.rank_table, text=_stdin_table() if stdin else None,
                                    profile=args.profile, server_id=args.server_id,
                                    what="the rank table on stdin" if stdin else f"rank table {args.rank_table}"),
-                       every_host=args.ssh)
+                       os.environ, every_host=args.ssh)
     text, table = share.text, share.table
     hosts = run_checks(args, text, table, share.index)
     if args.json:

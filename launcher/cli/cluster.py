@@ -23,10 +23,10 @@ def cmd_cluster(args: LaunchRequest, control=None, on_started=None) -> int:
     if args.ssh:
         from launcher.execute.ssh.head import launch_over_ssh
 
-        text, head_table, opts = head_launch(args)
+        text, head_table, opts = head_launch(args, os.environ)
         if checking:
             check_before_launch(args, text, head_table, None)
-        return launch_over_ssh(args, text, head_table, opts)
+        return launch_over_ssh(args, text, head_table, opts, os.environ)
     shared = nodes_share(args, os.environ)
     if shared is None and not args.rank_table and args.rank_table_text is None and args.job is None:
         shared = adopt_pod(args, os.environ)
@@ -35,12 +35,12 @@ def cmd_cluster(args: LaunchRequest, control=None, on_started=None) -> int:
                              "--rank-table FILE --rank-start K; or from one head node, dlaunch cluster SCRIPT "
                              "--rank-table FILE --ssh")
     args = shared or args
-    table, server_index, _, view = launch_table(args)
+    table, server_index, _, view = launch_table(args, os.environ)
     if checking:
         check_before_launch(args, "", table, server_index)
     reread = replace(TableSource.of(args), text=None) if args.rank_table else None   # the file, read again
-    return launch(table, server_index, launch_options(args, table, server_index, view=view), dry_run=args.dry_run,
-                  environ=os.environ, on_started=on_started, control=control, reread=reread)
+    return launch(table, server_index, launch_options(args, table, server_index, os.environ, view=view),
+                  dry_run=args.dry_run, environ=os.environ, on_started=on_started, control=control, reread=reread)
 
 
 def cmd_from_head(announce: bool = False) -> int:

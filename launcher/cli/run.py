@@ -14,9 +14,9 @@ from launcher.settings.request import LaunchRequest
 def cmd_run(args: LaunchRequest) -> int:
     from launcher.execute.attempts import launch
 
-    table, server_index, _, view = launch_table(args)
-    return launch(table, server_index, launch_options(args, table, server_index, view=view), dry_run=args.dry_run,
-                  environ=os.environ)
+    table, server_index, _, view = launch_table(args, os.environ)
+    return launch(table, server_index, launch_options(args, table, server_index, os.environ, view=view),
+                  dry_run=args.dry_run, environ=os.environ)
 
 
 def add_parser(sub) -> argparse.ArgumentParser:

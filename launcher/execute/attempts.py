@@ -202,7 +202,7 @@ class Launch:
             from launcher.execute.job.restarts import next_table
 
             self.table, self.server_index, rank_table_file = next_table(self.reread, self.table, self.server_index,
-                                                                        plan, rank_table_file, attempt)
+                                                                        plan, rank_table_file, attempt, self.inherited)
         if self.link is not None:
             from launcher.execute.job import hosts as job
 
@@ -222,7 +222,7 @@ class Launch:
 
             job.add_verdict(summary, self.verdict)
         summary_path = plan.host_file("summary", "json")
-        unwritten = write_termination_log(termination_log_path(opts.termination_log), summary)
+        unwritten = write_termination_log(termination_log_path(opts.termination_log, self.inherited), summary)
         if unwritten:
             warnings = [*warnings, unwritten]
         try:
@@ -248,7 +248,7 @@ class Launch:
             return None
         from launcher.execute.job import hosts as job
 
-        return job.open_link(self.plan, self.opts, self.table, self.control)
+        return job.open_link(self.plan, self.opts, self.table, self.control, self.inherited)
 
     def _publish_pids(self, ranks, scheduler) -> None:
         """pids.json once every process of an attempt runs (status and logs find live ranks there)."""

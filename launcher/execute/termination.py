@@ -20,6 +20,10 @@ import os
 
 from launcher.execute.results import closing_lines
 
+TYPE_CHECKING = False   # typing's own flag, without importing typing on the launch path (docs/development.md)
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
 KUBERNETES_TERMINATION_LOG = "/dev/termination-log"
 DEFAULT_OVERRIDE_ENV = "DLAUNCH_TERMINATION_LOG_DEFAULT"   # tests point the default at a temporary file
 MESSAGE_LIMIT = 4096   # Kubernetes keeps at most 4096 bytes of the message
@@ -30,11 +34,11 @@ def is_pid1() -> bool:
     return os.getpid() == 1
 
 
-def termination_log_path(given: str | None) -> str | None:
+def termination_log_path(given: str | None, environ: Mapping[str, str]) -> str | None:
     """Where the termination message goes: the option's path, else the default path as PID 1 when writable."""
     if given:
         return given
-    default = os.environ.get(DEFAULT_OVERRIDE_ENV) or KUBERNETES_TERMINATION_LOG
+    default = environ.get(DEFAULT_OVERRIDE_ENV) or KUBERNETES_TERMINATION_LOG
     if is_pid1() and os.path.exists(default) and os.access(default, os.W_OK):
         return default
     return None

@@ -30,6 +30,10 @@ from dataclasses import dataclass
 
 from launcher.errors import UsageError
 
+TYPE_CHECKING = False   # typing's own flag, without importing typing on the launch path (docs/development.md)
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
 ASCEND_VAR = "ASCEND_RT_VISIBLE_DEVICES"
 CUDA_VAR = "CUDA_VISIBLE_DEVICES"
 DAVINCI_GLOB = "/dev/davinci[0-9]*"
@@ -170,13 +174,12 @@ def _nvidia_gpus() -> tuple[str, ...] | None:
     return tuple(m[1] for m in map(_NVIDIA_GPU.match, done.stdout.splitlines()) if m)
 
 
-def discover(environ=None, probe_hardware: bool = False) -> DeviceView:
+def discover(environ: Mapping[str, str], probe_hardware: bool = False) -> DeviceView:
     """What this host offers: the variables' restriction, else (``probe_hardware``) what the hardware shows.
 
     Hardware is probed only for ``--ranks auto``, and to learn on an Ascend host whose ``/dev`` shows only some
     NPUs (a container) which logical ids its devices have.
     """
-    environ = os.environ if environ is None else environ
     restricted = from_environment(environ)
     if restricted is not None:
         return restricted
@@ -236,7 +239,7 @@ def host_names(resolve: bool = False) -> set[str]:
     return {found for found in names if found}
 
 
-def ranks_per_node(text: str, environ=None) -> tuple[int, str]:
+def ranks_per_node(text: str, environ: Mapping[str, str]) -> tuple[int, str]:
     """torchrun's --nproc-per-node N|auto|cpu|gpu|npu as a number, and what it was chosen from (torchrun's
     determine_local_world_size): ``dlaunch torchrun`` and a pod's PET_NPROC_PER_NODE use it."""
     word = str(text).strip().lower()

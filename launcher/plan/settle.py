@@ -16,6 +16,7 @@ from launcher.settings.launch import CLUSTER_DEFAULT_PORT, options_for
 
 TYPE_CHECKING = False   # typing's own flag, without importing typing on the launch path (docs/development.md)
 if TYPE_CHECKING:
+    from collections.abc import Mapping
 
     from launcher.settings.request import LaunchRequest
 
@@ -31,7 +32,8 @@ def extra_env(args: LaunchRequest) -> dict[str, str]:
     return env
 
 
-def launch_options(args: LaunchRequest, table, server_index: int, view=None, head: bool = False):
+def launch_options(args: LaunchRequest, table, server_index: int, environ: Mapping[str, str], view=None,
+                   head: bool = False):
     """Every setting of this host's launch, as the plan takes it.
 
     ``run`` picks a free master port unless one was given and shares a run directory only when --run-id
@@ -57,7 +59,7 @@ def launch_options(args: LaunchRequest, table, server_index: int, view=None, hea
     if beyond:
         raise UsageError(f"--console names rank {beyond[0]} but the job has {world} ranks")
     master_addr = args.master_addr or master_address(table)
-    run_id = args.run_id or (scheduler_run_id() if cluster else None)
+    run_id = args.run_id or (scheduler_run_id(environ) if cluster else None)
     output_dir = os.path.abspath(args.output_dir)
     resume_from, resume_note = None, ""
     if args.resume is not None:
@@ -67,7 +69,7 @@ def launch_options(args: LaunchRequest, table, server_index: int, view=None, hea
     elif not head:   # a job Slurm requeued resumes by itself, in a run directory of its own
         from launcher.checkpoint.resume import slurm_requeue
 
-        run_id, resume_from, resume_note = slurm_requeue(run_id, output_dir, world, os.environ) or (
+        run_id, resume_from, resume_note = slurm_requeue(run_id, output_dir, world, environ) or (
             run_id, None, "")
     opts = Options(command=command, run_id=check_run_id(run_id) if run_id else new_run_id(),
                    output_dir=output_dir, launch_dir=os.getcwd(), python=sys.executable,
@@ -109,9 +111,9 @@ def host_argv(args: LaunchRequest, opts) -> list[str]:
     return words
 
 
-def scheduler_run_id() -> str | None:
+def scheduler_run_id(environ: Mapping[str, str]) -> str | None:
     """The run id every host of one scheduled job agrees on without being told: the job's id (Slurm)."""
     import re
 
-    job = os.environ.get("SLURM_JOB_ID", "")
+    job = environ.get("SLURM_JOB_ID", "")
     return f"slurm-{job}" if re.fullmatch(r"[0-9]{1,20}", job) else None

@@ -14,7 +14,7 @@ from launcher.table.rules import DEFAULT_PROFILE
 
 TYPE_CHECKING = False   # typing's own flag, without importing typing on the launch path (docs/development.md)
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
 
     from launcher.settings.request import LaunchRequest
     from launcher.table.model import RankTable
@@ -53,10 +53,11 @@ class HostShare:
     index: int | None         # this host's server in table.servers; None for every server (an --ssh head)
 
 
-def host_share(source: TableSource, *, every_host: bool = False,
+def host_share(source: TableSource, environ: Mapping[str, str], *, every_host: bool = False,
                one_host: Callable[[RankTable], str] | None = None) -> HostShare:
     """THE way to say which part of a job this host runs: the table read, checked against its profile's rules,
-    and this host's server found in it (``table.share.select_server``), or every server (``every_host``).
+    and this host's server found in it (``table.share.select_server``; ``environ`` is the process's, for a
+    scheduler's node index or a pod's address), or every server (``every_host``).
     ``one_host`` refuses a table of several servers with the message it makes (``dlaunch run``)."""
     from launcher.table.rules import require_valid
     from launcher.table.share import read_table, select_server
@@ -80,11 +81,11 @@ def host_share(source: TableSource, *, every_host: bool = False,
     require_valid(table, source.profile, source.what)
     if one_host is not None and len(table.servers) > 1:
         raise UsageError(one_host(table))
-    index = None if every_host else select_server(table, source.server_id, source.rank_start)
+    index = None if every_host else select_server(table, source.server_id, source.rank_start, environ=environ)
     return HostShare(text, table, index)
 
 
-def launch_table(args: LaunchRequest):
+def launch_table(args: LaunchRequest, environ: Mapping[str, str]):
     """(table, this host's server index, table source, device view) from --ranks, --devices or --rank-table.
 
     The device view is what this host allows (CUDA_VISIBLE_DEVICES / ASCEND_RT_VISIBLE_DEVICES) or shows;
@@ -96,14 +97,14 @@ def launch_table(args: LaunchRequest):
 
     from_table = args.rank_table_text is not None or bool(args.rank_table) or args.job is not None
     auto = not from_table and args.devices is None and args.ranks == AUTO
-    view = visible.discover(probe_hardware=auto)
+    view = visible.discover(environ, probe_hardware=auto)
     if from_table:
         source = TableSource.of(args)
         def hint(table: RankTable) -> str:
             profile = ["--profile", args.profile] if args.profile != PROFILE.default else []
             return multi_host_hint(table, args.rank_table or "rt.json", args.script or "train.py", profile)
 
-        share = host_share(source, one_host=hint if args.command == "run" else None)
+        share = host_share(source, environ, one_host=hint if args.command == "run" else None)
         assert share.index is not None   # one host's share
         server = share.table.servers[share.index]
         view.check([dev.device for dev in server.placed()], f"{source.what} (server {server.server_id})")
@@ -227,7 +228,7 @@ def multi_host_hint(table, path: str, script: str, extra: list[str] | None = Non
             f"head node")
 
 
-def head_launch(args: LaunchRequest):
+def head_launch(args: LaunchRequest, environ: Mapping[str, str]):
     """``cluster --ssh`` on the head node: (the table's text, the table, the head's Options).
 
     The head starts no rank itself; every host gets the text as is and settles its own share.
@@ -237,5 +238,5 @@ def head_launch(args: LaunchRequest):
     if args.server_id is not None or args.rank_start is not None:
         raise UsageError("--server-id and --rank-start choose one host's share; with --ssh every server of the "
                          "table is started")
-    share = host_share(TableSource.of(args), every_host=True)
-    return share.text, share.table, launch_options(args, share.table, 0, head=True)
+    share = host_share(TableSource.of(args), environ, every_host=True)
+    return share.text, share.table, launch_options(args, share.table, 0, environ, head=True)

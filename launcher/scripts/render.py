@@ -193,8 +193,8 @@ def _table_info(values: Settings) -> tuple[int | None, int | None]:
     from launcher.plan.share import TableSource, host_share
 
     path = values["rank_table"]
-    table = host_share(TableSource(path=path, profile=values["profile"], what=f"rank table {path}"),
-                       every_host=True).table
+    table = host_share(TableSource(path=path, profile=values["profile"], what=f"rank table {path}"), {},
+                       every_host=True).table   # every server: no environment takes part
     return len(table.servers), table.device_count
 
 

@@ -18,7 +18,6 @@ group decides, and lower layers' members are ignored.
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -253,7 +252,7 @@ def read_environ(environ, options: dict[str, Option]) -> dict[str, tuple[object,
     return values
 
 
-def apply_layers(given: Mapping[str, Any], declared, environ=os.environ,
+def apply_layers(given: Mapping[str, Any], declared, environ: Mapping[str, str],
                  script_args_given: bool = False) -> tuple[dict[str, Any], dict[str, str]]:
     """(values, sources) of every layered option of ``declared``, ``script`` and ``args`` (the script's
     arguments): ``given`` is what the command line gave (dest -> value; ``script``, ``script_args``,

@@ -12,7 +12,6 @@ that lists the table's servers.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 
 from launcher.errors import UsageError
@@ -54,10 +53,10 @@ def this_host_names() -> set[str]:
     return host_names(resolve=True)
 
 
-def select_server(table: RankTable, server_id: str | None = None, rank_start: int | None = None,
-                  environ: Mapping[str, str] | None = None, host_names=this_host_names) -> int:
-    """Index of this host's server in ``table.servers`` (a table that passed ``rules.require_valid``)."""
-    environ = os.environ if environ is None else environ
+def select_server(table: RankTable, server_id: str | None = None, rank_start: int | None = None, *,
+                  environ: Mapping[str, str], host_names=this_host_names) -> int:
+    """Index of this host's server in ``table.servers`` (a table that passed ``rules.require_valid``);
+    ``environ`` is the process's environment (a scheduler's node index, a pod's address)."""
     if server_id is not None:
         for index, server in enumerate(table.servers):
             if server.server_id == server_id:

@@ -96,8 +96,8 @@ def load(path):
 
 def test_select_server_by_id_rank_start_and_address(table_file):
     table = load(table_file)
-    assert select_server(table, server_id="127.0.0.3") == 1
-    assert select_server(table, rank_start=8) == 1
+    assert select_server(table, server_id="127.0.0.3", environ={}) == 1
+    assert select_server(table, rank_start=8, environ={}) == 1
     assert select_server(table, environ={}, host_names=lambda: {"127.0.0.3", "myhost"}) == 1
     assert master_address(table) == "127.0.0.2"
 
@@ -113,7 +113,7 @@ def test_select_server_from_slurm_and_errors(table_file):
     with pytest.raises(UsageError, match="cannot tell which server"):
         select_server(table, environ={}, host_names=nobody)
     with pytest.raises(UsageError, match="not in the rank table"):
-        select_server(table, server_id="10.9.9.9")
+        select_server(table, server_id="10.9.9.9", environ={})
 
 
 def test_this_hosts_own_address_is_found_automatically(tmp_path):

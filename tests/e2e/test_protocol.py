@@ -30,7 +30,7 @@ def test_a_host_launcher_driven_over_its_channel(tmp_path):
         args = build_parser().parse_args(argv)
         args.script_args = ["--sleep", "60"]
         request = request_from_args(args, True, environ={})
-        plan = make_ssh_plan(request, *head_launch(request), environ={})
+        plan = make_ssh_plan(request, *head_launch(request, {}), environ={})
     finally:
         os.chdir(cwd)
     host = plan.hosts[1]

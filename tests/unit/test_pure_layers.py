@@ -42,8 +42,8 @@ def in_tmp(tmp_path, monkeypatch):
 
 def plan_for(tmp_path, *argv, inherited=None):
     args = settled(tmp_path, *argv)
-    table, index, _, view = launch_table(args)
-    opts = launch_options(args, table, index, view=view)
+    table, index, _, view = launch_table(args, {})
+    opts = launch_options(args, table, index, {}, view=view)
     return opts, make_plan(table, index, opts, str(tmp_path / "rt.json"), inherited or {})
 
 
@@ -113,8 +113,8 @@ def test_cwd_rank_keeps_the_seeds_layout(in_tmp):
 def test_cluster_options_agree_across_hosts(in_tmp):
     table = str(write_rank_table(in_tmp / "rt.json", ("10.0.0.1", "10.0.0.2"), 2))
     args = settled(in_tmp, "cluster", "--rank-table", table, "--rank-start", "2", "--profile", "a2", "--run-id", "job")
-    table, index, _, view = launch_table(args)
-    opts = launch_options(args, table, index, view=view)
+    table, index, _, view = launch_table(args, {})
+    opts = launch_options(args, table, index, {}, view=view)
     assert index == 1 and opts.master_addr == "10.0.0.1" and opts.master_port == 29500
     assert opts.host_files_suffix == ".10.0.0.2" and opts.policy.prefix_host and opts.shared_run_dir and opts.fixed_port
 
@@ -122,7 +122,7 @@ def test_cluster_options_agree_across_hosts(in_tmp):
 def test_run_refuses_a_table_of_several_hosts_naming_the_cluster_command(in_tmp):
     args = settled(in_tmp, "run", "--rank-table", str(write_rank_table(in_tmp / "rt16.json", ("10.0.0.1", "10.0.0.2"))))
     with pytest.raises(UsageError, match="dlaunch cluster .* --rank-start 0"):
-        launch_table(args)
+        launch_table(args, {})
 
 
 # ------------------------------------------------------------------ the SSH plan
@@ -137,7 +137,7 @@ def test_the_ssh_plan_keeps_values_off_the_command_line(in_tmp):
     args = settled(in_tmp, "cluster", "--rank-table", str(in_tmp / "rt.json"), "--ssh", "--ssh-config",
                    str(in_tmp / "ssh_config"), "--profile", "a2", "--hang-timeout", "20", "--env",
                    "DB_PASS=x$(reboot)", "--", "--label", "a b")
-    plan = make_ssh_plan(args, *head_launch(args), environ={"PATH": "/bin", "NCCL_DEBUG": "INFO"})
+    plan = make_ssh_plan(args, *head_launch(args, {}), environ={"PATH": "/bin", "NCCL_DEBUG": "INFO"})
     first, second = plan.hosts
     assert (second.target.hostname, second.target.port, second.target.user) == ("127.0.0.3", 2222, "alice")
     assert first.ranks == (0, 1) and second.ranks == (2, 3)

@@ -18,6 +18,7 @@ as if it had been typed.
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -263,7 +264,7 @@ def settled_launch(args: argparse.Namespace) -> tuple[str, LaunchRequest]:
     from launcher.host import devices as host
 
     ip = master_ip(args.master_addr)
-    view = host.discover()
+    view = host.discover(os.environ)
     devices = view.first(args.local_worker_num, "--local_worker_num")
     done = translate(args, ip, devices)
     if done.command == "cluster" and args.node_rank == 0 and not is_local_address(ip):

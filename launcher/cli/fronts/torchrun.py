@@ -299,7 +299,7 @@ def settled_launch(args: argparse.Namespace) -> tuple[str, LaunchRequest]:
     nproc, chosen = ranks_per_node(args.nproc_per_node, os.environ)
     if chosen:
         say(f"torchrun: {chosen}")
-    done = translate(args, nproc, host.discover().first(nproc, "--nproc-per-node")
+    done = translate(args, nproc, host.discover(os.environ).first(nproc, "--nproc-per-node")
                      if node_count(args.nnodes) > 1 else [])
     for note in done.notes:
         say(f"torchrun: {note}")

@@ -17,13 +17,13 @@ from launcher.execute.job.restarts import complete_steps, host_resume_point
 STACK_TEXT_LIMIT = 256 << 10   # of one rank's stack sent to the master host (py-spy's are a few KiB)
 
 
-def open_link(plan, opts, table, control) -> JobLink | None:
+def open_link(plan, opts, table, control, environ) -> JobLink | None:
     """A job of several hosts started per host (by hand, Slurm, an operator) talks over the master address;
     under ``cluster --ssh`` the head already ties the hosts together, except for restarts, which the hosts
     agree on among themselves."""
     if plan.server_count < 2 or (control is not None and not opts.policy.max_restarts):
         return None
-    link = JobLink.for_plan(plan, opts, table)
+    link = JobLink.for_plan(plan, opts, table, environ)
     link.start()
     return link
 

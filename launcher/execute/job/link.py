@@ -9,7 +9,6 @@ The two threads share two queues and a socket pair; the main loop's selector wat
 from __future__ import annotations
 
 import collections
-import os
 import selectors
 import socket
 import threading
@@ -21,6 +20,10 @@ from launcher.execute.job import protocol
 from launcher.execute.job.coordinator import Coordinator
 from launcher.execute.job.member import Member
 from launcher.execute.results import how_it_ended
+
+TYPE_CHECKING = False   # typing's own flag, without importing typing on the launch path (docs/development.md)
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 
 def cause_of(result) -> dict:
@@ -82,7 +85,7 @@ class JobLink:
         self._thread = threading.Thread(target=self._serve, name="dlaunch-job", daemon=True)
 
     @classmethod
-    def for_plan(cls, plan, opts, table, environ=None) -> JobLink:
+    def for_plan(cls, plan, opts, table, environ: Mapping[str, str]) -> JobLink:
         """The link of a multi-host plan: the coordinator on the master host's ``--job-port``."""
         hosts = [str(s.server_id) for s in table.servers]
         # the job's name every host agrees on: the run id when it is shared, else the master address and port
@@ -91,7 +94,7 @@ class JobLink:
         master = next((i for i, s in enumerate(table.servers) if any(d.rank == 0 for d in s.devices)), 0)
         return cls(hosts=hosts, index=plan.server_index, master_index=master, address=opts.job_addr or plan.master_addr,
                    port=job_port(opts),
-                   secret=protocol.job_secret(os.environ if environ is None else environ, job_identity(table), job_id),
+                   secret=protocol.job_secret(environ, job_identity(table), job_id),
                    run_id=job_id, host_timeout=opts.host_timeout, join_timeout=opts.join_timeout,
                    max_restarts=opts.policy.max_restarts)
 

@@ -45,7 +45,7 @@ def host_resume_point(plan: LaunchPlan, label: str) -> ResumePoint | None:
                        files=dict(step.files))
 
 
-def reread_table(source: TableSource, current, server_index: int):
+def reread_table(source: TableSource, current, server_index: int, environ):
     """Before a restart: the rank table ``source`` names if an operator rewrote it (a rescheduled pod), as
     (table, this host's server index, None); or (the current table, index, why it is kept) when it is
     unchanged, unreadable, invalid or a different job (another world size or number of servers)."""
@@ -54,7 +54,7 @@ def reread_table(source: TableSource, current, server_index: int):
     from launcher.table.model import dumps
 
     try:
-        share = host_share(source)
+        share = host_share(source, environ)
     except UsageError as exc:
         return current, server_index, f"kept the rank table this job started with: {exc}"
     table = share.table
@@ -66,14 +66,15 @@ def reread_table(source: TableSource, current, server_index: int):
     return table, share.index, None
 
 
-def next_table(source: TableSource, table, server_index: int, plan, rank_table_file: str, attempt: int):
+def next_table(source: TableSource, table, server_index: int, plan, rank_table_file: str, attempt: int,
+               environ):
     """The table for the next attempt: the rewritten one (in its own file of the run directory), or the same."""
     from launcher.base.atomic import write_atomically
     from launcher.base.console import say
     from launcher.rundir.paths import attempt_file
     from launcher.table.model import dumps
 
-    fresh, index, kept = reread_table(source, table, server_index)
+    fresh, index, kept = reread_table(source, table, server_index, environ)
     if kept:
         say(kept)
     if fresh is table:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
 
 from launcher.base.console import say
 from launcher.errors import UsageError
@@ -26,11 +27,11 @@ from launcher.settings.request import LaunchRequest
 # ---------------------------------------------------------------- entry point
 
 
-def launch_over_ssh(args: LaunchRequest, text: str, table, opts) -> int:
+def launch_over_ssh(args: LaunchRequest, text: str, table, opts, environ: Mapping[str, str]) -> int:
     """``dlaunch cluster --ssh``: plan, preflight every host, start all, watch until the end; the exit code.
 
     ``text``, ``table`` and ``opts`` are what ``plan.share.head_launch`` decided on the head."""
-    plan = make_ssh_plan(args, text, table, opts)
+    plan = make_ssh_plan(args, text, table, opts, environ)
     if args.dry_run:
         print(describe_plan(plan))
         return 0

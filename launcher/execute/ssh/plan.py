@@ -22,6 +22,8 @@ from launcher.errors import UsageError
 from launcher.execute.ssh.protocol import ANNOUNCE_FLAG
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from launcher.settings.request import LaunchRequest
 
 # Variables of the head's environment that every rank gets by default: the
@@ -96,14 +98,14 @@ class SshPlan:
         return sum(len(h.ranks) for h in self.hosts)
 
 
-def make_ssh_plan(args: LaunchRequest, text: str, table, opts, environ=None) -> SshPlan:
+def make_ssh_plan(args: LaunchRequest, text: str, table, opts, environ: Mapping[str, str]) -> SshPlan:
     """Everything ``cluster --ssh`` will do, decided from the request, the table and the SSH config; no network.
 
     ``text`` and ``table`` are the rank table as read and validated, ``opts`` the head's settings
     (``plan.share.head_launch``), with the arguments every host's launcher gets (``opts.host_argv``).
     """
     server_ids = _server_ids(table)
-    env = rank_env(os.environ if environ is None else environ, args.env, args.env_file)
+    env = rank_env(environ, args.env, args.env_file)
     python = args.remote_python or sys.executable
     cwd = os.getcwd()
     config = load_ssh_config(args.ssh_config)

@@ -23,8 +23,8 @@ def in_tmp(tmp_path, monkeypatch):
 
 def a_launch(tmp_path, *flags) -> Launch:
     args = settled(tmp_path, "run", "--ranks", "2", "--master-port", "29411", *flags)
-    table, index, _, view = launch_table(args)
-    opts = launch_options(args, table, index, view=view)
+    table, index, _, view = launch_table(args, {})
+    opts = launch_options(args, table, index, {}, view=view)
     plan = make_plan(table, index, opts, str(tmp_path / "rt.json"), {})
     return Launch(table, index, opts, plan, environ={"KEPT": "1"})
 

@@ -16,42 +16,42 @@ ROOT = Path(__file__).resolve().parents[3]
 
 def test_a_file_gives_the_server_its_rank_start_names(tmp_path):
     path = write_rank_table(tmp_path / "rt.json")
-    share = host_share(TableSource(path=str(path), rank_start=8, what=f"rank table {path}"))
+    share = host_share(TableSource(path=str(path), rank_start=8, what=f"rank table {path}"), {})
     assert (share.index, share.table.servers[1].server_id, share.text) == (1, "127.0.0.3", path.read_text())
 
 
 def test_a_text_is_read_as_the_file_would_be(tmp_path):
     path = write_rank_table(tmp_path / "rt.json")
-    from_file = host_share(TableSource(path=str(path), server_id="127.0.0.2", what="f"))
-    from_text = host_share(TableSource(text=path.read_text(), server_id="127.0.0.2", what="t"))
+    from_file = host_share(TableSource(path=str(path), server_id="127.0.0.2", what="f"), {})
+    from_text = host_share(TableSource(text=path.read_text(), server_id="127.0.0.2", what="t"), {})
     assert (from_text.index, dumps(from_text.table)) == (from_file.index, dumps(from_file.table)) == \
         (0, dumps(from_file.table))
 
 
 def test_every_host_picks_no_server(tmp_path):
     path = write_rank_table(tmp_path / "rt.json")
-    assert host_share(TableSource(path=str(path), what="t"), every_host=True).index is None
+    assert host_share(TableSource(path=str(path), what="t"), {}, every_host=True).index is None
 
 
 def test_errors_name_the_source(tmp_path):
     with pytest.raises(UsageError, match=r"^the table from a front: "):
-        host_share(TableSource(text="{", what="the table from a front"))
+        host_share(TableSource(text="{", what="the table from a front"), {})
     path = write_rank_table(tmp_path / "rt.json", hosts=("a", "b", "c"))
     with pytest.raises(UsageError, match=r"--rank-start 5"):
-        host_share(TableSource(path=str(path), rank_start=5, what="t"))
+        host_share(TableSource(path=str(path), rank_start=5, what="t"), {})
 
 
 def test_the_rules_of_the_profile_apply(tmp_path):
     path = write_rank_table(tmp_path / "rt.json", devices_per_host=3)   # 3 devices a host: not an HCCL shape
     with pytest.raises(UsageError, match=r"rank table rt"):
-        host_share(TableSource(path=str(path), server_id="127.0.0.2", what="rank table rt"))
-    assert host_share(TableSource(path=str(path), server_id="127.0.0.2", profile="structure", what="t")).index == 0
+        host_share(TableSource(path=str(path), server_id="127.0.0.2", what="rank table rt"), {})
+    assert host_share(TableSource(path=str(path), server_id="127.0.0.2", profile="structure", what="t"), {}).index == 0
 
 
 def test_one_host_refuses_a_table_of_several_with_its_message(tmp_path):
     path = write_rank_table(tmp_path / "rt.json")
     with pytest.raises(UsageError, match=r"^2 servers$"):
-        host_share(TableSource(path=str(path), what="t"), one_host=lambda table: f"{len(table.servers)} servers")
+        host_share(TableSource(path=str(path), what="t"), {}, one_host=lambda table: f"{len(table.servers)} servers")
 
 
 def test_no_other_module_selects_a_server():

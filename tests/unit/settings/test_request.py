@@ -27,7 +27,7 @@ def test_a_host_settles_what_the_head_settled(tmp_path, monkeypatch):
             "--join-timeout", "30", "--job-port", "29777", "--config", str(tmp_path / "c.yaml")]
     head = request_from_args(build_parser().parse_args(argv), False,
                              environ={"DLAUNCH_OUTPUT_DIR": str(tmp_path / "-runs")})
-    _, _, opts = head_launch(head)
+    _, _, opts = head_launch(head, {})
     words = list(opts.host_argv)
     assert words[0] == str(tmp_path / "train.py")
     host = settled_request("cluster", vars(build_parser().parse_args(["cluster", *words, "--server-id", "x"])),
@@ -86,3 +86,21 @@ def test_below_the_cli_nothing_probes_arguments_or_argparse_internals():
                                                                  "_subparsers", "_defaults"):
                 found.append(f"{path.relative_to(package.parent)}:{node.lineno} {node.attr}")
     assert found == []
+
+
+def test_the_process_environment_is_read_at_the_edge():
+    """``os.environ`` is read by the commands (``launcher/cli``) and passed down, and by the ranks' own side
+    (``launcher/checkpoint``, which runs in the rank); no stage reads it behind its caller's back."""
+    import ast
+    from pathlib import Path
+
+    package = Path(__file__).resolve().parents[3] / "launcher"
+    readers = []
+    for path in package.rglob("*.py"):
+        if path.relative_to(package).parts[0] in ("cli", "checkpoint"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (isinstance(node, ast.Attribute) and node.attr in ("environ", "getenv")
+                    and getattr(node.value, "id", "") == "os"):
+                readers.append(f"{path.relative_to(package.parent)}:{node.lineno}")
+    assert readers == []
