@@ -1,4 +1,4 @@
-"""``dlaunch script``: its parser, and the Namespace turned into settled values for ``launcher.scripts.render``."""
+"""``dlaunch script``: its parser, and the Namespace settled into a ``ScriptRequest`` for ``scripts.render``."""
 
 from __future__ import annotations
 
@@ -12,13 +12,21 @@ from launcher.settings.launch import add_launch_arguments
 
 def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """Layer the options (flags > DLAUNCH_* > --config files > defaults) and write the script."""
+    from launcher.cli.request import request_of
+    from launcher.errors import UsageError
     from launcher.scripts.render import script
     from launcher.settings.layers import apply_layers
+    from launcher.settings.request import SCRIPT_FIELDS, ScriptRequest
 
     values, sources = apply_layers(vars(args), script_options(), os.environ, args.script_args_given)
     settled = {**vars(args), **values}
-    settled["script_args"] = settled.pop("args")
-    return script(settled, sources, usage=parser.format_usage())
+    if not settled["script"]:
+        raise UsageError("dlaunch script: no SCRIPT given (on the command line or as script: in a config)",
+                         usage=parser.format_usage())
+    own = {dest: settled[dest] for dest in SCRIPT_FIELDS}
+    own["sbatch"] = tuple(own["sbatch"] or ())
+    return script(ScriptRequest(template=settled["template"], request=request_of("script", settled, sources=sources),
+                                **own))
 
 
 def add_parser(sub) -> argparse.ArgumentParser:

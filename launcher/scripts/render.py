@@ -54,6 +54,7 @@ from launcher.errors import UsageError
 from launcher.settings.argtypes import whole
 from launcher.settings.launch import LAUNCH_COMMANDS, launch_option_names, options_for
 from launcher.settings.layers import FLAG, LIST, Option
+from launcher.settings.request import OPTION_FIELDS, SCRIPT_FIELDS, ScriptRequest
 
 TEMPLATE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
 SUFFIX = ".j2"
@@ -169,8 +170,18 @@ def script_options() -> list[Option]:
 
 # ----------------------------------------------------------------------------- settings to words
 
-Settings = dict[str, Any]   # dlaunch script's settled options by dest, "template" and "script_args" too
+Settings = dict[str, Any]   # the request's options by dest (every one rendered alike), "template" and "script_args"
 Sources = dict[str, str]    # dest -> where its value came from ("default" when no layer gave it)
+
+
+def _settings(req: ScriptRequest) -> tuple[Settings, Sources]:
+    """The request as the renderer walks it: every option by its dest, in one dict it may correct (paths made
+    absolute, misfits dropped); where each came from."""
+    launch = req.request
+    values: Settings = {dest: vars(launch)[dest] for dest in OPTION_FIELDS}
+    values.update({dest: vars(req)[dest] for dest in SCRIPT_FIELDS})
+    values.update(template=req.template, script=launch.script, script_args=list(launch.script_args))
+    return values, dict(launch.sources)
 
 def _rendered(options) -> list[Option]:
     return [option for option in options if option.dest not in NOT_RENDERED]
@@ -389,11 +400,9 @@ def write_script(path: str, text: str, force: bool) -> None:
     write_output(path, lambda fh: fh.write(text), force=force, executable=True)
 
 
-def script(values: Settings, sources: Sources, usage: str | None = None) -> int:
-    """``dlaunch script``: the settled options (``cli.script`` layers them) rendered into a script."""
-    if not values["script"]:
-        raise UsageError("dlaunch script: no SCRIPT given (on the command line or as script: in a config)",
-                         usage=usage)
+def script(req: ScriptRequest) -> int:
+    """``dlaunch script``: the settled request (``cli.script`` layers it) rendered into a script."""
+    values, sources = _settings(req)
     if values["template_dir"] and not os.path.isdir(values["template_dir"]):
         raise UsageError(f"--template-dir {values['template_dir']} is not a directory")
     context = _resolve(values, sources)

@@ -93,3 +93,29 @@ class LaunchRequest:
 _LATER = {"command", "script", "script_args", "sources", "rank_table_text", "job", "head_env", "ms_scheduler_elsewhere",
           "ms_scheduler_pod", "job_addr"}
 OPTION_FIELDS = frozenset(f.name for f in fields(LaunchRequest)) - _LATER   # one per declared option's dest
+
+
+@dataclass(frozen=True)
+class ScriptRequest:
+    """``dlaunch script``'s command line, settled: the template, the launch the script runs (every run and
+    cluster option, layered as theirs are: a ``LaunchRequest``) and the options of the script file and of
+    Slurm's #SBATCH lines (``scripts.render.SCRIPT_OPTIONS``; a test keeps the two in step)."""
+
+    template: str
+    request: LaunchRequest         # the launch; its ``sources`` say where every setting came from
+    output: str | None             # -o
+    force: bool
+    template_dir: str | None
+    launch: str | None             # --launch: run or cluster, for the user's own templates
+    nodes: int | None
+    time: str | None
+    partition: str | None
+    account: str | None
+    job_name: str | None
+    shared: bool
+    signal: str | None
+    requeue: bool
+    sbatch: tuple[str, ...]
+
+
+SCRIPT_FIELDS = frozenset(f.name for f in fields(ScriptRequest)) - {"template", "request"}   # the script's own

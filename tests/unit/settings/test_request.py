@@ -104,3 +104,12 @@ def test_the_process_environment_is_read_at_the_edge():
                     and getattr(node.value, "id", "") == "os"):
                 readers.append(f"{path.relative_to(package.parent)}:{node.lineno}")
     assert readers == []
+
+
+def test_the_script_request_has_a_field_per_script_option():
+    """``dlaunch script`` hands the renderer a typed ``ScriptRequest``: its own fields are exactly the script's
+    own options (the launch options live in its ``LaunchRequest``)."""
+    from launcher.scripts.render import SCRIPT_OPTIONS
+    from launcher.settings.request import SCRIPT_FIELDS
+
+    assert SCRIPT_FIELDS == {option.dest for option in SCRIPT_OPTIONS}
