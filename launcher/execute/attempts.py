@@ -115,27 +115,13 @@ class Launch:
         self.verdict: dict = {}           # the job's verdict on the last attempt (several hosts)
         self.failure: Exception | None = None
         self.started = time.time()
-        self.link: JobLink | None = None  # a multi-host job's link, opened by run
+        self.link: JobLink | None = None  # a multi-host job's link, opened by start
 
     # ------------------------------------------------------------------ the seams
 
     def run(self) -> int:
         """start, then attempts until ``decide`` says otherwise, then conclude."""
-        link = self.link = self._open_link()
-        try:
-            create_run_dir(self.plan, dumps(self.table), shared=self.opts.shared_run_dir)
-        except BaseException:
-            if link:
-                link.close()
-            raise
-        if self.control is None:   # said at the start, so a long job's logs can be found while it runs
-            say(f"run directory {self.plan.run_dir}")
-        self.started = time.time()
-        control_fd, control_pending = self.control or (None, b"")
-        self.signals = SignalWatch(control_fd, control_pending, forward=self.opts.forward_signals)
-        self.workers = LocalWorkers(self.signals, self.inherited, job=link, on_started=self._publish_pids)
-        zombies = ZombieCollector(lambda: {*self.workers.reaper.groups, self.workers.reaper.pid}).start() \
-            if is_pid1() else None
+        self.start()
         try:
             try:
                 for attempt in range(self.opts.policy.max_restarts + 1):
@@ -145,17 +131,32 @@ class Launch:
                     if result is None or self.decide(result) is not Decision.RESTART:
                         break
             finally:
-                if link is not None:
-                    link.close()
-                self.workers.reaper.leave()   # awaited once the summary is written
-                if zombies:
-                    zombies.stop()
+                self._stop_watching()
             return self.conclude()
         finally:
             # only now: a SIGTERM while the summary is written (srun ending the job once another host's dlaunch
             # exited, a pod being deleted) asks for the end already under way, and must not cut it short
             self.signals.close()
             self.workers.close()
+
+    def start(self) -> None:
+        """The job's link (several hosts), the run directory, then what watches every attempt: the signals to
+        dlaunch, the workers, and as PID 1 the collector of zombies."""
+        self.link = self._open_link()
+        try:
+            create_run_dir(self.plan, dumps(self.table), shared=self.opts.shared_run_dir)
+        except BaseException:
+            if self.link:
+                self.link.close()
+            raise
+        if self.control is None:   # said at the start, so a long job's logs can be found while it runs
+            say(f"run directory {self.plan.run_dir}")
+        self.started = time.time()
+        control_fd, control_pending = self.control or (None, b"")
+        self.signals = SignalWatch(control_fd, control_pending, forward=self.opts.forward_signals)
+        self.workers = LocalWorkers(self.signals, self.inherited, job=self.link, on_started=self._publish_pids)
+        self.zombies = ZombieCollector(lambda: {*self.workers.reaper.groups, self.workers.reaper.pid}).start() \
+            if is_pid1() else None
 
     def run_attempt(self) -> AttemptResult | None:
         """The current plan's attempt, recorded; None when dlaunch itself failed (recorded too, so the run does
@@ -242,6 +243,15 @@ class Launch:
         return summary["exit_code"]
 
     # ------------------------------------------------------------------ collaborators
+
+    def _stop_watching(self) -> None:
+        """After the last attempt: the job's link closed, the reaper told to leave (awaited once the summary is
+        written), the zombie collector stopped."""
+        if self.link is not None:
+            self.link.close()
+        self.workers.reaper.leave()
+        if self.zombies:
+            self.zombies.stop()
 
     def _open_link(self) -> JobLink | None:
         if self.plan.server_count < 2:
