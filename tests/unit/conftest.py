@@ -26,3 +26,12 @@ def no_process_started(monkeypatch):
     for name in ("fork", "forkpty", "posix_spawn", "posix_spawnp", "system", "execv", "execve"):
         if hasattr(os, name):
             monkeypatch.setattr(os, name, _refuse)
+
+
+@pytest.fixture
+def in_tmp(tmp_path, monkeypatch):
+    """The test's temporary directory as the launch directory, with no device restriction inherited."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.delenv("ASCEND_RT_VISIBLE_DEVICES", raising=False)
+    return tmp_path

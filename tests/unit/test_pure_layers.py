@@ -32,14 +32,6 @@ def settled(tmp_path, *argv, environ=None):
     return request_from_args(args, cut < len(argv), environ=environ or {})
 
 
-@pytest.fixture
-def in_tmp(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    monkeypatch.delenv("ASCEND_RT_VISIBLE_DEVICES", raising=False)
-    return tmp_path
-
-
 def plan_for(tmp_path, *argv, inherited=None):
     args = settled(tmp_path, *argv)
     table, index, _, view = launch_table(args, {})

@@ -3,22 +3,12 @@ what ``next_plan`` runs after it. Nothing is started: a ``Launch`` does nothing 
 
 import signal
 
-import pytest
-
 from launcher.execute.attempts import Decision, Launch
 from launcher.execute.results import AttemptResult, RankResult, first_failure
 from launcher.plan.make import make_plan
 from launcher.plan.settle import launch_options
 from launcher.plan.share import launch_table
 from tests.unit.test_pure_layers import settled
-
-
-@pytest.fixture
-def in_tmp(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    monkeypatch.delenv("ASCEND_RT_VISIBLE_DEVICES", raising=False)
-    return tmp_path
 
 
 def a_launch(tmp_path, *flags) -> Launch:
