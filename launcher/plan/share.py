@@ -100,6 +100,7 @@ def launch_table(args: LaunchRequest, environ: Mapping[str, str]):
     view = visible.discover(environ, probe_hardware=auto)
     if from_table:
         source = TableSource.of(args)
+
         def hint(table: RankTable) -> str:
             profile = ["--profile", args.profile] if args.profile != PROFILE.default else []
             return multi_host_hint(table, args.rank_table or "rt.json", args.script or "train.py", profile)
