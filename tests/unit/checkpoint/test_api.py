@@ -7,11 +7,12 @@ import sys
 import zipfile
 
 import pytest
-import torch
 
 from launcher import checkpoint
 from launcher.checkpoint import resume
 from launcher.observe import ckpt as ckpttool
+
+torch = pytest.importorskip("torch", reason="the checkpoint tests save real torch files (the torch extra)")
 
 
 def ckpt_of(run):
