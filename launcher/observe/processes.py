@@ -191,7 +191,16 @@ class Observer:
 
     def snapshot(self, ranks: list[str] | None = None) -> dict:
         """The run now, as ``status --json`` prints it."""
-        run = load_run(self.run_dir)
+        snap = self._snapshot(load_run(self.run_dir), ranks)
+        if snap["finished"] and snap["exit_code"] is None:
+            # a launcher writes its summary, then exits: one found gone after its run was read may have written
+            # it in between, so the files are read again before the run is called over without a summary
+            run = load_run(self.run_dir)
+            if run.finished:
+                return self._snapshot(run, ranks)
+        return snap
+
+    def _snapshot(self, run: Run, ranks: list[str] | None) -> dict:
         tell_problems(run, self._told)
         refs = select_ranks(run, ranks)
         live = self.find_ranks(run, refs)
