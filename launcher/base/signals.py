@@ -1,4 +1,5 @@
-"""Signals dlaunch passes on to every rank without stopping the job (Slurm's warning signal, user hooks).
+"""The signals dlaunch knows by name: those that stop the job (spelled once here), and those it passes on to
+every rank without stopping it (Slurm's warning signal, user hooks).
 
 SIGINT/SIGTERM/SIGHUP/SIGQUIT mean "stop": dlaunch forwards them and starts its
 grace period.  SIGUSR1 and SIGUSR2 mean nothing to dlaunch itself: Slurm sends
@@ -26,9 +27,9 @@ def signal_names(signals) -> str:
     return ",".join(signal.Signals(s).name for s in signals)
 
 
-def stop_signal_names() -> str:
-    """The stop signals as torchrun's ``--signals-to-handle`` names them: ``SIGTERM,SIGINT,SIGHUP,SIGQUIT``."""
-    return signal_names(STOP_SIGNALS)
+# The stop signals as torchrun's --signals-to-handle names them ("SIGTERM,SIGINT,SIGHUP,SIGQUIT"): made once,
+# every rank's environment carries it.
+STOP_SIGNAL_NAMES = signal_names(STOP_SIGNALS)
 
 
 def signal_list(text) -> tuple[int, ...]:

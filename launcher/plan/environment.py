@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import re
 
-from launcher.base.signals import stop_signal_names
+from launcher.base.signals import STOP_SIGNAL_NAMES
 from launcher.contract import CKPT_DIR_ENV, RANK_DIR_ENV, RUN_DIR_ENV, RUN_ID_ENV
 
 SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|KEY|CREDENTIAL|AUTH|PRIVATE|COOKIE|SESSION", re.IGNORECASE)
@@ -64,7 +64,7 @@ def rank_environment(*, rank: int, local_rank: int, world_size: int, local_world
         "TORCHELASTIC_RUN_ID": run_id,
         "TORCHELASTIC_ERROR_FILE": error_file,
         "TORCHELASTIC_USE_AGENT_STORE": "False",
-        "TORCHELASTIC_SIGNALS_TO_HANDLE": stop_signal_names(),
+        "TORCHELASTIC_SIGNALS_TO_HANDLE": STOP_SIGNAL_NAMES,
         # dlaunch
         RUN_ID_ENV: run_id,
         RUN_DIR_ENV: run_dir,

@@ -20,7 +20,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from launcher.base.signals import stop_signal_names
+from launcher.base.signals import STOP_SIGNAL_NAMES
 from launcher.cli.fronts.msrun import Translation
 from launcher.errors import UsageError
 from launcher.settings.argtypes import port, whole
@@ -56,7 +56,7 @@ TORCHRUN_OPTIONS: list[tuple[tuple[str, ...], str, object, str]] = [
     (("--local-addr", "--local_addr"), "local_addr", None, VALUE),
     (("--logs-specs", "--logs_specs"), "logs_specs", None, VALUE),
     (("--numa-binding", "--numa_binding"), "numa_binding", None, VALUE),
-    (("--signals-to-handle", "--signals_to_handle"), "signals_to_handle", stop_signal_names(), VALUE),
+    (("--signals-to-handle", "--signals_to_handle"), "signals_to_handle", STOP_SIGNAL_NAMES, VALUE),
     (("--shutdown-timeout", "--shutdown_timeout"), "shutdown_timeout", None, VALUE),
     (("--virtual-local-rank", "--virtual_local_rank"), "virtual_local_rank", False, FLAG),
 ]
@@ -200,9 +200,9 @@ def _refusals(ns: argparse.Namespace) -> list[str]:
     if ns.virtual_local_rank:
         refused.append("--virtual-local-rank is not supported: each rank's LOCAL_RANK is its own, with "
                        "CUDA_VISIBLE_DEVICES listing this node's devices")
-    if ns.signals_to_handle.replace(" ", "") != stop_signal_names():
+    if ns.signals_to_handle.replace(" ", "") != STOP_SIGNAL_NAMES:
         refused.append(f"--signals-to-handle {ns.signals_to_handle[:40]}: dlaunch forwards "
-                       f"{stop_signal_names().replace(',', ', ')} to every rank, and only those")
+                       f"{STOP_SIGNAL_NAMES.replace(',', ', ')} to every rank, and only those")
     if ns.event_log_handler != "null":
         refused.append(f"--event-log-handler {ns.event_log_handler[:40]}: dlaunch records events in the run "
                        f"directory (summary.json), only 'null' is accepted")

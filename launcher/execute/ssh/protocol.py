@@ -25,13 +25,13 @@ import os
 import signal
 import sys
 
-from launcher.base.signals import stop_signal_names
+from launcher.base.signals import STOP_SIGNAL_NAMES
 from launcher.errors import UsageError
 
 EVENT_MARK = "\x1edlaunch-event "
 ANNOUNCE_FLAG = "--announce"   # ``cluster --from-head --announce``: the version line and the ready mark first
 MAX_REQUEST_BYTES = 64 << 20
-CONTROL_SIGNALS = (*stop_signal_names().split(","), "SIGKILL")   # what the head may send to stop
+CONTROL_SIGNALS = (*STOP_SIGNAL_NAMES.split(","), "SIGKILL")   # what the head may send to stop
 
 
 def encode_request(request: dict) -> bytes:
