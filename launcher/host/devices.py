@@ -23,6 +23,7 @@ else here is pure.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import socket
@@ -208,13 +209,51 @@ def auto_count(view: DeviceView) -> list[int]:
     return [0]
 
 
+EPHEMERAL_RANGE = "/proc/sys/net/ipv4/ip_local_port_range"
+PORT_WINDOWS = ((20000, 32767), (10000, 19999))   # where dlaunch picks a master port, in this order
+
+
 def free_port(address: str) -> int:
-    """A TCP port free on ``address`` right now (the kernel picks it, as torchrun does)."""
+    """A TCP port free on ``address`` right now, outside the kernel's ephemeral range: the kernel hands ports
+    in that range to outgoing connections, so one picked there (torchrun's way, bind to port 0) can be taken
+    by any connection before rank 0 binds it. Random within the window, so launches side by side rarely try
+    the same one (and a taken one is skipped)."""
+    try:
+        with open(EPHEMERAL_RANGE, encoding="ascii") as fh:
+            first, last = map(int, fh.read().split())
+    except (OSError, ValueError):
+        first, last = 32768, 60999   # Linux's default range
+    for low, high in (*PORT_WINDOWS, (last + 1, 65535)):
+        if not (high < first or low > last):   # the window overlaps the range: its larger part outside it
+            low, high = max((low, first - 1), (last + 1, high), key=lambda window: window[1] - window[0])
+        if high - low >= 1000:
+            break
+    else:   # no room outside the range: the kernel's choice, as torchrun makes it
+        return _bound_port(address, 0)
+    for port in _candidates(low, high, 64):
+        try:
+            return _bound_port(address, port)
+        except OSError:
+            continue   # taken: another
+    return _bound_port(address, 0)
+
+
+def _candidates(low: int, high: int, count: int) -> list[int]:
+    """``count`` ports drawn at random from ``low .. high`` (os.urandom: the random module is not imported on
+    the launch path)."""
+    return [low + int.from_bytes(os.urandom(4), "big") % (high - low + 1) for _ in range(count)]
+
+
+def _bound_port(address: str, port: int) -> int:
+    """``port`` (0: one the kernel picks) bound on ``address`` and released; OSError when it is taken,
+    UsageError when the address is not this host's."""
     family = socket.AF_INET6 if ":" in address else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as sock:
         try:
-            sock.bind((address, 0))
+            sock.bind((address, port))
         except OSError as exc:
+            if port and exc.errno == errno.EADDRINUSE:
+                raise
             raise UsageError(f"cannot use master address {address}: {exc.strerror}") from None
         return sock.getsockname()[1]
 

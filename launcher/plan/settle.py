@@ -59,6 +59,10 @@ def launch_options(args: LaunchRequest, table, server_index: int, environ: Mappi
     if beyond:
         raise UsageError(f"--console names rank {beyond[0]} but the job has {world} ranks")
     master_addr = args.master_addr or master_address(table)
+    master_port = args.master_port or (CLUSTER_DEFAULT_PORT if cluster else free_port(master_addr))
+    if args.job_port is not None and args.job_port == master_port:
+        raise UsageError(f"--job-port {args.job_port} is the master port, where rank 0's store listens: give "
+                         f"another (by default the job port is MASTER_PORT + 1)")
     run_id = args.run_id or (scheduler_run_id(environ) if cluster else None)
     output_dir = os.path.abspath(args.output_dir)
     resume_from, resume_note = None, ""
@@ -77,7 +81,7 @@ def launch_options(args: LaunchRequest, table, server_index: int, environ: Mappi
                                  waiting_notice=args.waiting_notice, hang_timeout=args.hang_timeout,
                                  prefix_host=cluster),
                    console=console, master_addr=master_addr,
-                   master_port=args.master_port or (CLUSTER_DEFAULT_PORT if cluster else free_port(master_addr)),
+                   master_port=master_port,
                    host_files_suffix=host_suffix(table.servers[server_index].server_id) if cluster and not head
                    else "",
                    extra_env=extra_env(args),

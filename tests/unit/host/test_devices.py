@@ -90,3 +90,35 @@ def test_auto_with_nothing_found_is_one_rank_naming_what_was_looked_for(capsys):
 
 
 
+
+
+def test_a_chosen_master_port_lies_outside_the_kernels_ephemeral_range(tmp_path, monkeypatch):
+    """The kernel hands ports of its ephemeral range to outgoing connections: a master port picked there (bind
+    to 0) can be taken before rank 0 binds it, as a busy host once showed (EADDRINUSE in rank 0)."""
+    from launcher.host import devices
+
+    with open(devices.EPHEMERAL_RANGE) as fh:
+        first, last = map(int, fh.read().split())
+    ports = {devices.free_port("127.0.0.1") for _ in range(50)}
+    assert not any(first <= port <= last for port in ports), sorted(ports)
+    assert len(ports) > 40   # chosen at random: several launches at once rarely try the same one
+    ranges = tmp_path / "ip_local_port_range"
+    monkeypatch.setattr(devices, "EPHEMERAL_RANGE", str(ranges))
+    for given, window in (("20000 65535", (10000, 19999)), ("40000 60999", (20000, 32767)),
+                          ("10000 40000", (40001, 65535)), ("1024 65000", (1024, 65000))):
+        ranges.write_text(given + "\n")
+        port = devices.free_port("127.0.0.1")
+        assert window[0] <= port <= window[1], (given, port)   # the last: no room outside, the kernel's choice
+
+
+def test_a_taken_port_is_never_chosen(monkeypatch):
+    import socket
+
+    from launcher.host import devices
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = taken.getsockname()[1]
+        monkeypatch.setattr(devices, "_candidates", lambda low, high, count: [busy, busy + 1])   # taken first
+        assert devices.free_port("127.0.0.1") == busy + 1
