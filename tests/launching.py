@@ -50,7 +50,7 @@ def free_port(address: str = "127.0.0.1", span: int = 2) -> int:
         socks = []
         try:
             for offset in range(span):
-                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                sock = socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET, socket.SOCK_STREAM)
                 socks.append(sock)
                 sock.bind((address, port + offset))
             return port

@@ -7,6 +7,7 @@ import argparse
 import os
 from dataclasses import replace
 
+from launcher.contract import JOB_SECRET_ENV
 from launcher.errors import UsageError
 from launcher.plan.settle import launch_options
 from launcher.plan.share import TableSource, adopt_pod, head_launch, launch_table, nodes_share
@@ -14,33 +15,35 @@ from launcher.settings.launch import CLUSTER_DEFAULT_PORT, add_launch_arguments,
 from launcher.settings.request import LaunchRequest
 
 
-def cmd_cluster(args: LaunchRequest, control=None, on_started=None) -> int:
+def cmd_cluster(args: LaunchRequest, control=None, on_started=None, environ=None) -> int:
+    """``environ``: this process's environment, plus what a head sent for this host's launcher itself."""
     from launcher.execute.attempts import launch
 
+    environ = os.environ if environ is None else environ
     checking = args.check_network and not args.dry_run
     if checking:
         from launcher.cli.checknet import check_before_launch
     if args.ssh:
         from launcher.execute.ssh.head import launch_over_ssh
 
-        text, head_table, opts = head_launch(args, os.environ)
+        text, head_table, opts = head_launch(args, environ)
         if checking:
             check_before_launch(args, text, head_table, None)
-        return launch_over_ssh(args, text, head_table, opts, os.environ)
-    shared = nodes_share(args, os.environ)
+        return launch_over_ssh(args, text, head_table, opts, environ)
+    shared = nodes_share(args, environ)
     if shared is None and not args.rank_table and args.rank_table_text is None and args.job is None:
-        shared = adopt_pod(args, os.environ)
+        shared = adopt_pod(args, environ)
         if shared is None:
             raise UsageError("dlaunch cluster needs --rank-table FILE: on each host, dlaunch cluster SCRIPT "
                              "--rank-table FILE --rank-start K; or from one head node, dlaunch cluster SCRIPT "
                              "--rank-table FILE --ssh")
     args = shared or args
-    table, server_index, _, view = launch_table(args, os.environ)
+    table, server_index, _, view = launch_table(args, environ)
     if checking:
         check_before_launch(args, "", table, server_index)
     reread = replace(TableSource.of(args), text=None) if args.rank_table else None   # the file, read again
-    return launch(table, server_index, launch_options(args, table, server_index, os.environ, view=view),
-                  dry_run=args.dry_run, environ=os.environ, on_started=on_started, control=control, reread=reread)
+    return launch(table, server_index, launch_options(args, table, server_index, environ, view=view),
+                  dry_run=args.dry_run, environ=environ, on_started=on_started, control=control, reread=reread)
 
 
 def cmd_from_head(announce: bool = False) -> int:
@@ -66,7 +69,10 @@ def cmd_from_head(announce: bool = False) -> int:
     def started(ranks):
         protocol.emit("started", ranks=len(ranks), at=min(r.start for r in ranks))
 
-    return cmd_cluster(settled, control=(0, pending), on_started=started)
+    # the job's secret the head made for its hosts' link (under --max-restarts): theirs, not only their ranks'
+    secret = (request.get("env") or {}).get(JOB_SECRET_ENV)
+    environ = {**os.environ, JOB_SECRET_ENV: str(secret)} if secret else None
+    return cmd_cluster(settled, control=(0, pending), on_started=started, environ=environ)
 
 
 def add_parser(sub) -> argparse.ArgumentParser:

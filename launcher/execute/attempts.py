@@ -124,12 +124,12 @@ class Launch:
         self.start()
         try:
             try:
-                for attempt in range(self.opts.policy.max_restarts + 1):
-                    if attempt:
-                        self.plan = self.next_plan(attempt)
+                while True:
                     result = self.run_attempt()
                     if result is None or self.decide(result) is not Decision.RESTART:
                         break
+                    # the job's next attempt: one more, or, for a host that joined late, the one the job is in
+                    self.plan = self.next_plan(self.verdict.get("next_attempt") or self.plan.attempt + 1)
             finally:
                 self._stop_watching()
             return self.conclude()
@@ -181,6 +181,10 @@ class Launch:
             from launcher.execute.job import hosts as job
 
             self.verdict = job.settle(self.link, self.plan, result, self.signals.fd)
+            if self.verdict.get("late"):
+                say(f"{job.cause_line(self.verdict)} (it restarted before this host joined): this host's ranks "
+                    f"restart to take part in it")
+                return Decision.RESTART
             if self.verdict.get("restart"):
                 say(f"{job.cause_line(self.verdict)}; restarting the job on every host ({restart})")
                 return Decision.RESTART

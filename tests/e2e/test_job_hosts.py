@@ -43,10 +43,10 @@ class Job:
         path.mkdir(exist_ok=True)
         return path
 
-    def start(self, index, *script_args, env=None):
+    def start(self, index, *script_args, env=None, extra=()):
         self.procs[index] = start_dlaunch(
             "cluster", RANK_PROGRAM, "--rank-table", self.table, "--rank-start", index, "--run-id", self.run_id,
-            "--master-port", self.port, "--profile", "structure", "--grace-period", "2", *self.timeouts, "--",
+            "--master-port", self.port, "--profile", "structure", "--grace-period", "2", *self.timeouts, *extra, "--",
             *script_args, cwd=self.cwd(index), env=env)
         return self.procs[index]
 
@@ -296,3 +296,52 @@ def test_a_device_address_rewritten_while_the_hosts_start_is_still_one_job(tmp_p
         code, stderr = job.wait(index)
         assert code == 0, stderr
         assert "wrong job secret" not in stderr
+
+
+LATE_RESTART_RANK = """
+echo > "$SHARED/rank$RANK.attempt$TORCHELASTIC_RESTART_COUNT"
+if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ] && [ "$RANK" = 0 ]; then exit 3; fi   # fails at start-up
+if [ "$RANK" = 0 ]; then   # its first collective: it waits for rank 1, of whatever attempt
+  while [ -z "$(ls "$SHARED" | grep rank1)" ]; do sleep 0.05; done
+fi
+echo "$TORCHELASTIC_RESTART_COUNT" > "$DLAUNCH_RANK_DIR/attempt"
+"""
+
+
+def test_a_host_that_joins_after_the_job_restarted_takes_part_in_the_restart(tmp_path, jobs):
+    """Rank 0 fails at start-up and the job restarts before host 127.0.0.3 arrives. Once, that host ran its
+    ranks for attempt 0, its reports were discarded, and every dlaunch waited for a verdict forever; now it is
+    told the job's attempt on joining, and its ranks restart into it."""
+    job = jobs(tmp_path, 2, 29759, "laterestart")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+
+    def start(index):
+        job.procs[index] = start_dlaunch(
+            "cluster", "--no-python", "/bin/sh", "--rank-table", job.table, "--rank-start", index, "--run-id",
+            "laterestart", "--master-port", job.port, "--profile", "structure", *job.timeouts, "--max-restarts",
+            "1", "--", "-c", LATE_RESTART_RANK, cwd=job.cwd(index), env={"SHARED": str(shared)})
+
+    start(0)
+    assert wait_until(lambda: (shared / "rank0.attempt1").exists(), timeout=30)   # the job is in attempt 1
+    start(1)
+    stderrs = {}
+    for index in (0, 1):
+        code, stderrs[index] = job.wait(index)
+        assert code == 0, stderrs[index]
+        assert job.summary(index)["job"]["status"] == "succeeded"
+        rank_dir = job.cwd(index) / "dlaunch_runs" / "laterestart" / f"rank_{index:03d}"
+        assert (rank_dir / "attempt").read_text().strip() == "1"
+    stderr1 = stderrs[1]
+    assert "this host joined the job at its attempt 1 (it restarted before this host joined): this host's " \
+           "ranks restart to take part in it" in stderr1, stderr1
+    assert [a["attempt"] for a in job.summary(1)["attempts"]] == [0, 1]
+
+
+def test_the_job_port_equal_to_the_master_port_is_refused_in_one_line(tmp_path, jobs):
+    job = jobs(tmp_path, 2, 29762, "sameport")
+    code, stderr = job.start(0, "--sleep", "1", extra=("--job-port", "29762")) and job.wait(0)
+    assert code == 2 and stderr.strip().splitlines() == [
+        "dlaunch: error: --job-port 29762 is the master port, where rank 0's store listens: give another (by "
+        "default the job port is MASTER_PORT + 1)"], stderr
+    assert not (job.cwd(0) / "dlaunch_runs" / "sameport").exists()

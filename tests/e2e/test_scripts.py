@@ -8,6 +8,7 @@ with shell metacharacters in every value and no ``$(touch pwned)`` ever run.
 
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -204,10 +205,14 @@ def test_slurm_script_under_a_fake_srun_runs_one_share_per_node(tmp_path, probe,
     assert "#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n#SBATCH --time=5\n#SBATCH --exclusive\n" in text
     result = run_script(script, cwd=tmp_path, env=fake_slurm(tmp_path))
     assert result.returncode == 0, result.stderr
+    secrets = set()
     for rank, seen in enumerate(probes(tmp_path / out / "slurm-4242", range(4))):
         env = seen["env"]
         assert seen["argv"] == [str(probe), *HOSTILE]
         assert (env["RANK"], env["GROUP_RANK"], env["SLURM_NODEID"]) == (str(rank), str(rank // 2), str(rank // 2))
+        secrets.add(env.get("DLAUNCH_JOB_SECRET"))
+    # one random secret for the job's link, the same on every node (docs/multi-host.md)
+    assert len(secrets) == 1 and re.fullmatch(r"[0-9a-f]{32}", secrets.pop() or "")
     wrong = run_script(script, cwd=tmp_path, env=fake_slurm(tmp_path, nodes=1))
     assert wrong.returncode == 2 and "needs 2 node(s)" in wrong.stderr
     no_side_effects(tmp_path)

@@ -42,10 +42,10 @@ def test_standalone_worker_environment_matches_real_torchrun(tmp_path):
             assert (value, mine[rank][name]) == expected, f"{name}: torchrun {value!r}, dlaunch {mine[rank][name]!r}"
 
 
-def _node(tmp_path, node_rank, master_port, *script_args, spelling="dash"):
+def _node(tmp_path, node_rank, master_port, *script_args, spelling="dash", master="127.0.0.1"):
     flags = (["--nnodes", "2", "--node-rank", str(node_rank), "--nproc-per-node", "1", "--master-addr",
-              "127.0.0.1", "--master-port", str(master_port)] if spelling == "dash" else
-             ["--nnodes=2", f"--node_rank={node_rank}", "--nproc_per_node=1", "--master_addr=127.0.0.1",
+              master, "--master-port", str(master_port)] if spelling == "dash" else
+             ["--nnodes=2", f"--node_rank={node_rank}", "--nproc_per_node=1", f"--master_addr={master}",
               f"--master_port={master_port}"])
     out = tmp_path / f"node{node_rank}"
     return out, subprocess.Popen(dlaunch_argv("torchrun", *flags, "--log-dir", out, RANK_PROGRAM, *script_args),
@@ -100,3 +100,20 @@ def test_a_failing_rank_gives_its_exit_code(tmp_path):
 
 
 
+
+
+def test_two_nodes_meet_on_an_ipv6_master_address(tmp_path):
+    """Once both nodes stopped with 69 after --join-timeout on ``--master-addr ::1`` (the job link spoke IPv4
+    only) while torchrun ran the same job. Without DLAUNCH_JOB_SECRET each node says first that the link is
+    open to anyone who can reach it."""
+    master_port = free_port("::1")
+    nodes = [_node(tmp_path, rank, master_port, "--allreduce", "--dump-env", master="::1") for rank in (0, 1)]
+    for node_rank, (out, proc) in enumerate(nodes):
+        _out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        assert f"warning: the job's link on [::1]:{master_port + 1} is open to anyone" in err.splitlines()[0], err
+        [summary] = latest_run(out).glob("summary*.json")   # the job's verdict: the link worked over IPv6
+        assert json.loads(summary.read_text())["job"]["status"] == "succeeded"
+        rank_dir = latest_run(out) / f"rank_{node_rank:03d}"
+        assert json.loads((rank_dir / "allreduce.jsonl").read_text().splitlines()[-1]) == {"sum": 3.0, "world": 2}
+        assert json.loads((rank_dir / "env.json").read_text())["MASTER_ADDR"] == "::1"

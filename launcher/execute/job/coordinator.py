@@ -13,10 +13,17 @@ attempt: which hosts joined, the first stop (its cause), each host's result, and
   every host, the same for all (a host that never joined is not waited for once the others are done:
   its ranks could not have been part of their collectives); when the job failed and restarts are left
   (and no host was lost), it says "restart" and the next attempt begins on every host together.
+- A host that joins, or speaks, for an attempt the job has left behind (it came after a restart) is told
+  the job's attempt and catches up; once an attempt stops, every host that joined must report within
+  ``report_timeout`` or it is lost: no host ever waits for a verdict that cannot come.
+
+Strangers (connections that have not proven the secret) are held to ``strangers.py``'s limits, and no
+input from anyone ends the coordinator: a connection that sends what the protocol does not say is closed.
 """
 
 from __future__ import annotations
 
+import errno
 import selectors
 import socket
 import time
@@ -26,13 +33,17 @@ from launcher.contract import ExitCode
 from launcher.execute.job import protocol
 from launcher.execute.job.protocol import Channel
 from launcher.execute.job.restarts import common_step
+from launcher.execute.job.strangers import Strangers, Tally
+
+STACKS_TOTAL = 64 << 20   # characters of stacks gathered from every host after a hang; the rest stay on their hosts
 
 
 class _Peer:
     """One connection: before the handshake a stranger, after it a host of the job (``index``)."""
 
-    def __init__(self, sock: socket.socket, address: str, now: float):
-        self.sock, self.address = sock, address
+    def __init__(self, sock: socket.socket, address: tuple, now: float):
+        self.sock, self.host = sock, str(address[0])
+        self.address = protocol.endpoint(address[0], address[1])
         self.channel = Channel("s")
         self.nonce = protocol.new_nonce()
         self.index: int | None = None
@@ -47,9 +58,14 @@ class Coordinator:
 
     def __init__(self, listener: socket.socket, secret: bytes, run_id: str, hosts: list[str], *, max_restarts: int,
                  host_timeout: float, join_timeout: float, log: Callable[[str], None] = lambda line: None,
-                 master_index: int = 0):
+                 master_index: int = 0, report_timeout: float | None = None, stranger_cap: int | None = None):
         self.listener, self.secret, self.run_id, self.hosts = listener, secret, run_id, hosts
         self.max_restarts, self.host_timeout, self.log = max_restarts, host_timeout, log
+        self.report_timeout = report_timeout if report_timeout is not None else 2 * host_timeout + 60
+        self.strangers = Strangers(handshake_timeout=max(1.0, min(host_timeout, 10.0)), cap=stranger_cap)
+        self.tally = Tally(log)
+        self._spare: socket.socket | None = socket.socket()   # given up to refuse a connection when out of fds
+        self._accept_paused_until = 0.0
         self.master_index = master_index   # the host whose run directory gathers every host's stacks
         self.heartbeat = heartbeat_interval(host_timeout)
         now = time.monotonic()
@@ -61,7 +77,11 @@ class Coordinator:
         self.ever_joined: set[int] = set()
         self.attempt = 0
         self.stop: dict | None = None           # the attempt's first stop: the cause every host is told
+        self.stop_at = 0.0
+        self.resume_step: str | None = None     # the step the current attempt resumed from (after a restart)
         self.results: dict[int, dict] = {}
+        self.stacks: dict[str, dict] = {}       # after a hang: global rank -> {"host", "text"}
+        self.stack_chars = 0
         self.lost: dict[int, str] = {}
         self.finished = False                   # the final verdict went out
 
@@ -75,10 +95,15 @@ class Coordinator:
         if peer is None:
             self._accept()
             return
-        if mask & selectors.EVENT_WRITE:
-            self._flush(peer)
-        if mask & selectors.EVENT_READ and peer.sock.fileno() >= 0:
-            self._read(peer)
+        try:
+            if mask & selectors.EVENT_WRITE:
+                self._flush(peer)
+            if mask & selectors.EVENT_READ and peer.sock.fileno() >= 0:
+                self._read(peer)
+        except Exception as exc:   # a defect met on one connection closes that connection, never the job's link
+            self.tally.note(f"closed (after {type(exc).__name__})",
+                            f"job coordinator: closed {peer.address} after an error: {type(exc).__name__}: {exc}")
+            self._gone(peer)
 
     def tick(self) -> float:
         """Heartbeats out, lost hosts found; returns the seconds until the next thing to do."""
@@ -92,23 +117,34 @@ class Coordinator:
                 for index in range(len(self.hosts)):
                     if index not in self.ever_joined and index not in self.lost:
                         self._lose(index, f"never joined the job within {self.join_timeout:g} s (--join-timeout)")
+            if self.stop is not None and now - self.stop_at > self.report_timeout:
+                for index in sorted(self.ever_joined - set(self.results) - set(self.lost)):
+                    self._lose(index, f"did not report its ranks' end within {self.report_timeout:g} s of the "
+                                      f"job's stop")
+        for peer in self.strangers.overdue(now):
+            self._stranger_out(peer, "dropped (no handshake in time)",
+                               f"took longer than {self.strangers.handshake_timeout:g} s to join")
+        if self._accept_paused_until and now >= self._accept_paused_until:
+            self._resume_accepting()
         if now >= self._next_beat:
             self._next_beat = now + self.heartbeat
-            self._drop_silent_strangers(now)
             for peer in list(self.peers.values()):
                 self._send(peer, {"t": "hb"})
-        waits = [self._next_beat - now]
+        self.tally.flush(now)
+        waits = [self._next_beat - now, self.tally.period_end - now]
         if not self.finished and len(self.ever_joined) < len(self.hosts):
             waits.append(self.join_deadline - now)
+        if self.stop is not None and not self.finished:
+            waits.append(self.stop_at + self.report_timeout - now)
+        for deadline in (self.strangers.next_deadline(), self._accept_paused_until or None):
+            if deadline is not None:
+                waits.append(deadline - now)
         return max(0.0, min(waits))
 
-    def _drop_silent_strangers(self, now: float) -> None:
-        """A connection that has not joined within one host timeout holds nothing of the job: dropped."""
-        assert self.selector is not None
-        for key in list(self.selector.get_map().values()):
-            peer = key.data[1]
-            if peer is not None and peer.index is None and now - peer.heard > self.host_timeout:
-                self._drop(peer)
+    def _stranger_out(self, peer: _Peer, kind: str, why: str) -> None:
+        """Close a stranger's connection, counted rather than said each time (``Tally``)."""
+        self.tally.note(kind, f"job coordinator: {kind.split(' (')[0]} {peer.address}: {why}")
+        self._drop(peer)
 
     def serve_forever(self, until: Callable[[], bool] = lambda: False) -> None:
         selector = selectors.DefaultSelector()
@@ -127,27 +163,69 @@ class Coordinator:
                 except OSError:
                     pass   # that host is gone too: it has nothing to hear
             self._drop(peer)
-        if self.selector is not None:
+        self.tally.flush(time.monotonic(), force=True)
+        if self.selector is not None and not self._accept_paused_until:
             self.selector.unregister(self.listener)
         self.listener.close()
+        if self._spare is not None:
+            self._spare.close()
 
     # ---------------------------------------------------------------- connections
 
     def _accept(self) -> None:
-        while True:
+        for _ in range(64):   # then the selector again: the job's own sockets are served between storms
             try:
                 sock, address = self.listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
-            except OSError as exc:   # out of descriptors: refuse this one, keep serving the others
-                self.log(f"job coordinator: cannot accept a connection: {exc.strerror or exc}")
+            except OSError as exc:
+                if exc.errno in (errno.EMFILE, errno.ENFILE):
+                    self._out_of_descriptors(exc)
                 return
             sock.setblocking(False)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            peer = _Peer(sock, f"{address[0]}:{address[1]}", time.monotonic())
+            now = time.monotonic()
+            peer = _Peer(sock, address, now)
             assert self.selector is not None
             self.selector.register(sock, selectors.EVENT_READ, ("coordinator", peer))
-            self._send(peer, {"t": "challenge", "nonce": peer.nonce, "proto": protocol.PROTOCOL})
+            closed = self.strangers.admit(peer, now)
+            for old in closed:
+                self._stranger_out(old, "closed (too many strangers)", "too many connections that have not joined "
+                                   f"(at most {self.strangers.cap}; the address with the most loses its oldest)")
+            if peer not in closed:
+                self._send(peer, {"t": "challenge", "nonce": peer.nonce, "proto": protocol.PROTOCOL})
+
+    def _out_of_descriptors(self, exc: OSError) -> None:
+        """EMFILE: the spare descriptor is given up to take the waiting connection and close it, and the
+        oldest stranger goes too, so ``accept`` never spins; with no spare left, accepting pauses briefly."""
+        self.tally.note("refused (out of descriptors)", f"job coordinator: cannot accept a connection: "
+                                                          f"{exc.strerror or exc}; strangers are being closed")
+        oldest = self.strangers.oldest()
+        if oldest is not None:
+            self._drop(oldest)
+        if self._spare is not None:
+            self._spare.close()
+            self._spare = None
+            try:
+                self.listener.accept()[0].close()
+            except OSError:
+                pass   # nothing was waiting after all, or it went: either way nothing is held
+        try:
+            self._spare = socket.socket()
+        except OSError:
+            assert self.selector is not None
+            self.selector.unregister(self.listener)
+            self._accept_paused_until = time.monotonic() + 0.1
+
+    def _resume_accepting(self) -> None:
+        self._accept_paused_until = 0.0
+        assert self.selector is not None
+        self.selector.register(self.listener, selectors.EVENT_READ, ("coordinator", None))
+        if self._spare is None:
+            try:
+                self._spare = socket.socket()
+            except OSError:
+                pass   # taken the next time EMFILE comes
 
     def _send(self, peer: _Peer, message: dict) -> None:
         if peer.sock.fileno() < 0:
@@ -182,8 +260,11 @@ class Coordinator:
             for message in peer.channel.read(data):
                 self._on_message(peer, message)
         except (ValueError, KeyError, TypeError) as exc:
-            self.log(f"job coordinator: dropped {peer.address}: {exc}")
-            self._gone(peer)
+            if peer.index is None:
+                self._stranger_out(peer, "dropped (out of protocol)", str(exc))
+            else:
+                self.log(f"job coordinator: dropped {peer.address} (host {self.hosts[peer.index]}): {exc}")
+                self._gone(peer)
 
     def _gone(self, peer: _Peer) -> None:
         index = peer.index
@@ -192,6 +273,7 @@ class Coordinator:
             self._lose(index, "closed its connection before its ranks ended (its dlaunch is gone)")
 
     def _drop(self, peer: _Peer) -> None:
+        self.strangers.forget(peer)
         if peer.index is not None and self.peers.get(peer.index) is peer:
             del self.peers[peer.index]
         if peer.sock.fileno() >= 0:
@@ -200,7 +282,7 @@ class Coordinator:
             peer.sock.close()
 
     def _refuse(self, peer: _Peer, why: str) -> None:
-        self.log(f"job coordinator: refused {peer.address}: {why}")
+        self.tally.note(f"refused ({why.split(' (')[0]})", f"job coordinator: refused {peer.address}: {why}")
         self._send(peer, {"t": "refused", "why": why})
         peer.closing = True
         self._flush(peer)
@@ -214,13 +296,36 @@ class Coordinator:
                 raise ValueError("spoke before joining")
             self._join(peer, message)
             return
-        if kind == "stop" and message.get("attempt") == self.attempt:
+        attempt = message.get("attempt")
+        if kind in ("stop", "result", "stack") and isinstance(attempt, int) and attempt < self.attempt:
+            self._send(peer, self._attempt_message())   # a host behind the job (it joined late): catch up
+        elif kind == "stop" and attempt == self.attempt:
             if self.stop is None:
-                self.stop = {**message["cause"], "host": self.hosts[peer.index]}
-                self._broadcast({"t": "stop", "attempt": self.attempt, "cause": self.stop}, skip=peer.index)
-        elif kind == "result" and message.get("attempt") == self.attempt:
+                self._stopping({**message["cause"], "host": self.hosts[peer.index]}, skip=peer.index)
+        elif kind == "stack" and attempt == self.attempt:
+            self._gather_stack(peer.index, str(message["rank"]), str(message["text"]))
+        elif kind == "result" and attempt == self.attempt:
             self.results[peer.index] = message
             self._maybe_verdict()
+
+    def _attempt_message(self) -> dict:
+        return {"t": "attempt", "attempt": self.attempt, "resume_step": self.resume_step}
+
+    def _stopping(self, cause: dict, skip: int | None = None) -> None:
+        """The attempt's first stop: every other host is told; the report deadline starts."""
+        self.stop, self.stop_at = cause, time.monotonic()
+        self._broadcast({"t": "stop", "attempt": self.attempt, "cause": cause}, skip=skip)
+
+    def _gather_stack(self, index: int, rank: str, text: str) -> None:
+        """One part of a rank's stack; past STACKS_TOTAL in all, a note says where the rest is."""
+        entry = self.stacks.setdefault(rank, {"host": self.hosts[index], "text": "", "cut": False})
+        kept = text[:max(0, STACKS_TOTAL - self.stack_chars)]
+        entry["text"] += kept
+        self.stack_chars += len(kept)
+        if len(kept) < len(text) and not entry["cut"]:
+            entry["cut"] = True
+            entry["text"] += (f"\n[dlaunch: cut here: the job's stacks exceed {STACKS_TOTAL >> 20} MiB; the whole "
+                              f"stack is in this rank's stack.txt on host {self.hosts[index]}]\n")
 
     def _join(self, peer: _Peer, message: dict) -> None:
         index = message.get("index")
@@ -237,11 +342,12 @@ class Coordinator:
             self._refuse(peer, f"host {self.hosts[index]} has already joined this job")
         else:
             peer.index = index
+            self.strangers.forget(peer)
             self.peers[index] = peer
             self.ever_joined.add(index)
             self._send(peer, {"t": "welcome", "proof": protocol.proof(self.secret, "welcome", peer.nonce,
                                                                           message["nonce"]),
-                              "attempt": self.attempt})
+                              "attempt": self.attempt, "resume_step": self.resume_step})
             peer.channel.key = protocol.session_key(self.secret, peer.nonce, message["nonce"])
             if self.stop is not None:   # it arrived after the job began to stop: it stops at once
                 self._send(peer, {"t": "stop", "attempt": self.attempt, "cause": self.stop})
@@ -258,9 +364,8 @@ class Coordinator:
             self._drop(peer)
         self.log(f"job coordinator: lost host {self.hosts[index]}: {why}")
         if self.stop is None:
-            self.stop = {"kind": "lost", "host": self.hosts[index], "why": why, "exit_code": ExitCode.HOST_LOST,
-                         "end": time.time()}
-            self._broadcast({"t": "stop", "attempt": self.attempt, "cause": self.stop})
+            self._stopping({"kind": "lost", "host": self.hosts[index], "why": why, "exit_code": ExitCode.HOST_LOST,
+                            "end": time.time()})
         self._maybe_verdict()
 
     def _maybe_verdict(self) -> None:
@@ -274,16 +379,18 @@ class Coordinator:
         verdict["restart"] = (verdict["status"] == "failed" and not self.lost and self.attempt < self.max_restarts
                               and (self.stop or {}).get("kind") in ("failed", "hung"))
         verdict.update(t="verdict", attempt=self.attempt)
-        stacks = {rank: {"host": self.hosts[i], "text": text} for i, r in sorted(self.results.items())
-                  for rank, text in (r.get("stacks") or {}).items()}
-        if stacks and self.master_index in self.peers:   # a hang: every rank's stack, gathered on one host
-            self._send(self.peers[self.master_index], {"t": "stacks", "attempt": self.attempt, "stacks": stacks})
+        master = self.peers.get(self.master_index)
+        if self.stacks and master is not None:   # a hang: every rank's stack, gathered on one host, in parts
+            for rank, entry in sorted(self.stacks.items(), key=lambda item: int(item[0])):
+                for part in protocol.stack_parts({rank: entry["text"]}, self.attempt):
+                    self._send(master, {**part, "host": entry["host"]})
         if verdict["restart"]:
             verdict["resume_step"] = common_step([r.get("steps") or [] for _, r in sorted(self.results.items())])
         self._broadcast(verdict)
         if verdict["restart"]:
             self.attempt += 1
-            self.stop, self.results = None, {}
+            self.resume_step = verdict["resume_step"]
+            self.stop, self.results, self.stacks, self.stack_chars = None, {}, {}, 0
         else:
             self.finished = True
 

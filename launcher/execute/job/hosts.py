@@ -34,6 +34,7 @@ def settle(link: JobLink, plan, result, signal_fd: int) -> dict:
     verdict = link.finish(result, signal_fd, steps=complete_steps(plan), stacks=_stack_texts(result))
     if link.stacks:
         _write_job_stacks(plan, link.stacks)
+        link.stacks = {}
     return verdict
 
 

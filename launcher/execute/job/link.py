@@ -50,6 +50,8 @@ def describe(cause: dict) -> str:
         return f"dlaunch on host {host} was interrupted by {cause.get('signal')}"
     if kind == "error":
         return f"dlaunch on host {host} failed: {cause.get('why')}"
+    if kind == "late":
+        return str(cause.get("why"))
     return f"host {host} was lost: {cause.get('why')}"
 
 
@@ -65,9 +67,11 @@ class JobLink:
     """This host's membership of the job (and, on the master host, the job's coordinator)."""
 
     def __init__(self, *, hosts: list[str], index: int, master_index: int, address: str, port: int, secret: bytes,
-                 run_id: str, host_timeout: float, join_timeout: float, max_restarts: int):
+                 run_id: str, host_timeout: float, join_timeout: float, max_restarts: int,
+                 report_timeout: float | None = None):
         self.hosts, self.index, self.attempt = hosts, index, 0
         self.stacks: dict = {}   # on the master host, after a hang: global rank -> {"host", "text"}
+        self.behind: dict | None = None   # the job's attempt, when it restarted before this host joined
         self._events: collections.deque = collections.deque()
         self._outbox: collections.deque = collections.deque()
         self._main_r, self._thread_w = socket.socketpair()   # the thread wakes the main loop
@@ -79,7 +83,8 @@ class JobLink:
         if index == master_index:
             self.coordinator = Coordinator(protocol.bind_address(address, port), secret, run_id, hosts,
                                            max_restarts=max_restarts, host_timeout=host_timeout,
-                                           join_timeout=join_timeout, log=say, master_index=master_index)
+                                           join_timeout=join_timeout, log=say, master_index=master_index,
+                                           report_timeout=report_timeout)
         self.member = Member(address, port, secret, run_id, index, host_timeout=host_timeout,
                              join_timeout=join_timeout, deliver=self._deliver, master_name=hosts[master_index])
         self._thread = threading.Thread(target=self._serve, name="dlaunch-job", daemon=True)
@@ -92,11 +97,16 @@ class JobLink:
         # (hosts started without --run-id, e.g. one dlaunch torchrun per node, each make their own run id)
         job_id = plan.run_id if opts.run_id_shared else f"{plan.master_addr}:{plan.master_port}"
         master = next((i for i, s in enumerate(table.servers) if any(d.rank == 0 for d in s.devices)), 0)
-        return cls(hosts=hosts, index=plan.server_index, master_index=master, address=opts.job_addr or plan.master_addr,
-                   port=job_port(opts),
+        address, port = opts.job_addr or plan.master_addr, job_port(opts)
+        warning = protocol.open_secret_warning(environ, protocol.endpoint(address, port))
+        if warning:
+            say(warning)
+        # a host reports once its ranks stopped: the grace period, the stacks of a hang, and a host timeout
+        report_timeout = 2 * opts.policy.grace_period + opts.host_timeout + 60
+        return cls(hosts=hosts, index=plan.server_index, master_index=master, address=address, port=port,
                    secret=protocol.job_secret(environ, job_identity(table), job_id),
                    run_id=job_id, host_timeout=opts.host_timeout, join_timeout=opts.join_timeout,
-                   max_restarts=opts.policy.max_restarts)
+                   max_restarts=opts.policy.max_restarts, report_timeout=report_timeout)
 
     def start(self) -> None:
         self._thread.start()
@@ -112,6 +122,13 @@ class JobLink:
         (a stop, or the master host lost); other news waits for ``finish``."""
         self._drain(self._main_r)
         found = []
+        self._take_attempts()
+        if self.behind is not None and not self.behind.get("told"):
+            self.behind["told"] = True
+            cause = {"kind": "late", "host": self.hosts[self.index], "end": time.time(),
+                     "why": f"this host joined after the job restarted (attempt {self.behind['attempt']})"}
+            found.append(("job_stop", {"why": f"{cause['why']}: its ranks restart to take part in it",
+                                       "exit_code": ExitCode.STOPPED_BY_PEER, "cause": cause}))
         for event in list(self._events):
             if event["t"] == "stop" and event.get("attempt") == self.attempt or event["t"] == "lost":
                 cause = event["cause"] if event["t"] == "stop" else {"kind": "lost", "host": event["host"],
@@ -131,12 +148,16 @@ class JobLink:
         """Report this host's attempt and wait for the job's verdict (every host's attempt over, or a host
         lost); a signal to dlaunch meanwhile ends the wait with this host's own verdict."""
         if result.exit_code == 0 and self.member.state in ("waiting", "connecting"):
-            say(f"this host's ranks succeeded before the job's coordinator at {self.member.address}:"
-                f"{self.member.port} answered: not waiting for the other hosts' verdict")
+            say(f"this host's ranks succeeded before the job's coordinator at "
+                f"{protocol.endpoint(self.member.address, self.member.port)} answered: not waiting for the other "
+                f"hosts' verdict")
             return {}
-        self._send({"t": "result", "attempt": self.attempt, "exit_code": result.exit_code,
-                    "status": "succeeded" if result.exit_code == 0 else "failed", "steps": steps or [],
-                    **({"stacks": stacks} if stacks else {})})
+        self._take_attempts()
+        if self.behind is None:
+            for part in protocol.stack_parts(stacks or {}, self.attempt):
+                self._send(part)
+            self._send({"t": "result", "attempt": self.attempt, "exit_code": result.exit_code,
+                        "status": "succeeded" if result.exit_code == 0 else "failed", "steps": steps or []})
         selector = selectors.DefaultSelector()
         selector.register(self._main_r, selectors.EVENT_READ)
         if signal_fd is not None:
@@ -158,10 +179,20 @@ class JobLink:
         """The job's verdict among the events the network thread delivered (or this host's own, naming a lost
         host, when none will come); None while there is none."""
         self._drain(self._main_r)
+        self._take_attempts()
+        if self.behind is not None:   # no verdict for an attempt the job left: restart into the job's
+            behind, self.behind = self.behind, None
+            self.attempt = behind["attempt"]
+            cause = {"kind": "late", "host": self.hosts[self.index],
+                     "why": f"this host joined the job at its attempt {behind['attempt']}"}
+            return {"t": "verdict", "attempt": self.attempt - 1, "status": "failed", "restart": True,
+                    "next_attempt": behind["attempt"], "resume_step": behind.get("resume_step"),
+                    "root_cause": cause, "late": True}
         for event in list(self._events):
             self._events.remove(event)
-            if event["t"] == "stacks" and event["attempt"] == self.attempt:
-                self.stacks = event["stacks"]
+            if event["t"] == "stack" and event["attempt"] == self.attempt:
+                entry = self.stacks.setdefault(str(event["rank"]), {"host": event.get("host"), "text": ""})
+                entry["text"] += str(event.get("text", ""))
             if event["t"] == "verdict" and event["attempt"] == self.attempt:
                 if event.get("restart"):
                     self.attempt += 1
@@ -172,6 +203,15 @@ class JobLink:
                 return {"t": "verdict", "attempt": self.attempt, "status": "failed", "restart": False,
                         "exit_code": ExitCode.HOST_LOST, "root_cause": cause}
         return None
+
+    def _take_attempts(self) -> None:
+        """The job's attempt as the coordinator said it (on joining, or to a host behind it): a host that
+        joined after a restart is ``behind`` until it restarts into the job's attempt."""
+        for event in [e for e in self._events if e["t"] == "attempt"]:
+            self._events.remove(event)
+            attempt = event.get("attempt")
+            if isinstance(attempt, int) and attempt > self.attempt:
+                self.behind = {"attempt": attempt, "resume_step": event.get("resume_step")}
 
     def close(self) -> None:
         self._closing = True
@@ -212,25 +252,31 @@ class JobLink:
             self.coordinator.register(selector)
         self.member.register(selector)
         try:
-            while not self._closing:
-                timeout = self.member.tick()
-                if self.coordinator:
-                    timeout = min(timeout, self.coordinator.tick())
-                for key, mask in selector.select(timeout):
-                    owner, data = key.data
-                    if owner == "wake":
-                        self._drain(self._thread_r)
-                        while self._outbox:
-                            self.member.send(self._outbox.popleft())
-                    elif owner == "member":
-                        self.member.on_ready(mask)
-                    else:
-                        assert self.coordinator is not None   # only the coordinator registers other keys
-                        self.coordinator.on_ready(data, mask)
+            self._serve_with(selector)
+        except Exception as exc:   # a dlaunch defect: this host must not wait for a verdict that cannot come
+            self._deliver({"t": "lost", "host": self.hosts[self.index],
+                           "why": f"this host's job link failed ({type(exc).__name__}: {exc})"})
         finally:
             if self.coordinator:
                 self.coordinator.close()
             selector.close()
+
+    def _serve_with(self, selector: selectors.BaseSelector) -> None:
+        while not self._closing:
+            timeout = self.member.tick()
+            if self.coordinator:
+                timeout = min(timeout, self.coordinator.tick())
+            for key, mask in selector.select(timeout):
+                owner, data = key.data
+                if owner == "wake":
+                    self._drain(self._thread_r)
+                    while self._outbox:
+                        self.member.send(self._outbox.popleft())
+                elif owner == "member":
+                    self.member.on_ready(mask)
+                else:
+                    assert self.coordinator is not None   # only the coordinator registers other keys
+                    self.coordinator.on_ready(data, mask)
 
 
 def job_port(opts) -> int:

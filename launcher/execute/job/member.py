@@ -28,6 +28,7 @@ class Member:
     def __init__(self, address: str, port: int, secret: bytes, run_id: str, index: int, *, host_timeout: float,
                  join_timeout: float, deliver: Callable[[dict], None], master_name: str):
         self.address, self.port, self.secret, self.run_id, self.index = address, port, secret, run_id, index
+        self.endpoint = protocol.endpoint(address, port)
         self.host_timeout, self.join_timeout = host_timeout, join_timeout
         self.heartbeat = heartbeat_interval(host_timeout)
         self.deliver, self.master_name = deliver, master_name
@@ -61,7 +62,7 @@ class Member:
         if self.state == "waiting" and now >= self.retry_at:
             self._connect()
         if self.state in ("waiting", "connecting") and now >= self.join_deadline:
-            self._lost(f"the master host's dlaunch never answered at {self.address}:{self.port} within "
+            self._lost(f"the master host's dlaunch never answered at {self.endpoint} within "
                        f"{self.join_timeout:g} s (--join-timeout)")
         elif self.state in ("handshake", "joined") and now - self.heard > self.host_timeout:
             self._lost(f"the master host {self.master_name} sent nothing for {now - self.heard:.1f} s "
@@ -85,12 +86,17 @@ class Member:
     # ---------------------------------------------------------------- connecting
 
     def _connect(self) -> None:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:   # an IPv4 or IPv6 address, or a name (resolved each try: a pod's name appears when it starts)
+            family, kind, proto, _, address = socket.getaddrinfo(self.address, self.port, type=socket.SOCK_STREAM)[0]
+        except (OSError, UnicodeError):   # a name that does not resolve (yet): retry until the deadline
+            self.retry_at = time.monotonic() + RETRY_SECONDS
+            return
+        sock = socket.socket(family, kind, proto)
         sock.setblocking(False)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
-            code = sock.connect_ex((self.address, self.port))
-        except OSError as exc:   # a name that does not resolve (yet): retry until the deadline
+            code = sock.connect_ex(address)
+        except OSError as exc:
             code = exc.errno or errno.EHOSTUNREACH
         if code not in (0, errno.EINPROGRESS):
             sock.close()
@@ -153,7 +159,7 @@ class Member:
                 if self.state == "done":
                     return
         except (ValueError, KeyError, TypeError) as exc:
-            self._lost(f"the coordinator at {self.address}:{self.port} spoke out of protocol ({exc})")
+            self._lost(f"the coordinator at {self.endpoint} spoke out of protocol ({exc})")
 
     def _on_message(self, message: dict) -> None:
         kind = message["t"]
@@ -166,18 +172,20 @@ class Member:
             elif kind == "welcome":
                 expected = protocol.proof(self.secret, "welcome", self.server_nonce, self.nonce)
                 if not protocol.hmac.compare_digest(str(message.get("proof")), expected):
-                    self._lost(f"{self.address}:{self.port} answered without this job's secret: not its coordinator")
+                    self._lost(f"{self.endpoint} answered without this job's secret: not its coordinator")
                     return
                 self.channel.key = protocol.session_key(self.secret, self.server_nonce, self.nonce)
                 self.state = "joined"
+                self.deliver({"t": "attempt", "attempt": message.get("attempt"),
+                              "resume_step": message.get("resume_step")})
                 for queued in self.queue:
                     self._write(queued)
                 self.queue = []
             elif kind == "refused":
-                self._lost(f"the job's coordinator at {self.address}:{self.port} refused this host: "
+                self._lost(f"the job's coordinator at {self.endpoint} refused this host: "
                            f"{message.get('why')}")
             return
-        if kind in ("stop", "verdict", "stacks"):
+        if kind in ("stop", "verdict", "stack", "attempt"):
             if kind == "verdict" and not message.get("restart"):
                 self.final = True
             self.deliver(message)

@@ -13,7 +13,13 @@ Handshake (coordinator S, member C)::
     S -> C  {"t": "welcome", "proof": HMAC(secret, welcome|sn|cn)}      or {"t": "refused", "why": ...}
 
 The member checks the welcome proof too: a process without the secret can neither join the job nor pose
-as its coordinator and stop it.
+as its coordinator and stop it. The welcome carries the job's current attempt: a host that joins after the
+job restarted catches up (``link.JobLink``).
+
+Before the handshake a peer is a stranger and gets a small budget: lines of at most ``FIRST_LINE`` bytes,
+JSON nested no deeper than ``MAX_DEPTH`` (checked before parsing, so no input can recurse the parser), and
+the coordinator's own limits on strangers (``strangers.py``). After it, lines may hold up to ``MAX_LINE``
+bytes; a hang's stacks travel one rank and one ``STACK_PART`` at a time, so a report of any size arrives.
 """
 
 from __future__ import annotations
@@ -21,24 +27,54 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import re
 import secrets
 
 from launcher.contract import JOB_SECRET_ENV
 from launcher.errors import UsageError
 
 PROTOCOL = 1
-MAX_LINE = 1 << 20                  # a line longer than this is not the protocol: the connection is dropped
+FIRST_LINE = 4 << 10     # a line before the handshake (a join is about 400 bytes): longer is not the protocol
+MAX_LINE = 1 << 20       # a line after it; longer drops the connection
+MAX_DEPTH = 4            # the deepest message (a verdict's root cause) nests 2 levels
 MAC_BYTES = 16
+STACK_PART = 128 << 10   # characters of a stack per message: even escaped six-fold it stays under MAX_LINE
+
+# What a scheduler gives every host of one job and a stranger on the network does not see: the AscendJob's
+# uid (ascend-operator's env.go sets MINDX_TASK_ID to string(job.UID)), Slurm's job id (known to the
+# cluster's users and guessable: said so in docs/multi-host.md).
+SCHEDULER_SECRETS = (("MINDX_TASK_ID", "the AscendJob's uid", True), ("SLURM_JOB_ID", "the Slurm job id", False))
 
 
 def job_secret(environ, table_text: str, run_id: str) -> bytes:
     """``DLAUNCH_JOB_SECRET`` when set (a Kubernetes secret, a Slurm job's environment, every host's
-    own environment); otherwise derived from what every host of the job already holds and a stranger on the network
-    does not: the rank table's servers and ranks (``link.job_identity``) and the run id."""
+    own environment); otherwise derived from what every host of the job already holds: the rank table's
+    servers and ranks (``link.job_identity``), the run id, and the scheduler's values (SCHEDULER_SECRETS)."""
     given = environ.get(JOB_SECRET_ENV)
     if given:
         return hashlib.sha256(b"dlaunch-job-secret\0" + given.encode()).digest()
-    return hashlib.sha256(b"dlaunch-job-table\0" + table_text.encode() + b"\0" + run_id.encode()).digest()
+    scheduler = "".join(f"\0{name}={environ[name]}" for name, _, _ in SCHEDULER_SECRETS if environ.get(name))
+    return hashlib.sha256(b"dlaunch-job-table\0" + table_text.encode() + b"\0" + run_id.encode()
+                          + scheduler.encode()).digest()
+
+
+def open_secret_warning(environ, where: str) -> str | None:
+    """The line a multi-host job says first when strangers who can reach its job port could join it: the
+    secret is derived and nothing in it is private (None when it is)."""
+    if environ.get(JOB_SECRET_ENV):
+        return None
+    used = [(what, private) for name, what, private in SCHEDULER_SECRETS if environ.get(name)]
+    if any(private for _, private in used):
+        return None
+    known = "the rank table's servers, the run id" + "".join(f" and {what}" for what, _ in used)
+    return (f"warning: the job's link on {where} is open to anyone who can reach it and knows {known}: they can "
+            f"join or stop this job. Set {JOB_SECRET_ENV} to the same random value on every host "
+            f"(docs/multi-host.md, 'The job's secret')")
+
+
+def endpoint(host, port) -> str:
+    """``host:port`` as a person writes it: ``[::1]:29501`` for an IPv6 address."""
+    return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
 
 
 def new_nonce() -> str:
@@ -79,15 +115,26 @@ class Channel:
         """The whole messages in ``data`` (and what came before); raises ValueError on anything not the protocol."""
         return list(self.read(data))
 
+    @property
+    def line_limit(self) -> int:
+        return FIRST_LINE if self.key is None else MAX_LINE
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buffer)
+
     def read(self, data: bytes):
         """``feed`` one message at a time: the next line is checked only once the caller has handled this one,
         so the handshake's last message can set the key that signs the next (a "welcome" and a "stop" that
         arrive in one read)."""
         self._buffer += data
-        if len(self._buffer) > MAX_LINE and b"\n" not in self._buffer:
-            raise ValueError("a line longer than the protocol allows")
-        while b"\n" in self._buffer:
-            line, self._buffer = self._buffer.split(b"\n", 1)
+        while True:
+            end = self._buffer.find(b"\n", 0, self.line_limit + 1)
+            if end < 0:
+                if len(self._buffer) > self.line_limit:
+                    raise ValueError(f"a line longer than the protocol allows ({self.line_limit} bytes)")
+                return
+            line, self._buffer = self._buffer[:end], self._buffer[end + 1:]
             mac, _, body = line.decode("utf-8", "replace").partition(" ")
             if self.key is not None:
                 if not hmac.compare_digest(mac, self._mac(self.in_dir, self.received, body)):
@@ -95,10 +142,35 @@ class Channel:
                 self.received += 1
             elif mac != "-":
                 raise ValueError("a signed message before the handshake")
-            message = json.loads(body)
-            if not isinstance(message, dict) or not isinstance(message.get("t"), str):
-                raise ValueError("not a message of the protocol")
-            yield message
+            yield parse(body)
+
+
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_BRACKET = re.compile(r"[\[\]{}]")
+
+
+def parse(body: str) -> dict:
+    """One message's JSON, its nesting checked first (without recursion): no line can exhaust the parser's
+    stack, whoever sent it."""
+    depth = 0
+    for bracket in _BRACKET.findall(_STRING.sub("", body)):
+        depth += 1 if bracket in "[{" else -1
+        if depth > MAX_DEPTH:
+            raise ValueError(f"JSON nested deeper than the protocol's {MAX_DEPTH} levels")
+    try:
+        message = json.loads(body)
+    except RecursionError:   # cannot happen after the check; kept so no input ever ends the network thread
+        raise ValueError("JSON nested too deep") from None
+    if not isinstance(message, dict) or not isinstance(message.get("t"), str):
+        raise ValueError("not a message of the protocol")
+    return message
+
+
+def stack_parts(stacks: dict[str, str], attempt: int):
+    """A hang's stacks (rank -> text) as messages of at most STACK_PART characters each, in order."""
+    for rank, text in stacks.items():
+        for start in range(0, max(len(text), 1), STACK_PART):
+            yield {"t": "stack", "attempt": attempt, "rank": rank, "text": text[start:start + STACK_PART]}
 
 
 def receive(sock) -> bytes | None:
@@ -112,13 +184,18 @@ def receive(sock) -> bytes | None:
 
 
 def bind_address(address: str, port: int):
-    """The coordinator's listening socket on the job's master address (all interfaces when the address is
-    not this host's: e.g. a name that resolves elsewhere inside a pod); UsageError when the port is taken."""
+    """The coordinator's listening socket on the job's master address, an IPv4 or IPv6 address or a name (all
+    interfaces of its family when the address is not this host's: e.g. a name that resolves elsewhere inside
+    a pod); UsageError when the port is taken."""
     import errno
     import socket
 
+    try:
+        family = socket.getaddrinfo(address, port, type=socket.SOCK_STREAM)[0][0]
+    except (OSError, UnicodeError):
+        family = socket.AF_INET6 if ":" in address else socket.AF_INET
     for host in (address, ""):
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
@@ -126,10 +203,10 @@ def bind_address(address: str, port: int):
             sock.close()
             if exc.errno == errno.EADDRNOTAVAIL or isinstance(exc, socket.gaierror):
                 continue
-            raise UsageError(f"cannot listen on {address}:{port} for the job's coordinator (--job-port): "
+            raise UsageError(f"cannot listen on {endpoint(address, port)} for the job's coordinator (--job-port): "
                              f"{exc.strerror or exc}") from None
         sock.listen(1024)
         sock.setblocking(False)
         return sock
-    raise UsageError(f"cannot listen on {address}:{port} for the job's coordinator: the address is not this "
+    raise UsageError(f"cannot listen on {endpoint(address, port)} for the job's coordinator: the address is not this "
                      f"host's")

@@ -12,12 +12,14 @@ from __future__ import annotations
 import fnmatch
 import getpass
 import os
+import secrets
 import shlex
 import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from launcher import __version__
+from launcher.contract import JOB_SECRET_ENV
 from launcher.errors import UsageError
 from launcher.execute.ssh.protocol import ANNOUNCE_FLAG
 
@@ -106,6 +108,8 @@ def make_ssh_plan(args: LaunchRequest, text: str, table, opts, environ: Mapping[
     """
     server_ids = _server_ids(table)
     env = rank_env(environ, args.env, args.env_file)
+    # the hosts' link (under --max-restarts) gets a secret no stranger can derive: the head's, or a new one
+    env.setdefault(JOB_SECRET_ENV, environ.get(JOB_SECRET_ENV) or secrets.token_hex(16))
     python = args.remote_python or sys.executable
     cwd = os.getcwd()
     config = load_ssh_config(args.ssh_config)

@@ -119,6 +119,8 @@ def test_members_join_hear_a_stop_and_one_verdict(coordinator):
                     by_fd[key.fd].on_ready(mask)
 
     pump(lambda: all(m.state == "joined" for m in members))
+    for index in (0, 1):   # joining tells each member the job's attempt
+        assert heard[index].pop(0) == {"t": "attempt", "attempt": 0, "resume_step": None}
     members[1].send({"t": "stop", "attempt": 0, "cause": {"kind": "failed", "rank": 1, "exit_code": 3}})
     pump(lambda: heard[0])
     assert heard[0][0]["t"] == "stop" and heard[0][0]["cause"]["host"] == "h1"
@@ -199,3 +201,216 @@ def test_a_verdict_delivered_with_the_signal_that_ends_the_wait_is_still_taken()
     finally:
         for sock in (signal_r, signal_w, link._main_r, link._thread_w, link._thread_r, link._main_w):
             sock.close()
+
+
+# ---------------------------------------------------------------- what strangers and large reports meet
+
+
+def test_nesting_is_checked_before_parsing_and_strings_do_not_count():
+    with pytest.raises(ValueError, match="nested deeper"):
+        protocol.parse('{"t":"x","a":[[[[1]]]]}')
+    with pytest.raises(ValueError, match="nested deeper"):
+        protocol.parse("[" * 100000)   # once a RecursionError that ended the coordinator's thread
+    deep_text = '{"t":"stack","text":"' + "[{" * 5000 + '\\" ]"}'
+    assert protocol.parse(deep_text)["t"] == "stack"
+    verdict = {"t": "verdict", "root_cause": {"kind": "failed", "rank": 3}, "host_exit_codes": {"a": 0},
+               "lost_hosts": {}, "absent_hosts": []}
+    assert protocol.parse(json.dumps(verdict)) == verdict
+
+
+def test_a_stranger_gets_short_lines_and_a_joined_host_long_ones():
+    stranger = protocol.Channel("s")
+    stranger.feed(b"- " + b"x" * 4000)   # no newline yet, under the limit: kept
+    with pytest.raises(ValueError, match=r"longer than the protocol allows \(4096 bytes\)"):
+        stranger.feed(b"x" * 200)
+    client, server = joined_pair()
+    big = {"t": "stack", "attempt": 0, "rank": "1", "text": "y" * (600 << 10)}
+    assert server.feed(client.encode(big)) == [big]
+    with pytest.raises(ValueError, match="longer than"):
+        server.feed(b"z" * (protocol.MAX_LINE + 1))
+
+
+def test_stacks_travel_in_parts_that_fit_a_line_however_they_escape():
+    text = "\x01" * (protocol.STACK_PART + 10)   # each character escapes to six: the worst case
+    parts = list(protocol.stack_parts({"3": text, "4": ""}, attempt=2))
+    assert [(p["rank"], len(p["text"])) for p in parts] == [("3", protocol.STACK_PART), ("3", 10), ("4", 0)]
+    client, server = joined_pair()
+    for part in parts:
+        line = client.encode(part)
+        assert len(line) < protocol.MAX_LINE and server.feed(line) == [part]
+
+
+def test_the_derived_secret_takes_what_the_scheduler_gives_and_says_when_the_link_is_open():
+    public = protocol.job_secret({}, "a", "r")
+    assert protocol.job_secret({"MINDX_TASK_ID": "5f0c-uid"}, "a", "r") != public
+    assert protocol.job_secret({"SLURM_JOB_ID": "77"}, "a", "r") != public
+    warning = protocol.open_secret_warning({}, "10.0.0.1:29501")
+    assert warning.startswith("warning: the job's link on 10.0.0.1:29501 is open to anyone") and \
+        "DLAUNCH_JOB_SECRET" in warning
+    assert "the Slurm job id" in protocol.open_secret_warning({"SLURM_JOB_ID": "77"}, "h:1")   # guessable
+    assert protocol.open_secret_warning({"MINDX_TASK_ID": "5f0c-uid"}, "h:1") is None
+    assert protocol.open_secret_warning({"DLAUNCH_JOB_SECRET": "s"}, "h:1") is None
+
+
+class Pump:
+    """Members driven on the test's thread against a coordinator serving on its own."""
+
+    def __init__(self, port, count, secret=SECRET, host_timeout=5, **kw):
+        import selectors
+
+        self.heard = {i: [] for i in range(count)}
+        self.selector = selectors.DefaultSelector()
+        self.members = [Member("127.0.0.1", port, secret, "run", i, host_timeout=host_timeout, join_timeout=10,
+                               deliver=self.heard[i].append, master_name="h0", **kw) for i in range(count)]
+        for member in self.members:
+            member.register(self.selector)
+
+    def until(self, done, limit=10.0):
+        deadline = time.monotonic() + limit
+        while not done() and time.monotonic() < deadline:
+            timeout = min(m.tick() for m in self.members)
+            ready = self.selector.select(min(timeout, 0.05))
+            by_fd = {m.sock.fileno(): m for m in self.members if m.sock is not None}
+            for key, mask in ready:
+                if key.fd in by_fd:
+                    by_fd[key.fd].on_ready(mask)
+        return done()
+
+    def kinds(self, index):
+        return [event["t"] for event in self.heard[index]]
+
+
+def serving(coordinator):
+    done = threading.Event()
+    thread = threading.Thread(target=coordinator.serve_forever, args=(done.is_set,), daemon=True)
+    thread.start()
+    return done, thread
+
+
+def test_a_stranger_who_derives_the_secret_from_public_values_cannot_join_an_ascendjob():
+    """Once a stranger joined a job without DLAUNCH_JOB_SECRET as node1 and stopped it with an invented cause;
+    in an AscendJob pod the secret also holds the job's uid (MINDX_TASK_ID), which no stranger sees."""
+    secret = protocol.job_secret({"MINDX_TASK_ID": "4b1d2a7e-uid"}, "table", "run")
+    listener = protocol.bind_address("127.0.0.1", 0)
+    served = Coordinator(listener, secret, "run", ["h0", "h1"], max_restarts=0, host_timeout=5, join_timeout=30)
+    done, thread = serving(served)
+    try:
+        pump = Pump(listener.getsockname()[1], 2, secret=SECRET)   # everything but the uid
+        assert pump.until(lambda: all(m.state == "done" for m in pump.members))
+        assert all("refused this host: wrong job secret" in pump.heard[i][-1]["why"] for i in (0, 1))
+        assert served.peers == {} and served.stop is None
+    finally:
+        done.set()
+        thread.join(timeout=10)
+
+
+def closed_by_coordinator(sock) -> bool:
+    """The coordinator closed the connection (an end of file, or a reset when our bytes were left unread)."""
+    sock.settimeout(5)
+    try:
+        while sock.recv(65536):
+            pass
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+    return True
+
+
+def test_nothing_a_stranger_sends_ends_the_coordinator_and_hosts_still_join():
+    listener = protocol.bind_address("127.0.0.1", 0)
+    logged = []
+    served = Coordinator(listener, SECRET, "run", ["h0", "h1"], max_restarts=0, host_timeout=5, join_timeout=30,
+                         log=logged.append)
+    done, thread = serving(served)
+    port = listener.getsockname()[1]
+    try:
+        for line in (b"- " + b"[" * 100000 + b"\n", b"- " + b"[" * 1500 + b"]" * 1500 + b"\n",
+                     b'- {"t": "join", "index": 1e999999, "nonce": "\\ud800", "proof": 7}\n',
+                     b'- {"t": "join", "index": [1], "run_id": {"a": 1}}\n', b"\xff\xfe\n"):
+            with socket.create_connection(("127.0.0.1", port)) as sock:
+                sock.sendall(line)
+                assert closed_by_coordinator(sock), line[:40]
+        assert thread.is_alive()
+        pump = Pump(port, 2)
+        assert pump.until(lambda: all(m.state == "joined" for m in pump.members))
+        assert not any("closed" in line and "error" in line for line in logged), logged   # no defect met
+    finally:
+        done.set()
+        thread.join(timeout=10)
+
+
+def test_a_host_that_joins_after_a_restart_is_told_the_jobs_attempt_and_its_stale_reports_answered():
+    listener = protocol.bind_address("127.0.0.1", 0)
+    served = Coordinator(listener, SECRET, "run", ["h0", "h1"], max_restarts=1, host_timeout=5, join_timeout=30)
+    done, thread = serving(served)
+    try:
+        first = Pump(listener.getsockname()[1], 1)
+        assert first.until(lambda: first.members[0].state == "joined")
+        first.members[0].send({"t": "stop", "attempt": 0, "cause": {"kind": "failed", "rank": 0, "exit_code": 3}})
+        first.members[0].send({"t": "result", "attempt": 0, "exit_code": 3, "steps": ["s-1_1"]})
+        assert first.until(lambda: "verdict" in first.kinds(0))
+        assert first.heard[0][-1]["restart"] is True   # h1 never joined attempt 0: not waited for
+        assert first.until(lambda: served.attempt == 1)
+        late = Pump(listener.getsockname()[1], 2)
+        late.members = late.members[1:]   # only h1
+        assert late.until(lambda: late.heard[1])
+        assert late.heard[1][0] == {"t": "attempt", "attempt": 1, "resume_step": "s-1_1"}
+        late.members[0].send({"t": "result", "attempt": 0, "exit_code": 0})   # a report for the attempt it ran
+        assert late.until(lambda: len(late.heard[1]) == 2)
+        assert late.heard[1][1]["t"] == "attempt" and late.heard[1][1]["attempt"] == 1
+    finally:
+        done.set()
+        thread.join(timeout=10)
+
+
+def test_once_the_job_stops_a_host_that_never_reports_is_lost_at_the_report_deadline():
+    listener = protocol.bind_address("127.0.0.1", 0)
+    served = Coordinator(listener, SECRET, "run", ["h0", "h1"], max_restarts=0, host_timeout=5, join_timeout=30,
+                         report_timeout=0.5)
+    done, thread = serving(served)
+    try:
+        pump = Pump(listener.getsockname()[1], 2)
+        assert pump.until(lambda: all(m.state == "joined" for m in pump.members))
+        pump.members[0].send({"t": "stop", "attempt": 0, "cause": {"kind": "failed", "rank": 0, "exit_code": 3}})
+        pump.members[0].send({"t": "result", "attempt": 0, "exit_code": 3})
+        # h1 keeps beating its heartbeat but never reports: a verdict comes anyway
+        assert pump.until(lambda: "verdict" in pump.kinds(0), limit=5)
+        verdict = pump.heard[0][-1]
+        assert verdict["lost_hosts"] == {"h1": "did not report its ranks' end within 0.5 s of the job's stop"}
+        assert verdict["exit_code"] == 3
+    finally:
+        done.set()
+        thread.join(timeout=10)
+
+
+def test_a_hang_report_larger_than_a_line_reaches_the_master_host_whole():
+    """Once, 8 ranks' stacks of ~165 KiB each made one message over the 1 MiB line limit: the host was taken
+    as lost and job_stacks/ held 1 of 9 stacks. Now each stack goes in parts; both hosts get one verdict."""
+    listener = protocol.bind_address("127.0.0.1", 0)
+    served = Coordinator(listener, SECRET, "run", ["h0", "h1"], max_restarts=0, host_timeout=5, join_timeout=30)
+    done, thread = serving(served)
+    stacks = {str(rank): f"# rank {rank}\n" + "  File \"train.py\", line 1, in step\n" * 4700 for rank in range(1, 9)}
+    try:
+        pump = Pump(listener.getsockname()[1], 2)
+        assert pump.until(lambda: all(m.state == "joined" for m in pump.members))
+        pump.members[1].send({"t": "stop", "attempt": 0, "cause": {"kind": "hung", "rank": 1, "exit_code": 124}})
+        for part in protocol.stack_parts(stacks, 0):
+            pump.members[1].send(part)
+        pump.members[1].send({"t": "result", "attempt": 0, "exit_code": 124})
+        for part in protocol.stack_parts({"0": "# rank 0\n"}, 0):
+            pump.members[0].send(part)
+        pump.members[0].send({"t": "result", "attempt": 0, "exit_code": 75})
+        assert pump.until(lambda: "verdict" in pump.kinds(0) and "verdict" in pump.kinds(1), limit=20)
+        gathered = {}
+        for event in pump.heard[0]:
+            if event["t"] == "stack":
+                gathered[event["rank"]] = gathered.get(event["rank"], "") + event["text"]
+        assert sum(map(len, stacks.values())) > 1 << 20
+        assert gathered == {**stacks, "0": "# rank 0\n"}
+        assert "stack" not in pump.kinds(1)   # only the master host gathers them
+        assert pump.heard[0][-1] == pump.heard[1][-1] and pump.heard[0][-1]["lost_hosts"] == {}
+    finally:
+        done.set()
+        thread.join(timeout=10)
+
