@@ -17,7 +17,10 @@ There is no peer to compare with: torchrun's hosts learn of another host's failu
 rendezvous (or the collective's timeout); ``cluster --ssh``'s head, dlaunch's other way, is measured by
 bench_ssh_fanout.py and its tests (0.16 s median from a rank's exit to the head's on 2 cores).
 
-Run:  .venv/bin/python benchmarks/bench_job.py [--repeat N] [--hosts 2,16] [--simulated 1000]
+Part 3 (--attack MODE): 2 hosts' fail-fast while tests/programs/job_port_attacker.py, holding no secret,
+attacks the master host's job port from 127.0.0.9, alternating with quiet runs: what a stranger costs a stop.
+
+Run:  .venv/bin/python benchmarks/bench_job.py [--repeat N] [--hosts 2,16] [--simulated 1000] [--attack storm]
 """
 
 from __future__ import annotations
@@ -55,8 +58,9 @@ def write_table(path: Path, count: int) -> Path:
     return path
 
 
-def fail_fast_once(count: int, port: int, workdir: Path) -> float:
-    """Seconds from the failing rank's exit to the last host's dlaunch exit, for one job of ``count`` hosts."""
+def fail_fast_once(count: int, port: int, workdir: Path, attack: str | None = None) -> float:
+    """Seconds from the failing rank's exit to the last host's dlaunch exit, for one job of ``count`` hosts;
+    with ``attack``, while tests/programs/job_port_attacker.py attacks the master host's job port."""
     table = write_table(workdir / "rt.json", count)
     go = workdir / "go"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "FAIL_RANK": str(count - 1), "GO": str(go)}
@@ -84,9 +88,17 @@ def fail_fast_once(count: int, port: int, workdir: Path) -> float:
             raise SystemExit("the hosts did not start within 120 s")
         time.sleep(0.05)
     time.sleep(1.0)   # every host has joined the job (they join within milliseconds of starting)
+    attacker = None
+    if attack:   # a stranger on the network, from its own address, for a second before the failure and after
+        attacker = subprocess.Popen([sys.executable, str(ROOT / "tests" / "programs" / "job_port_attacker.py"),
+                                     attack, "127.0.0.2", str(port + 1), "--source", "127.0.0.9", "--seconds", "3"],
+                                    stdout=subprocess.DEVNULL)
+        time.sleep(1.0)
     go.touch()
     for waiter in waiters:
         waiter.join()
+    if attacker is not None:
+        attacker.wait()
     codes = sorted(proc.returncode for proc in procs)
     if codes != sorted([3] + [75] * (count - 1)):
         raise SystemExit(f"unexpected exit codes {codes}")
@@ -136,7 +148,8 @@ def simulate(count: int, port: int, host_timeout: float, steady: float) -> dict:
         members = []
         for index in range(count):
             member = Member("127.0.0.1", port, secret, "bench", index, host_timeout=host_timeout, join_timeout=120,
-                            deliver=lambda event, i=index: heard.setdefault(i, time.time()), master_name="h0")
+                            deliver=lambda event, i=index: event["t"] == "stop" and heard.setdefault(i, time.time()),
+                            master_name="h0")
             member.register(selector)
             members.append(member)
 
@@ -181,6 +194,8 @@ def main() -> int:
     parser.add_argument("--simulated", type=int, default=1000)
     parser.add_argument("--host-timeout", type=float, default=15.0)
     parser.add_argument("--steady", type=float, default=10.0, help="seconds of heartbeats to measure CPU over")
+    parser.add_argument("--attack", choices=("storm", "fuzz", "hold", "slowloris"),
+                        help="also measure 2 hosts' fail-fast while a stranger attacks the job port this way")
     args = parser.parse_args()
     port = 29900
     print(f"machine: {os.cpu_count()} cores; {sys.executable}")
@@ -201,6 +216,17 @@ def main() -> int:
         print(f"fail-fast, {count:2d} hosts: median {median:.3f} s from the failing rank's exit to the last host's "
               f"dlaunch exit (runs: {', '.join(f'{t:.3f}' for t in took)}); {median / baseline:.1f}x one host; "
               f"goal < {FAIL_GOAL} s: {'met' if median < FAIL_GOAL else 'NOT met'}")
+    if args.attack:
+        quiet, attacked = [], []
+        for _ in range(args.repeat):
+            for runs, attack in ((quiet, None), (attacked, args.attack)):
+                with tempfile.TemporaryDirectory(prefix="bench_job_") as tmp:
+                    runs.append(fail_fast_once(2, port, Path(tmp), attack))
+                port += 2
+        ratio = statistics.median(attacked) / statistics.median(quiet)
+        print(f"fail-fast, 2 hosts, the master's job port under a '{args.attack}' attack: median "
+              f"{statistics.median(attacked):.3f} s (runs: {', '.join(f'{t:.3f}' for t in attacked)}); quiet, "
+              f"alternating with it: {statistics.median(quiet):.3f} s; {ratio:.2f}x")
     found = simulate(args.simulated, port + 10, args.host_timeout, args.steady)
     print(f"{found['hosts']} simulated hosts: all joined in {found['join_s']:.2f} s; stop broadcast to all in "
           f"{found['broadcast_s'] * 1000:.1f} ms (goal < {BROADCAST_GOAL * 1000:.0f} ms: "
