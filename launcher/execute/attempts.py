@@ -16,7 +16,9 @@ from enum import Enum
 
 from launcher.base.console import say
 from launcher.checkpoint.resume import find_resume_point
+from launcher.contract import ExitCode
 from launcher.errors import UsageError
+from launcher.execute.budget import RestartBudget
 from launcher.execute.local.workers import LocalWorkers
 from launcher.execute.results import AttemptResult, closing_lines, first_failure, how_it_ended, summarize
 from launcher.execute.sharedckpt import shared_checkpoint_warnings
@@ -111,6 +113,11 @@ class Launch:
         self.on_started = on_started      # told the ranks once every process of an attempt runs
         self.reread = reread
         self.resume = plan.resume
+        self.next_resume: ResumePoint | None = None   # the step the next attempt resumes from (one host)
+        self.budget = RestartBudget(without_progress=opts.policy.restarts_without_progress,
+                                    per_hour=opts.policy.max_failures_per_hour,
+                                    step=plan.resume.label if plan.resume else None)
+        self.no_restart: str | None = None   # why restarts stopped before they ran out (exit 93)
         self.attempts: list[AttemptResult] = []
         self.verdict: dict = {}           # the job's verdict on the last attempt (several hosts)
         self.failure: Exception | None = None
@@ -188,11 +195,20 @@ class Launch:
             if self.verdict.get("restart"):
                 say(f"{job.cause_line(self.verdict)}; restarting the job on every host ({restart})")
                 return Decision.RESTART
+            if self.verdict.get("no_restart"):
+                say(f"{job.cause_line(self.verdict)}; not restarting the job: {self.verdict['no_restart']} "
+                    f"(exit {ExitCode.NO_PROGRESS}: do not requeue)")
             return Decision.SUCCEEDED if self.verdict.get("status") == "succeeded" else Decision.STOP
         if result.exit_code == 0:
             return Decision.SUCCEEDED
         cause = result.root_cause   # a rank failed: the one failure a restart answers
         if result.interrupted_by is not None or result.launcher_error is not None or cause is None or last:
+            return Decision.STOP
+        self.next_resume = find_resume_point(self.plan.run_dir, self.table.device_count, log=say)
+        self.no_restart = self.budget.refuses(self.next_resume.label if self.next_resume else None, time.time())
+        if self.no_restart:
+            say(f"rank {cause.rank} {how_it_ended(cause.to_dict())}; not restarting: {self.no_restart} (exit "
+                f"{ExitCode.NO_PROGRESS}: do not requeue)")
             return Decision.STOP
         say(f"rank {cause.rank} {how_it_ended(cause.to_dict())}; restarting all ranks ({restart})")
         return Decision.RESTART
@@ -213,7 +229,7 @@ class Launch:
 
             self.resume = job.resume_point(plan, self.verdict) or self.resume
         else:
-            self.resume = find_resume_point(plan.run_dir, self.table.device_count, log=say) or self.resume
+            self.resume = self.next_resume or self.resume
         return make_plan(self.table, self.server_index, replace(opts, master_port=port), rank_table_file,
                          self.inherited, attempt=attempt, resume=self.resume)
 
@@ -226,6 +242,8 @@ class Launch:
             from launcher.execute.job import hosts as job
 
             job.add_verdict(summary, self.verdict)
+        elif self.no_restart:
+            summary.update(exit_code=ExitCode.NO_PROGRESS, no_restart=self.no_restart)
         summary_path = plan.host_file("summary", "json")
         unwritten = write_termination_log(termination_log_path(opts.termination_log, self.inherited), summary)
         if unwritten:

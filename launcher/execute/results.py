@@ -247,6 +247,9 @@ def closing_lines(summary: dict, summary_path: str) -> list[str]:
                      f"summary {summary_path}")
     else:
         lines.append(f"interrupted by {summary['interrupted_by']}; stopped {count} rank(s); summary {summary_path}")
+    if summary.get("no_restart"):
+        lines.insert(-1, f"restarts stopped: {summary['no_restart']}; exit code {summary['exit_code']}: do not "
+                         f"requeue")
     if summary.get("newest_complete_checkpoint"):
         lines.append(f"newest complete checkpoint: {printable(summary['newest_complete_checkpoint'])} "
                      "(what --resume picks)")

@@ -30,7 +30,7 @@ def describe(plan: LaunchPlan, port_chosen_at_start: bool = False) -> str:
              "working dir:   " + ("each rank its own rank directory" if plan.policy.cwd_mode == CWD_RANK
                                   else "launch directory"),
              f"on failure:    SIGTERM, {plan.policy.grace_period:g} s grace, SIGKILL; restarts allowed: "
-             f"{plan.policy.max_restarts}",
+             f"{plan.policy.max_restarts}" + (restart_limits(plan.policy) if plan.policy.max_restarts else ""),
              "hang check:    " + (f"stop after {plan.policy.hang_timeout:g} s without a sign of life (exit 124)"
                                   if plan.policy.hang_timeout else "off (--hang-timeout)")]
     if plan.resume:
@@ -62,3 +62,12 @@ def describe(plan: LaunchPlan, port_chosen_at_start: bool = False) -> str:
             lines.append(f"  env: as rank {base.rank}'s, but" if changed or gone else f"  env: as rank {base.rank}'s")
             lines += [f"    {k}={v}" for k, v in changed] + [f"    (no {k})" for k in gone]
     return "\n".join(printable(line) for line in lines)
+
+
+def restart_limits(policy) -> str:
+    """What stops restarts before they run out (execute/budget.py), as --dry-run says it."""
+    limits = [f"{policy.restarts_without_progress} failed in a row without a new checkpoint"
+              if policy.restarts_without_progress else "",
+              f"failure {policy.max_failures_per_hour + 1} within an hour" if policy.max_failures_per_hour else ""]
+    shown = " or ".join(limit for limit in limits if limit)
+    return f" (exit 93 after {shown})" if shown else ""

@@ -78,6 +78,8 @@ def launch_options(args: LaunchRequest, table, server_index: int, environ: Mappi
     opts = Options(command=command, run_id=check_run_id(run_id) if run_id else new_run_id(),
                    output_dir=output_dir, launch_dir=os.getcwd(), python=sys.executable,
                    policy=Policy(cwd_mode=args.cwd, grace_period=args.grace_period, max_restarts=args.max_restarts,
+                                 restarts_without_progress=args.restarts_without_progress,
+                                 max_failures_per_hour=args.max_failures_per_hour,
                                  waiting_notice=args.waiting_notice, hang_timeout=args.hang_timeout,
                                  prefix_host=cluster),
                    console=console, master_addr=master_addr,

@@ -108,6 +108,8 @@ class PlanFile(TypedDict, total=False):
     cwd_mode: str
     grace_period: float
     max_restarts: Number
+    restarts_without_progress: Number
+    max_failures_per_hour: Number | None
     attempt: Number
     host_files_suffix: str
     hang_timeout: float | None
@@ -209,6 +211,7 @@ class SummaryFile(TypedDict, total=False):
     warnings: list[str]
     job: JobVerdictFile
     stopped_by: StoppedByFile
+    no_restart: str        # why restarts stopped before they ran out (exit 93, execute/budget.py)
 
 
 class HeadHostFile(TypedDict, total=False):

@@ -114,6 +114,12 @@ _DECLARED: list[tuple[Option, tuple[str, ...]]] = [
                  "/dev/termination-log when dlaunch is PID 1 and it is writable"),
     _shared("--max-restarts", type=whole(0, 1000), default=0, metavar="K",
             help="restart all ranks up to K times after a failure (default 0)", to_hosts=True),
+    _shared("--restarts-without-progress", type=whole(0, 1000), default=3, metavar="K",
+            help="stop restarting (exit 93: do not requeue) after K failed attempts in a row that completed no new "
+                 "checkpoint step (default 3, as NVIDIA's ft_launcher; 0: no limit)", to_hosts=True),
+    _shared("--max-failures-per-hour", type=whole(1, 100000), metavar="N",
+            help="stop restarting (exit 93: do not requeue) on failure N+1 within an hour: a crash loop (default: "
+                 "no limit)", to_hosts=True),
     _shared("--hang-timeout", type=positive_seconds, metavar="SECONDS",
             help="stop the job as failed (exit 124) when a rank shows no sign of life (output, "
                  "launcher.heartbeat.beat(), a checkpoint) for this long; every rank's stack is saved first "

@@ -47,6 +47,8 @@ class LaunchRequest:
     forward_signals: tuple[int, ...] | None
     termination_log: str | None
     max_restarts: int
+    restarts_without_progress: int
+    max_failures_per_hour: int | None
     hang_timeout: float | None
     hccn_conf: str
     waiting_notice: float

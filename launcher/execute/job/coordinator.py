@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable
 
 from launcher.contract import ExitCode
+from launcher.execute.budget import RestartBudget
 from launcher.execute.job import protocol
 from launcher.execute.job.protocol import Channel
 from launcher.execute.job.restarts import common_step
@@ -58,10 +59,12 @@ class Coordinator:
 
     def __init__(self, listener: socket.socket, secret: bytes, run_id: str, hosts: list[str], *, max_restarts: int,
                  host_timeout: float, join_timeout: float, log: Callable[[str], None] = lambda line: None,
-                 master_index: int = 0, report_timeout: float | None = None, stranger_cap: int | None = None):
+                 master_index: int = 0, report_timeout: float | None = None, stranger_cap: int | None = None,
+                 budget: RestartBudget | None = None):
         self.listener, self.secret, self.run_id, self.hosts = listener, secret, run_id, hosts
         self.max_restarts, self.host_timeout, self.log = max_restarts, host_timeout, log
         self.report_timeout = report_timeout if report_timeout is not None else 2 * host_timeout + 60
+        self.budget = budget or RestartBudget()
         self.strangers = Strangers(handshake_timeout=max(1.0, min(host_timeout, 10.0)), cap=stranger_cap)
         self.tally = Tally(log)
         self._spare: socket.socket | None = socket.socket()   # given up to refuse a connection when out of fds
@@ -386,6 +389,9 @@ class Coordinator:
                     self._send(master, {**part, "host": entry["host"]})
         if verdict["restart"]:
             verdict["resume_step"] = common_step([r.get("steps") or [] for _, r in sorted(self.results.items())])
+            refused = self.budget.refuses(verdict["resume_step"], time.time())
+            if refused:   # restarts left, but they would loop: every host exits "do not requeue"
+                verdict.update(restart=False, no_restart=refused, exit_code=ExitCode.NO_PROGRESS)
         self._broadcast(verdict)
         if verdict["restart"]:
             self.attempt += 1

@@ -55,6 +55,9 @@ def add_verdict(summary: dict, verdict: dict) -> None:
     job = {key: verdict.get(key) for key in ("status", "exit_code", "root_cause", "host_exit_codes", "lost_hosts",
                                              "absent_hosts")}
     summary["job"] = job
+    if verdict.get("no_restart"):   # the job stopped restarting: every host says "do not requeue"
+        summary.update(exit_code=ExitCode.NO_PROGRESS, no_restart=verdict["no_restart"])
+        return
     if summary["exit_code"] == 0 and job["status"] != "succeeded":
         cause = job.get("root_cause") or {}
         code = ExitCode.HOST_LOST if cause.get("kind") == "lost" else ExitCode.STOPPED_BY_PEER

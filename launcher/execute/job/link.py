@@ -16,6 +16,7 @@ import time
 
 from launcher.base.console import say
 from launcher.contract import ExitCode
+from launcher.execute.budget import RestartBudget
 from launcher.execute.job import protocol
 from launcher.execute.job.coordinator import Coordinator
 from launcher.execute.job.member import Member
@@ -68,7 +69,7 @@ class JobLink:
 
     def __init__(self, *, hosts: list[str], index: int, master_index: int, address: str, port: int, secret: bytes,
                  run_id: str, host_timeout: float, join_timeout: float, max_restarts: int,
-                 report_timeout: float | None = None):
+                 report_timeout: float | None = None, budget=None):
         self.hosts, self.index, self.attempt = hosts, index, 0
         self.stacks: dict = {}   # on the master host, after a hang: global rank -> {"host", "text"}
         self.behind: dict | None = None   # the job's attempt, when it restarted before this host joined
@@ -84,7 +85,7 @@ class JobLink:
             self.coordinator = Coordinator(protocol.bind_address(address, port), secret, run_id, hosts,
                                            max_restarts=max_restarts, host_timeout=host_timeout,
                                            join_timeout=join_timeout, log=say, master_index=master_index,
-                                           report_timeout=report_timeout)
+                                           report_timeout=report_timeout, budget=budget)
         self.member = Member(address, port, secret, run_id, index, host_timeout=host_timeout,
                              join_timeout=join_timeout, deliver=self._deliver, master_name=hosts[master_index])
         self._thread = threading.Thread(target=self._serve, name="dlaunch-job", daemon=True)
@@ -106,7 +107,9 @@ class JobLink:
         return cls(hosts=hosts, index=plan.server_index, master_index=master, address=address, port=port,
                    secret=protocol.job_secret(environ, job_identity(table), job_id),
                    run_id=job_id, host_timeout=opts.host_timeout, join_timeout=opts.join_timeout,
-                   max_restarts=opts.policy.max_restarts, report_timeout=report_timeout)
+                   max_restarts=opts.policy.max_restarts, report_timeout=report_timeout,
+                   budget=RestartBudget(without_progress=opts.policy.restarts_without_progress,
+                                        per_hour=opts.policy.max_failures_per_hour))
 
     def start(self) -> None:
         self._thread.start()
