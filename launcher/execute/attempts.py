@@ -217,6 +217,7 @@ class Launch:
         """The plan of restart ``attempt``: a fresh port unless fixed, the table an operator rewrote, and the
         newest step every rank completed (of every host, as the job agreed)."""
         opts, plan = self.opts, self.plan
+        self._wait_for_devices()
         port = opts.master_port if opts.fixed_port else free_port(opts.master_addr)
         rank_table_file = plan.rank_table_file
         if self.reread is not None:
@@ -274,6 +275,16 @@ class Launch:
         self.workers.reaper.leave()
         if self.zombies:
             self.zombies.stop()
+
+    def _wait_for_devices(self) -> None:
+        """The last attempt's device memory released before the next attempt's ranks start (host/release.py)."""
+        from launcher.host.release import memory_reader, wait_for_release
+
+        timeout = self.opts.policy.device_release_timeout
+        reader = memory_reader(self.opts.devices.source, self.inherited.get("PATH")) if timeout else None
+        devices = sorted({spec.device_id for spec in self.plan.ranks if spec.device_id is not None})
+        if reader is not None and devices:
+            wait_for_release(devices, reader, timeout, say)
 
     def _open_link(self) -> JobLink | None:
         if self.plan.server_count < 2:

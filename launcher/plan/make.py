@@ -59,6 +59,7 @@ class Policy:
     max_restarts: int = 0
     restarts_without_progress: int = 3   # failed attempts in a row with no new complete step, then exit 93
     max_failures_per_hour: int | None = None   # a crash loop: failure N+1 within an hour, then exit 93
+    device_release_timeout: float = 15.0   # before a restart: wait for device memory to be released
     waiting_notice: float = 30.0  # silent ranks and missing peers this long: say so (0: never)
     hang_timeout: float | None = None   # stop the job (exit 124) after this long without a sign of life
     prefix_host: bool = False     # console lines carry the host as well as the rank (cluster)

@@ -80,6 +80,7 @@ def launch_options(args: LaunchRequest, table, server_index: int, environ: Mappi
                    policy=Policy(cwd_mode=args.cwd, grace_period=args.grace_period, max_restarts=args.max_restarts,
                                  restarts_without_progress=args.restarts_without_progress,
                                  max_failures_per_hour=args.max_failures_per_hour,
+                                 device_release_timeout=args.device_release_timeout,
                                  waiting_notice=args.waiting_notice, hang_timeout=args.hang_timeout,
                                  prefix_host=cluster),
                    console=console, master_addr=master_addr,

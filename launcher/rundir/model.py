@@ -110,6 +110,7 @@ class PlanFile(TypedDict, total=False):
     max_restarts: Number
     restarts_without_progress: Number
     max_failures_per_hour: Number | None
+    device_release_timeout: float
     attempt: Number
     host_files_suffix: str
     hang_timeout: float | None

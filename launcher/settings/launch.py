@@ -117,6 +117,9 @@ _DECLARED: list[tuple[Option, tuple[str, ...]]] = [
     _shared("--restarts-without-progress", type=whole(0, 1000), default=3, metavar="K",
             help="stop restarting (exit 93: do not requeue) after K failed attempts in a row that completed no new "
                  "checkpoint step (default 3, as NVIDIA's ft_launcher; 0: no limit)", to_hosts=True),
+    _shared("--device-release-timeout", type=seconds, default=15.0, metavar="SECONDS",
+            help="before a restart, wait this long at most for the last attempt's device memory to be released "
+                 "(npu-smi, nvidia-smi; default 15, as MindCluster; 0: do not wait)", to_hosts=True),
     _shared("--max-failures-per-hour", type=whole(1, 100000), metavar="N",
             help="stop restarting (exit 93: do not requeue) on failure N+1 within an hour: a crash loop (default: "
                  "no limit)", to_hosts=True),

@@ -49,6 +49,7 @@ class LaunchRequest:
     max_restarts: int
     restarts_without_progress: int
     max_failures_per_hour: int | None
+    device_release_timeout: float
     hang_timeout: float | None
     hccn_conf: str
     waiting_notice: float

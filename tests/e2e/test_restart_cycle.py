@@ -3,10 +3,11 @@ requeue") on every host, in the summary and the termination message; failures th
 restarting. Ranks are shells that save checkpoints the way launcher.checkpoint names them."""
 
 import json
+import os
 
 from launcher.contract import ExitCode
 from tests.e2e.test_job_hosts import HOSTS, Job
-from tests.launching import run_dlaunch, start_dlaunch
+from tests.launching import ROOT, run_dlaunch, start_dlaunch
 
 SAME_STEP = """
 echo saved > "$DLAUNCH_CKPT_DIR/ckpt-1_30.pt"
@@ -72,3 +73,58 @@ def test_a_crash_loop_across_two_hosts_ends_with_93_on_every_host(tmp_path):
             assert summary["job"]["exit_code"] == 93 and summary["job"]["root_cause"]["host"] == HOSTS[1]
     finally:
         job.cleanup()
+
+
+RELEASE_RANK = """
+if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then
+  if [ "$RANK" = 1 ]; then date +%s.%N > "$DLAUNCH_RANK_DIR/failed_at"; touch "$EXITED"; exit 3; fi
+  exec sleep 30
+fi
+date +%s.%N > "$DLAUNCH_RANK_DIR/restarted_at"
+"""
+
+
+def release_job(tmp_path, *flags, released_after=None):
+    """Two NPU ranks (ASCEND_RT_VISIBLE_DEVICES=0,1) restarted once, with the stand-in npu-smi on PATH saying
+    both devices hold 3000 MiB until ``released_after`` seconds after rank 1 exited (never: None)."""
+    state = tmp_path / "npu_state.json"
+    exited = tmp_path / "exited"
+    rule = {"released": {"after": str(exited), "seconds": released_after}} if released_after is not None else {}
+    state.write_text(json.dumps({"hbm": {"0": 3000, "1": 3000}, **rule}))
+    env = {"ASCEND_RT_VISIBLE_DEVICES": "0,1", "NPU_SMI_STATE": str(state), "EXITED": str(exited),
+           "PATH": f"{ROOT / 'tests' / 'programs'}:{os.environ['PATH']}"}
+    result = run_dlaunch("run", "--no-python", "/bin/sh", "--ranks", "2", "--max-restarts", "1", "--grace-period",
+                         "1", *flags, "--output-dir", tmp_path / "runs", "--run-id", "release", "--", "-c",
+                         RELEASE_RANK, cwd=tmp_path, env=env)
+    run_dir = tmp_path / "runs" / "release"
+    failed = float((run_dir / "rank_001" / "failed_at").read_text()) if result.returncode == 0 else None
+    restarted = float((run_dir / "rank_000" / "restarted_at").read_text()) if result.returncode == 0 else None
+    calls = (tmp_path / "npu_state.json.calls").read_text().splitlines() if (tmp_path / "npu_state.json.calls"
+                                                                           ).exists() else []
+    return result, (restarted - failed if failed else None), calls
+
+
+def test_a_restart_waits_until_the_devices_memory_is_released(tmp_path):
+    result, gap, calls = release_job(tmp_path, released_after=1.5)
+    assert result.returncode == 0, result.stderr
+    assert ("waiting up to 15 s for the last attempt's device memory to be released (device 0: 3000 MiB, device 1: "
+            "3000 MiB)") in result.stderr
+    assert "devices released after" in result.stderr
+    assert gap >= 1.5 and len(calls) >= 2, (gap, calls)
+
+
+def test_devices_never_released_delay_a_restart_by_the_timeout_and_say_so(tmp_path):
+    result, gap, _ = release_job(tmp_path, "--device-release-timeout", "1")
+    assert result.returncode == 0, result.stderr
+    assert ("devices still hold memory after 1 s (device 0: 3000 MiB, device 1: 3000 MiB; --device-release-timeout): "
+            "restarting anyway") in result.stderr
+    assert 1.0 <= gap, gap
+
+
+def test_a_cpu_job_asks_no_driver(tmp_path):
+    result = run_dlaunch("run", "--no-python", "/bin/sh", "--ranks", "2", "--max-restarts", "1", "--output-dir",
+                         tmp_path / "runs", "--", "-c", '[ "$TORCHELASTIC_RESTART_COUNT" = 0 ] && exit 3; exit 0',
+                         cwd=tmp_path, env={"NPU_SMI_STATE": str(tmp_path / "none.json"),
+                                            "PATH": f"{ROOT / 'tests' / 'programs'}:{os.environ['PATH']}"})
+    assert result.returncode == 0, result.stderr
+    assert "device memory" not in result.stderr and not (tmp_path / "none.json.calls").exists()

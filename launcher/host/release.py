@@ -1,0 +1,94 @@
+"""Waiting for the last attempt's processes to let go of device memory before a restart starts new ones.
+
+A restart that starts ranks before the driver released the old processes' memory fails on real NPUs and
+GPUs (out of memory at the first allocation, or a device still busy). NVIDIA's ft_launcher waits up to
+50 s for usage under 512 MB; MindCluster's agent waits 15 s "for device release". dlaunch asks the
+driver's tool of the devices the job was given, every quarter second, until each of this host's devices
+uses less than ``RELEASED_MIB`` or the timeout passes (then it says so in one line and starts anyway):
+
+- Ascend (``ASCEND_RT_VISIBLE_DEVICES`` or ``/dev/davinci*``): ``npu-smi info``, the ``HBM-Usage(MB)``
+  (``used / total``) at the end of each NPU's chip row;
+- NVIDIA (``CUDA_VISIBLE_DEVICES`` or ``nvidia-smi -L``):
+  ``nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits``.
+
+CPU jobs, and hosts without the tool, do not wait. Device ids are the physical ids the plan gave the ranks.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import time
+
+from launcher.host import hccn
+from launcher.host.devices import ASCEND_VAR, CUDA_VAR, DAVINCI_GLOB
+
+RELEASED_MIB = 512          # a device using less than this is free for the next attempt (ft_launcher's mark)
+POLL_SECONDS = 0.25
+TOOL_SECONDS = 5.0          # one call of the tool
+NVIDIA_QUERY = ["--query-gpu=index,memory.used", "--format=csv,noheader,nounits"]
+
+_NPU_ROW = re.compile(r"^\|\s*(\d+)\s+[^\s|][^|]*\|\s*[A-Za-z]+\s*\|")
+_CHIP_ROW = re.compile(r"^\|\s*\d+\s*\|\s*[0-9A-Fa-f]{4}:[0-9A-Fa-f:.]+\s*\|.*?(\d+)\s*/\s*\d+\s*\|\s*$")
+_GPU_ROW = re.compile(r"^\s*(\d+)\s*,\s*(\d+)\s*$", re.M)
+
+
+def parse_npu_memory(text: str) -> dict[int, int]:
+    """``npu-smi info``: {NPU id: HBM MiB in use}, from the last ``used / total`` of the chip row under each
+    NPU row."""
+    used: dict[int, int] = {}
+    npu = None
+    for line in text.splitlines():
+        row = _NPU_ROW.match(line)
+        chip = _CHIP_ROW.match(line)
+        if chip and npu is not None:
+            used[npu] = int(chip.group(1))
+            npu = None
+        elif row:
+            npu = int(row.group(1))
+    return used
+
+
+def parse_gpu_memory(text: str) -> dict[int, int]:
+    """``nvidia-smi --query-gpu=index,memory.used``: {GPU index: MiB in use}."""
+    return {int(index): int(mib) for index, mib in _GPU_ROW.findall(text)}
+
+
+def memory_reader(source: str, path: str | None):
+    """A function returning {device: MiB in use}, for the devices ``source`` says the job has; None for a CPU
+    job or where the driver's tool is absent."""
+    if source in (ASCEND_VAR, DAVINCI_GLOB):
+        tool = shutil.which(hccn.NPU_SMI, path=path) or shutil.which(hccn.NPU_SMI, path=hccn.DRIVER_TOOLS)
+        return (lambda: parse_npu_memory(hccn.run([tool, "info"], TOOL_SECONDS))) if tool else None
+    if source in (CUDA_VAR, "nvidia-smi -L"):
+        tool = shutil.which("nvidia-smi", path=path)
+        return (lambda: parse_gpu_memory(hccn.run([tool, *NVIDIA_QUERY], TOOL_SECONDS))) if tool else None
+    return None
+
+
+def wait_for_release(devices: list[int], reader, timeout: float, say) -> float:
+    """Wait until every one of ``devices`` uses less than RELEASED_MIB (or ``timeout`` passes); returns the
+    seconds waited. A device the tool does not list, or a tool that fails, is not waited for."""
+    started = time.monotonic()
+    told = False
+    while True:
+        try:
+            used = reader()
+        except hccn.ToolError as exc:
+            say(f"cannot tell whether the devices were released ({exc}): restarting without waiting")
+            return time.monotonic() - started
+        busy = {device: used[device] for device in devices if used.get(device, 0) >= RELEASED_MIB}
+        waited = time.monotonic() - started
+        if not busy:
+            if told:
+                say(f"devices released after {waited:.1f} s")
+            return waited
+        shown = ", ".join(f"device {device}: {mib} MiB" for device, mib in sorted(busy.items()))
+        if waited >= timeout:
+            say(f"devices still hold memory after {timeout:g} s ({shown}; --device-release-timeout): restarting "
+                f"anyway")
+            return waited
+        if not told:
+            say(f"waiting up to {timeout:g} s for the last attempt's device memory to be released ({shown})")
+            told = True
+        time.sleep(min(POLL_SECONDS, max(0.0, timeout - waited)))
