@@ -21,11 +21,15 @@ LAUNCHER_ID_ENV = "DLAUNCH_LAUNCHER_ID"   # the launch's marker: the watchdog ki
 LAUNCHER_IDS_ENV = "DLAUNCH_LAUNCHER_IDS"  # every enclosing launch's marker, outermost first, this one last:
                                            # a nested dlaunch's ranks stay marked for the outer watchdog too
 JOB_SECRET_ENV = "DLAUNCH_JOB_SECRET"     # given to every host's dlaunch: the secret of a multi-host job
+NOTICE_FILE_ENV = "DLAUNCH_NOTICE_FILE"   # --survivor-window: where a surviving rank is told a peer failed
+NOTICE_SIGNAL_ENV = "DLAUNCH_NOTICE_SIGNAL"   # --notice-signal: the signal that comes with the notice
 ENV_PREFIX = "DLAUNCH_"                   # options from the environment: DLAUNCH_<OPTION>
 
 # Files and directories inside a rank's directory.
 CKPT_DIR = "ckpt"              # the checkpoint directory (CKPT_DIR_ENV points at it)
 HEARTBEAT_FILE = "heartbeat"   # touched by launcher.heartbeat.beat(); the hang watch reads its mtime
+NOTICE_FILE = "notice.json"    # written by dlaunch when a peer failed (NOTICE_FILE_ENV names it)
+NOTICE_SAVED_FILE = "notice.saved"   # written by the rank once it saved on the notice: its window may end
 SCHEDULER_DIR = "scheduler"    # MindSpore's scheduler's own directory in the run directory
 
 

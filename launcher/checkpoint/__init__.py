@@ -5,6 +5,7 @@ Training scripts use ``from launcher import checkpoint`` (``checkpoint.save``, `
 the public API and stay.  The package's modules, each with one job:
 
     api        the functions training scripts call (re-exported here; torch imported only inside them)
+    gasp       a rank's side of the survivors' window: a peer failed (``notice``), save now, "saved"
     store      the one way a checkpoint file reaches the disk: temporary, fsync, rename, rotation, superseded/
     file       the file format: torch.save's archive, written at the disk's speed
     stage      async saves: one copy of the state into reused host buffers
@@ -50,22 +51,25 @@ if TYPE_CHECKING:   # the names below, for the type checker; at run time ``__get
         tree_path,
         wait_for_saves,
     )
+    from launcher.checkpoint.gasp import notice, notice_saved, save_on_notice
 
 __all__ = [
     "BREAKPOINT_DIR", "INTEGRATED_DIR", "STRATEGY_FORMAT", "STRATEGY_SUFFIX", "SUPERSEDED_DIR",
-    "broadcast_parameters", "ckpt_dir", "configure_async", "leaves", "load", "map_leaves", "resume_step",
-    "save", "save_integrated", "save_slice", "save_sliced", "saving_on_exception", "tree_path",
-    "wait_for_saves",
+    "broadcast_parameters", "ckpt_dir", "configure_async", "leaves", "load", "map_leaves", "notice",
+    "notice_saved", "resume_step", "save", "save_integrated", "save_on_notice", "save_slice", "save_sliced",
+    "saving_on_exception", "tree_path", "wait_for_saves",
 ]
 
 
 def __getattr__(name: str):
-    """``checkpoint.save`` and the rest of ``__all__``, from ``api`` on first use (then cached here)."""
+    """``checkpoint.save`` and the rest of ``__all__``, from ``api`` (or ``gasp``) on first use (then cached
+    here)."""
     if name not in __all__:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from launcher.checkpoint import api
+    import importlib
 
-    value = getattr(api, name)
+    where = "gasp" if name in ("notice", "notice_saved", "save_on_notice") else "api"
+    value = getattr(importlib.import_module(f"launcher.checkpoint.{where}"), name)
     globals()[name] = value
     return value
 

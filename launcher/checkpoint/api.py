@@ -118,7 +118,7 @@ def _save(state, directory: str, name: str, prefix: str, keep_max: int | None = 
 
 
 def save(state, epoch: int, step: int, prefix: str = "ckpt", keep_max: int | None = None,
-         directory: str | None = None, async_save: bool = False):
+         directory: str | None = None, async_save: bool = False, replicated: bool = False):
     """Save ``state`` atomically as ``{directory}/{prefix}-{epoch}_{step}.pt`` (default: ``ckpt_dir()``).
 
     The name is the seeds' (MindSpore ModelCheckpoint) and what ``dlaunch run --resume`` looks for.
@@ -132,9 +132,18 @@ def save(state, epoch: int, step: int, prefix: str = "ckpt", keep_max: int | Non
     is raised by the next save (either kind) or ``wait_for_saves()``.  A new save first waits for
     the one in flight (``configure_async``).  The interpreter's exit waits for saves in flight, and
     SIGTERM lets them finish first.
+
+    ``replicated=True`` says ``state`` is every rank's (data parallel: each rank holds the whole model and
+    optimizer): a ``.replica`` mark beside the file, written first, lets a step that some ranks never saved
+    (they died; the survivors saved on the notice) count as complete, each of those ranks resuming from a
+    replica's file.
     """
-    return _save(state, directory or ckpt_dir(), _checked_name(prefix, epoch, step), prefix, keep_max,
-                 async_save=async_save)
+    directory = directory or ckpt_dir()
+    name = _checked_name(prefix, epoch, step)
+    if replicated:   # before the checkpoint: a file listed is never without its mark
+        with open(os.path.join(directory, name + ckptnames.REPLICA_SUFFIX), "w", encoding="utf-8") as fh:
+            fh.write("every rank's state\n")
+    return _save(state, directory, name, prefix, keep_max, async_save=async_save)
 
 
 def wait_for_saves() -> None:

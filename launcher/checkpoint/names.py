@@ -35,6 +35,7 @@ TEMPORARY = "temporary"
 DLAUNCH_FORMAT = "pt"
 MINDSPORE_FORMATS = ("ckpt", "safetensors")
 TEMP_SUFFIX = ".tmp"
+REPLICA_SUFFIX = ".replica"   # beside a checkpoint saved with replicated=True: it holds every rank's state
 
 _NUMBERED = re.compile(r"^(?P<prefix>.+)-(?P<epoch>\d+)_(?P<step>\d+)"
                        r"(?P<end>\.pt|\.ckpt|\.safetensors|_breakpoint\.ckpt|\.tmp)$")

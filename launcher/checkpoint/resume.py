@@ -11,7 +11,7 @@ Slurm requeued (``slurm_requeue``).  ``ResumePoint`` is what the launch plan car
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from launcher.checkpoint import names as ckptnames
 from launcher.contract import CKPT_DIR
@@ -40,6 +40,19 @@ class Step:
     kind: str = ckptnames.CHECKPOINT
     files: dict[int, str] = field(default_factory=dict)   # global rank -> path
     sizes: dict[int, int] = field(default_factory=dict)
+    replicas: set[int] = field(default_factory=set)   # ranks whose file holds every rank's state (save(replicated))
+
+    def covering(self, expected: set[int]) -> dict[int, str] | None:
+        """A file for every rank in ``expected``: its own, else a replica's (the lowest rank's that saved one:
+        data-parallel ranks hold the same state, so the survivors' gasp covers a rank that died without
+        saving); None when some rank has neither."""
+        missing = expected - set(self.files)
+        if not missing:
+            return {rank: self.files[rank] for rank in expected}
+        if not self.replicas:
+            return None
+        replica = self.files[min(self.replicas)]
+        return {rank: self.files.get(rank, replica) for rank in expected}
 
     @property
     def key(self) -> tuple[int, int]:
@@ -64,6 +77,7 @@ def collect(directories: dict[int, str], kind: str = ckptnames.CHECKPOINT) -> li
             names = os.listdir(directory)
         except OSError:
             continue
+        listed = set(names)
         for key, name in ckptnames.by_series(names, kind).items():
             path = os.path.join(directory, name)
             try:
@@ -73,6 +87,8 @@ def collect(directories: dict[int, str], kind: str = ckptnames.CHECKPOINT) -> li
             step = steps.setdefault(key, Step(*key, kind=kind))
             step.files[rank] = path
             step.sizes[rank] = size
+            if name + ckptnames.REPLICA_SUFFIX in listed:
+                step.replicas.add(rank)
     return sorted(steps.values(), key=lambda s: (s.epoch, s.step, s.prefix, s.format))
 
 
@@ -88,9 +104,10 @@ def resume_point(run_dir: str, world_size: int | None = None) -> tuple[Step | No
     expected = set(range(world_size)) if world_size is not None else set(ranks)
     skipped: list[str] = []
     for step in reversed(steps):
+        covered = step.covering(expected) if expected else None
+        if covered is not None:
+            return (replace(step, files=covered) if covered != step.files else step), skipped
         missing = sorted(expected - set(step.files))
-        if not missing and expected:
-            return step, skipped
         shown = ", ".join(map(str, missing[:8])) + (" ..." if len(missing) > 8 else "")
         skipped.append(f"skipping {step.label}: incomplete, ranks {shown} have no checkpoint of it")
     return None, skipped

@@ -148,7 +148,7 @@ def _rotate(directory: str, prefix: str, keep_max: int, just_saved: str) -> None
         if name == just_saved:
             continue
         path = os.path.join(directory, name)
-        for victim in (path, companion(path)):
+        for victim in (path, companion(path), path + ckptnames.REPLICA_SUFFIX):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(victim)
 

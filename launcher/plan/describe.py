@@ -29,8 +29,11 @@ def describe(plan: LaunchPlan, port_chosen_at_start: bool = False) -> str:
              f"master:        {plan.master_addr}, port: {port}",
              "working dir:   " + ("each rank its own rank directory" if plan.policy.cwd_mode == CWD_RANK
                                   else "launch directory"),
-             f"on failure:    SIGTERM, {plan.policy.grace_period:g} s grace, SIGKILL; restarts allowed: "
+             "on failure:    " + (f"survivors told and given {plan.policy.survivor_window:g} s to save "
+                                  f"(--survivor-window), then " if plan.policy.survivor_window else "")
+             + f"SIGTERM, {plan.policy.grace_period:g} s grace, SIGKILL; restarts allowed: "
              f"{plan.policy.max_restarts}" + (restart_limits(plan.policy) if plan.policy.max_restarts else ""),
+             f"on a signal:   forwarded, {plan.policy.signal_grace:g} s grace (--signal-grace), SIGKILL",
              "hang check:    " + (f"stop after {plan.policy.hang_timeout:g} s without a sign of life (exit 124)"
                                   if plan.policy.hang_timeout else "off (--hang-timeout)")]
     if plan.resume:

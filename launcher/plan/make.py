@@ -14,8 +14,18 @@ import os
 from dataclasses import dataclass, field
 
 from launcher.base import numlists
+from launcher.base.signals import signal_names
 from launcher.checkpoint.resume import ResumePoint
-from launcher.contract import CKPT_DIR, RESUME_FROM_ENV, RESUME_STEP_ENV, SCHEDULER_DIR, Role
+from launcher.contract import (
+    CKPT_DIR,
+    NOTICE_FILE,
+    NOTICE_FILE_ENV,
+    NOTICE_SIGNAL_ENV,
+    RESUME_FROM_ENV,
+    RESUME_STEP_ENV,
+    SCHEDULER_DIR,
+    Role,
+)
 from launcher.host.devices import DeviceView
 from launcher.plan.environment import (
     masked,
@@ -56,6 +66,9 @@ class Policy:
 
     cwd_mode: str = CWD_LAUNCH
     grace_period: float = 10.0
+    survivor_window: float = 0.0   # after a failure: survivors are told and may save for this long
+    notice_signal: tuple[int, ...] = ()   # sent to each survivor with the notice
+    signal_grace: float = 10.0     # after a signal to dlaunch (preemption): SIGTERM, this long, SIGKILL
     max_restarts: int = 0
     restarts_without_progress: int = 3   # failed attempts in a row with no new complete step, then exit 93
     max_failures_per_hour: int | None = None   # a crash loop: failure N+1 within an hour, then exit 93
@@ -224,6 +237,10 @@ def make_plan(table: RankTable, server_index: int, opts: Options, rank_table_fil
             env.update(mindspore_worker_environment(rank=rank, world_size=world_size, master_addr=opts.master_addr,
                                                     master_port=opts.master_port, topo_timeout=opts.ms_topo_timeout))
         env = {**opts.extra_env, **env}   # dlaunch's contract wins: --env RANK=5 cannot break the job
+        if opts.policy.survivor_window:
+            env[NOTICE_FILE_ENV] = f"{rank_dir}/{NOTICE_FILE}"
+            if opts.policy.notice_signal:
+                env[NOTICE_SIGNAL_ENV] = signal_names(opts.policy.notice_signal)
         if resume is not None:
             env[RESUME_FROM_ENV] = resume.files[rank]
             env[RESUME_STEP_ENV] = f"{resume.epoch}_{resume.step}"

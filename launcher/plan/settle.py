@@ -77,7 +77,10 @@ def launch_options(args: LaunchRequest, table, server_index: int, environ: Mappi
             run_id, None, "")
     opts = Options(command=command, run_id=check_run_id(run_id) if run_id else new_run_id(),
                    output_dir=output_dir, launch_dir=os.getcwd(), python=sys.executable,
-                   policy=Policy(cwd_mode=args.cwd, grace_period=args.grace_period, max_restarts=args.max_restarts,
+                   policy=Policy(cwd_mode=args.cwd, grace_period=args.grace_period,
+                                 survivor_window=args.survivor_window, notice_signal=tuple(args.notice_signal or ()),
+                                 signal_grace=args.grace_period if args.signal_grace is None else args.signal_grace,
+                                 max_restarts=args.max_restarts,
                                  restarts_without_progress=args.restarts_without_progress,
                                  max_failures_per_hour=args.max_failures_per_hour,
                                  device_release_timeout=args.device_release_timeout,

@@ -107,6 +107,9 @@ class PlanFile(TypedDict, total=False):
     rank_table_file: Path
     cwd_mode: str
     grace_period: float
+    survivor_window: float
+    notice_signal: list[Number]
+    signal_grace: float
     max_restarts: Number
     restarts_without_progress: Number
     max_failures_per_hour: Number | None

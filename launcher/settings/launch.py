@@ -106,6 +106,16 @@ _DECLARED: list[tuple[Option, tuple[str, ...]]] = [
     _shared("--grace-period", type=seconds, default=10.0, metavar="SECONDS",
             help="after SIGTERM, how long ranks may take to exit (e.g. to save) before SIGKILL (default 10)",
             to_hosts=True),
+    _shared("--survivor-window", type=seconds, default=0.0, metavar="SECONDS",
+            help="after a rank fails, tell every surviving rank (its notice file, --notice-signal) and give them "
+                 "this long to save before they are stopped; it ends early once each has saved or exited "
+                 "(default 0: stop at once)", to_hosts=True),
+    _shared("--notice-signal", type=signal_list, spell=signal_names, metavar="SIG",
+            help="a signal sent to each surviving rank with the notice (e.g. USR1); default none: the notice "
+                 "file only", to_hosts=True),
+    _shared("--signal-grace", type=seconds, metavar="SECONDS",
+            help="after a signal to dlaunch (preemption, Ctrl-C), how long ranks may take to exit before SIGKILL "
+                 "(default: --grace-period)", to_hosts=True),
     _shared("--forward-signals", type=signal_list, spell=signal_names, metavar="SIG,...",
             help="signals forwarded to every rank without stopping the job, besides SIGUSR1 and SIGUSR2 "
                  "(e.g. WINCH,URG); SIGINT/SIGTERM/SIGHUP/SIGQUIT always stop it", to_hosts=True),

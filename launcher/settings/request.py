@@ -44,6 +44,9 @@ class LaunchRequest:
     cwd: str
     console: str
     grace_period: float
+    survivor_window: float
+    notice_signal: tuple[int, ...] | None
+    signal_grace: float | None
     forward_signals: tuple[int, ...] | None
     termination_log: str | None
     max_restarts: int

@@ -19,8 +19,15 @@ if TYPE_CHECKING:
 
 
 def _own_steps(plan: LaunchPlan) -> list[Step]:
+    """This host's steps that every one of its ranks has (its own file, or a replica's), files filled in."""
     own = {spec.rank: os.path.join(spec.rank_dir, CKPT_DIR) for spec in plan.ranks if spec.rank is not None}
-    return [step for step in collect(own) if set(own) <= set(step.files)]
+    steps = []
+    for step in collect(own):
+        covered = step.covering(set(own))
+        if covered is not None:
+            step.files = covered
+            steps.append(step)
+    return steps
 
 
 def complete_steps(plan: LaunchPlan) -> list[str]:

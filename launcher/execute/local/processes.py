@@ -15,6 +15,8 @@ TYPE_CHECKING = False   # typing's own flag, without importing typing on the lau
 if TYPE_CHECKING:
     import subprocess
 
+    from launcher.execute.local.notice import SurvivorWindow
+
 
 def killpg_quietly(pgid: int, sig: int) -> bool:
     """Signal a rank's process group; False when it no longer exists."""
@@ -56,6 +58,8 @@ class AttemptProcesses:
         self.ranks: list[RankProcess] = []
         self.scheduler: RankProcess | None = None
         self.deadline: float | None = None   # when stopping: SIGKILL for whatever is left at this time
+        self.window: SurvivorWindow | None = None   # the survivors' window while it runs, before the stop's signal
+        self.last: RankProcess | None = None   # global rank 0 after a window: signalled once the others ended
         self.killed = False
         self.unwatched: list[RankProcess] = []   # started, but no pidfd (an old kernel): _dispatch polls them
         self._first_live = 0   # ranks before it have ended (an ended process never lives again)
@@ -66,7 +70,7 @@ class AttemptProcesses:
 
     @property
     def stopping(self) -> bool:
-        return self.deadline is not None
+        return self.deadline is not None or self.window is not None
 
     def ranks_done(self) -> bool:
         """Every rank has ended.  Asked on every wake-up of the loop (each chunk of console output): the ranks

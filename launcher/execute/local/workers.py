@@ -23,6 +23,7 @@ import time
 from launcher.base.console import say
 from launcher.contract import LAUNCHER_ID_ENV, LAUNCHER_IDS_ENV, ExitCode, Role
 from launcher.execute.local.hangs import HangWatch, describe_hang, dump_stacks
+from launcher.execute.local.notice import SurvivorWindow, clear_notices, notice_cause
 from launcher.execute.local.peers import PeerWait
 from launcher.execute.local.processes import AttemptProcesses, RankProcess, killpg_quietly
 from launcher.execute.local.reaper import Reaper, become_subreaper, marker_chain, sweep
@@ -104,6 +105,8 @@ class LocalWorkers:
     def _start(self, attempt: AttemptProcesses, selector, tee: ConsoleTee) -> None:
         """Spawn the scheduler (if any) and every rank; a spawn failure or a signal stops what started."""
         result = attempt.result
+        if attempt.plan.policy.survivor_window:
+            clear_notices([spec.rank_dir for spec in attempt.plan.ranks])
         try:
             for spec in attempt.plan.processes():
                 process = RankProcess(spec, RankResult(spec.rank, spec.local_rank, spec.device_id, spec.server_id,
@@ -164,6 +167,8 @@ class LocalWorkers:
                 timeout = max(0.0, rest_until - time.monotonic())
                 if attempt.deadline is not None:
                     timeout = min(timeout, max(0.0, attempt.deadline - time.monotonic()))
+            elif attempt.window is not None:
+                timeout = attempt.window.wait()
             elif attempt.deadline is not None:
                 timeout = max(0.0, attempt.deadline - time.monotonic())
             elif hangs or peers:
@@ -175,6 +180,12 @@ class LocalWorkers:
                 self._watch(attempt, hangs, peers)
             for kind, value in events:
                 self._on_event(attempt, kind, value)
+            if attempt.window is not None and attempt.window.over():
+                attempt.window = None
+                self._terminate(attempt, signal.SIGTERM, plan.policy.grace_period, controller_last=True)
+            if attempt.last is not None and not any(p.alive for p in attempt.ranks if p is not attempt.last):
+                killpg_quietly(attempt.last.popen.pid, signal.SIGTERM)   # the others are gone: now rank 0
+                attempt.last = None
             if attempt.deadline is not None and not attempt.killed and time.monotonic() >= attempt.deadline:
                 if attempt.alive():
                     say(f"the grace period of {plan.policy.grace_period:g} s is over: killed "
@@ -211,7 +222,10 @@ class LocalWorkers:
         elif kind == "signal" and value in self.signals.pass_through:
             self._pass_on(attempt, value)
         elif kind == "signal":
-            if not attempt.stopping:
+            if attempt.window is not None:   # preempted while survivors save: the signal's own stop, now
+                attempt.window = None
+                self._terminate(attempt, value, attempt.plan.policy.signal_grace)
+            elif not attempt.stopping:
                 self._on_signal(attempt, value)
             elif value in (signal.SIGINT, signal.SIGKILL) and not attempt.killed:   # a second Ctrl-C: no patience
                 say(f"{signal.Signals(value).name} again: killing {attempt.describe_alive()} now")
@@ -230,7 +244,7 @@ class LocalWorkers:
         """A signal to dlaunch: forwarded to every process, and said at once: who, how long, how to cut it short."""
         self._begin_stop(attempt, signal_=sig)
         say(f"{signal.Signals(sig).name}: told {attempt.describe_alive()} to stop; they have "
-            f"{attempt.plan.policy.grace_period:g} s (--grace-period) before SIGKILL; Ctrl-C again kills them now")
+            f"{attempt.plan.policy.signal_grace:g} s (--signal-grace) before SIGKILL; Ctrl-C again kills them now")
 
     def _begin_stop(self, attempt: AttemptProcesses, root_cause: RankResult | None = None, signal_: int | None = None,
                     launcher_error: str | None = None, stopped_by: dict | None = None) -> None:
@@ -242,10 +256,31 @@ class LocalWorkers:
         result.stopped_at = time.time()
         if self.job is not None and stopped_by is None:
             self.job.stopped(result)
-        for process in attempt.processes:
-            if process.alive:
-                killpg_quietly(process.popen.pid, signal_ or signal.SIGTERM)
-        attempt.deadline = time.monotonic() + attempt.plan.policy.grace_period
+        policy = attempt.plan.policy
+        survivors = [p for p in attempt.ranks if p.alive]
+        failure = root_cause is not None or (stopped_by is not None and stopped_by["cause"].get("kind") != "late")
+        if policy.survivor_window > 0 and failure and survivors:
+            attempt.window = SurvivorWindow(survivors, notice_cause(root_cause, stopped_by), policy.survivor_window,
+                                            attempt.plan.attempt)
+            for process in survivors:
+                for sig in policy.notice_signal:
+                    killpg_quietly(process.popen.pid, sig)
+            say(f"told the {len(survivors)} surviving rank(s) here of the failure; they have "
+                f"{policy.survivor_window:g} s (--survivor-window) to save before they are stopped",
+                *(f"cannot write a notice: {where}" for where in attempt.window.unwritten))
+            return
+        self._terminate(attempt, signal_ or signal.SIGTERM, policy.signal_grace if signal_ else policy.grace_period)
+
+    def _terminate(self, attempt: AttemptProcesses, sig: int, grace: float, controller_last: bool = False) -> None:
+        """The stop's signal to every live process, then ``grace`` seconds before SIGKILL. After a survivors'
+        window, global rank 0 (MindIO's and MindSpore's controller) is signalled once the others ended."""
+        live = [p for p in attempt.processes if p.alive]
+        last = next((p for p in live if p.spec.rank == 0), None) if controller_last and len(live) > 1 else None
+        for process in live:
+            if process is not last:
+                killpg_quietly(process.popen.pid, sig)
+        attempt.last = last
+        attempt.deadline = time.monotonic() + grace
 
     # ------------------------------------------------------------------ the end
 

@@ -185,3 +185,22 @@ def test_broadcast_parameters_without_a_process_group_is_a_no_op():
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
 
 
+
+
+def test_a_replicated_save_completes_a_step_that_a_dead_rank_never_saved(run):
+    """Data parallel: every rank holds the whole state. Rank 0 saved step 1_25 as a replica on the notice; rank
+    1 died without saving it: 1_25 is still complete, rank 1 resuming from rank 0's file. A plain save is not
+    enough, and rotation takes the mark along."""
+    other = run / "rank_001" / "ckpt"
+    other.mkdir(parents=True)
+    for rank_ckpt in (ckpt_of(run), other):
+        checkpoint.save({"step": 20}, 1, 20, directory=str(rank_ckpt))
+    checkpoint.save({"step": 24}, 1, 24)                       # rank 0 only, plain: incomplete
+    path = checkpoint.save({"step": 25}, 1, 25, replicated=True)
+    assert os.path.exists(path + ".replica")
+    step, skipped = resume.resume_point(str(run), 2)
+    assert step.label == "ckpt-1_25" and step.files == {0: path, 1: path} and skipped == []
+    point = resume.find_resume_point(str(run), 2)
+    assert point.files[1] == path
+    checkpoint.save({"step": 26}, 1, 26, replicated=True, keep_max=1)
+    assert not os.path.exists(path) and not os.path.exists(path + ".replica")

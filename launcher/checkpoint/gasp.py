@@ -1,0 +1,61 @@
+"""A rank's side of the survivors' window (``dlaunch run --survivor-window``): was a peer lost, and "I saved".
+
+When a rank fails, dlaunch writes ``notice.json`` into every surviving rank's directory (the path is in
+``DLAUNCH_NOTICE_FILE``) and, with ``--notice-signal``, sends that signal too; then it waits, up to the
+window, until each survivor has exited or said it saved. A training loop asks ``notice()`` each step (a
+file's existence: no system call beyond ``stat``), or handles the signal, and then saves:
+
+    for step in ...:
+        train_step()
+        if checkpoint.save_on_notice(model.state_dict(), epoch, step):
+            break   # saved the step this rank reached; dlaunch stops it when every survivor is done
+
+``save_on_notice`` saves synchronously (the gasp must be on disk before the window ends) and says so with
+``notice_saved()``. No torch import here: asking costs nothing on a rank that never gets a notice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from launcher.contract import NOTICE_FILE_ENV, NOTICE_SAVED_FILE
+
+
+def notice() -> dict | None:
+    """The notice of this attempt, if a peer failed: ``{"failed_rank", "host", "reason", "exit_code", "kind",
+    "at", "window_ends", "attempt"}``; None when there is none (or no window was asked for)."""
+    path = os.environ.get(NOTICE_FILE_ENV)
+    if not path or not os.path.exists(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as fh:
+            found = json.load(fh)
+    except (OSError, ValueError):
+        return None   # written atomically, so this is a notice removed between the two calls: none
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT")
+    if isinstance(found, dict) and (attempt is None or str(found.get("attempt")) == attempt):
+        return found
+    return None
+
+
+def notice_saved() -> None:
+    """Tell dlaunch this rank has saved what it must: the window ends once every survivor has (or exited)."""
+    path = os.environ.get(NOTICE_FILE_ENV)
+    if path:
+        with open(os.path.join(os.path.dirname(path), NOTICE_SAVED_FILE), "w", encoding="utf-8") as fh:
+            fh.write("saved\n")
+
+
+def save_on_notice(state, epoch: int, step: int, prefix: str = "ckpt", **save_options) -> bool:
+    """When a notice came: save ``state`` as step ``epoch``/``step`` now, wait for it to be on disk, tell
+    dlaunch, and return True; else return False at once. ``save_options`` go to ``checkpoint.save``
+    (``replicated=True`` for a state every rank holds whole: see ``save``)."""
+    if notice() is None:
+        return False
+    from launcher.checkpoint.api import save, wait_for_saves
+
+    wait_for_saves()   # a background save in flight first: the gasp must not race it
+    save(state, epoch, step, prefix=prefix, **save_options)
+    notice_saved()
+    return True

@@ -1,0 +1,87 @@
+"""The survivors' window (--survivor-window, execute/local/notice.py) with real launches: when a rank dies, the
+ranks still alive are told (a notice file, a signal), save, and the restart resumes from what they saved even
+though the dead rank saved nothing (their saves are replicas). tests/programs/gasp_rank.py plays a
+data-parallel rank."""
+
+import json
+import time
+
+from tests.e2e.test_job_hosts import HOSTS
+from tests.launching import ROOT, free_port, kill_run, run_dlaunch, start_dlaunch, write_rank_table
+
+GASP_RANK = str(ROOT / "tests" / "programs" / "gasp_rank.py")
+
+
+def read(rank_dir, name):
+    return json.loads((rank_dir / name).read_text())
+
+
+def test_survivors_on_two_hosts_hear_save_and_the_restart_resumes_from_their_gasp(tmp_path):
+    """2 hosts x 2 ranks; rank 3 (host 127.0.0.3) is SIGKILLed in step 25 with nothing saved since step 20.
+    Ranks 0-2 hear of it within 0.2 s (two of them on the other host), save step 25, and the job restarts from
+    step 25: rank 3 resumes from rank 2's replica."""
+    table = write_rank_table(tmp_path / "rt.json", hosts=HOSTS[:2], devices_per_host=2)
+    port = free_port(HOSTS[0], span=2)
+    procs = []
+    try:
+        for index in (0, 1):
+            cwd = tmp_path / f"host{index}"
+            cwd.mkdir()
+            procs.append(start_dlaunch(
+                "cluster", GASP_RANK, "--rank-table", table, "--rank-start", index * 2, "--run-id", "gasp",
+                "--master-port", port, "--profile", "structure", "--max-restarts", "1", "--survivor-window", "20",
+                "--host-timeout", "2", "--", "--fail-rank", "3", "--fail-after", "1.5", cwd=cwd))
+        results = [proc.communicate(timeout=90) + (proc.returncode,) for proc in procs]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+        kill_run("gasp")
+    for _, stderr, code in results:
+        assert code == 0, stderr
+        assert "surviving rank(s) here of the failure; they have 20 s (--survivor-window) to save" in stderr, stderr
+    run_dirs = [tmp_path / f"host{index}" / "dlaunch_runs" / "gasp" for index in (0, 1)]
+    rank_dirs = {rank: run_dirs[rank // 2] / f"rank_{rank:03d}" for rank in range(4)}
+    failed_at = read(rank_dirs[3], "failed.json")["at"]
+    for rank in (0, 1, 2):
+        heard = read(rank_dirs[rank], "heard.json")
+        assert heard["at"] - failed_at < 0.2, (rank, heard["at"] - failed_at)
+        assert heard["notice"]["failed_rank"] == 3 and heard["notice"]["host"] == HOSTS[1]
+        assert "died of SIGKILL" in heard["notice"]["reason"] and heard["notice"]["attempt"] == 0
+    for rank in range(4):
+        resumed = read(rank_dirs[rank], "resumed.json")
+        assert resumed["step"] == "1_25", (rank, resumed)
+        owner = 2 if rank == 3 else rank   # the dead rank's state comes from its host's survivor's replica
+        assert resumed["from"] == str(rank_dirs[owner] / "ckpt" / "ckpt-1_25.pt"), (rank, resumed)
+    # the window ended when every survivor had saved, not after its 20 s
+    assert all(read(rank_dirs[r], "sigterm.json")["at"] - failed_at < 5 for r in (0, 1, 2))
+
+
+def test_the_window_ends_at_its_time_rank_0_is_stopped_last_and_the_notice_signal_arrives(tmp_path):
+    """One host, 3 ranks that hear but never say they saved: the window runs its full 1.5 s; then ranks 1 and
+    2 get SIGTERM first and rank 0 only once they are gone (MindIO's controller). --notice-signal USR1 comes
+    with the notice."""
+    started = time.time()
+    result = run_dlaunch("run", GASP_RANK, "--ranks", "3", "--profile", "structure", "--survivor-window", "1.5",
+                         "--notice-signal", "USR1",
+                         "--output-dir", tmp_path / "runs", "--run-id", "window", "--", "--fail-rank", "2",
+                         "--fail-after", "0.5", "--no-save", cwd=tmp_path)
+    assert result.returncode == 128 + 9, result.stderr   # the root cause: rank 2's SIGKILL
+    rank_dirs = {rank: tmp_path / "runs" / "window" / f"rank_{rank:03d}" for rank in range(3)}
+    failed_at = read(rank_dirs[2], "failed.json")["at"]
+    for rank in (0, 1):
+        assert read(rank_dirs[rank], "signal.json")["at"] - failed_at < 0.5
+        assert read(rank_dirs[rank], "heard.json")["notice"]["failed_rank"] == 2
+    sigterm = {rank: read(rank_dirs[rank], "sigterm.json")["at"] for rank in (0, 1)}
+    assert sigterm[1] - failed_at >= 1.4, sigterm   # the whole window: nobody said it saved
+    assert sigterm[0] > sigterm[1], sigterm           # rank 0 last
+    assert time.time() - started < 30
+
+
+def test_without_a_window_survivors_are_stopped_at_once_and_told_nothing(tmp_path):
+    result = run_dlaunch("run", GASP_RANK, "--ranks", "2", "--output-dir", tmp_path / "runs", "--run-id", "nowin",
+                         "--", "--fail-rank", "1", "--fail-after", "0.3", cwd=tmp_path)
+    assert result.returncode == 128 + 9, result.stderr
+    rank0 = tmp_path / "runs" / "nowin" / "rank_000"
+    assert not (rank0 / "heard.json").exists() and not (rank0 / "notice.json").exists()
+    assert read(rank0, "sigterm.json")["at"] - read(tmp_path / "runs" / "nowin" / "rank_001", "failed.json")["at"] < 1

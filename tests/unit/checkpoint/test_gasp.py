@@ -1,0 +1,24 @@
+"""A rank's side of the survivors' window: the notice of this attempt only, and "saved" beside it."""
+
+import json
+
+from launcher import checkpoint
+from launcher.contract import NOTICE_FILE, NOTICE_SAVED_FILE
+
+
+def test_the_notice_is_this_attempts_and_saved_is_said_beside_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("DLAUNCH_NOTICE_FILE", str(tmp_path / NOTICE_FILE))
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")
+    assert checkpoint.notice() is None and checkpoint.save_on_notice({}, 1, 1) is False   # nothing yet
+    (tmp_path / NOTICE_FILE).write_text(json.dumps({"attempt": 0, "failed_rank": 3}))
+    assert checkpoint.notice() is None   # the last attempt's: not this one's
+    (tmp_path / NOTICE_FILE).write_text(json.dumps({"attempt": 1, "failed_rank": 3}))
+    assert checkpoint.notice()["failed_rank"] == 3
+    checkpoint.notice_saved()
+    assert (tmp_path / NOTICE_SAVED_FILE).read_text() == "saved\n"
+
+
+def test_without_a_window_there_is_never_a_notice(monkeypatch):
+    monkeypatch.delenv("DLAUNCH_NOTICE_FILE", raising=False)
+    assert checkpoint.notice() is None
+    checkpoint.notice_saved()   # nothing to say it to: no error, no file
