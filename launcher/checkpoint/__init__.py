@@ -42,16 +42,18 @@ if TYPE_CHECKING:   # the names below, for the type checker; at run time ``__get
         leaves,
         load,
         map_leaves,
+        notice,
+        notice_saved,
         resume_step,
         save,
         save_integrated,
+        save_on_notice,
         save_slice,
         save_sliced,
         saving_on_exception,
         tree_path,
         wait_for_saves,
     )
-    from launcher.checkpoint.gasp import notice, notice_saved, save_on_notice
 
 __all__ = [
     "BREAKPOINT_DIR", "INTEGRATED_DIR", "STRATEGY_FORMAT", "STRATEGY_SUFFIX", "SUPERSEDED_DIR",
@@ -62,14 +64,12 @@ __all__ = [
 
 
 def __getattr__(name: str):
-    """``checkpoint.save`` and the rest of ``__all__``, from ``api`` (or ``gasp``) on first use (then cached
-    here)."""
+    """``checkpoint.save`` and the rest of ``__all__``, from ``api`` on first use (then cached here)."""
     if name not in __all__:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
+    from launcher.checkpoint import api
 
-    where = "gasp" if name in ("notice", "notice_saved", "save_on_notice") else "api"
-    value = getattr(importlib.import_module(f"launcher.checkpoint.{where}"), name)
+    value = getattr(api, name)
     globals()[name] = value
     return value
 

@@ -43,6 +43,7 @@ import threading
 from launcher.checkpoint import names as ckptnames
 from launcher.checkpoint import store as ckptstore
 from launcher.checkpoint import writer as ckptwriter
+from launcher.checkpoint.gasp import notice, notice_saved
 from launcher.checkpoint.store import STRATEGY_SUFFIX, SUPERSEDED_DIR  # noqa: F401 (part of this module's API)
 from launcher.contract import CKPT_DIR_ENV, RESUME_FROM_ENV, RESUME_STEP_ENV, RUN_DIR_ENV
 
@@ -144,6 +145,18 @@ def save(state, epoch: int, step: int, prefix: str = "ckpt", keep_max: int | Non
         with open(os.path.join(directory, name + ckptnames.REPLICA_SUFFIX), "w", encoding="utf-8") as fh:
             fh.write("every rank's state\n")
     return _save(state, directory, name, prefix, keep_max, async_save=async_save)
+
+
+def save_on_notice(state, epoch: int, step: int, prefix: str = "ckpt", **save_options) -> bool:
+    """When a peer failed (``notice()``, ``--survivor-window``): save ``state`` as step ``epoch``/``step`` now,
+    wait for it to be on disk, tell dlaunch (``notice_saved``) and return True; else return False at once.
+    ``save_options`` go to ``save`` (``replicated=True`` for a data-parallel rank's state)."""
+    if notice() is None:
+        return False
+    wait_for_saves()   # a background save in flight first: the gasp must not race it
+    save(state, epoch, step, prefix=prefix, **save_options)
+    notice_saved()
+    return True
 
 
 def wait_for_saves() -> None:

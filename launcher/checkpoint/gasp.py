@@ -10,8 +10,9 @@ file's existence: no system call beyond ``stat``), or handles the signal, and th
         if checkpoint.save_on_notice(model.state_dict(), epoch, step):
             break   # saved the step this rank reached; dlaunch stops it when every survivor is done
 
-``save_on_notice`` saves synchronously (the gasp must be on disk before the window ends) and says so with
-``notice_saved()``. No torch import here: asking costs nothing on a rank that never gets a notice.
+``checkpoint.save_on_notice`` (in ``api``, beside ``save``) saves synchronously (the gasp must be on disk
+before the window ends) and says so with ``notice_saved()``. No torch import here: asking costs nothing on
+a rank that never gets a notice.
 """
 
 from __future__ import annotations
@@ -46,16 +47,3 @@ def notice_saved() -> None:
         with open(os.path.join(os.path.dirname(path), NOTICE_SAVED_FILE), "w", encoding="utf-8") as fh:
             fh.write("saved\n")
 
-
-def save_on_notice(state, epoch: int, step: int, prefix: str = "ckpt", **save_options) -> bool:
-    """When a notice came: save ``state`` as step ``epoch``/``step`` now, wait for it to be on disk, tell
-    dlaunch, and return True; else return False at once. ``save_options`` go to ``checkpoint.save``
-    (``replicated=True`` for a state every rank holds whole: see ``save``)."""
-    if notice() is None:
-        return False
-    from launcher.checkpoint.api import save, wait_for_saves
-
-    wait_for_saves()   # a background save in flight first: the gasp must not race it
-    save(state, epoch, step, prefix=prefix, **save_options)
-    notice_saved()
-    return True

@@ -61,9 +61,12 @@ def _row(kind: str, step: resume.Step, world: int) -> dict:
     sliced = bool(strategies) and all(os.path.exists(path) for path in strategies)
     size = sum(step.sizes.values())
     names = sorted({os.path.basename(path) for path in files.values()})
+    # ranks that saved nothing of the step but are covered by a replica (save(replicated=True), the gasp)
+    covered = missing if missing and kind == "per-rank" and step.replicas else []
     return {"kind": kind, "label": step.label, "prefix": step.prefix, "epoch": step.epoch, "step": step.step,
-            "format": step.format, "ranks": sorted(files), "missing": missing, "complete": not missing,
-            "sliced": sliced, "bytes": size, "files": dict(sorted(files.items())),
+            "format": step.format, "ranks": sorted(files), "missing": [] if covered else missing,
+            "complete": not missing or bool(covered), "replica_of": min(step.replicas) if covered else None,
+            "covered": covered, "sliced": sliced, "bytes": size, "files": dict(sorted(files.items())),
             "names": names}
 
 
@@ -111,6 +114,8 @@ def format_list(rows: list[dict]) -> str:
             status = "full checkpoint"
         elif row["complete"]:
             status = "complete" + (", sliced" if row["sliced"] else "")
+            if row["covered"]:
+                status += f" (ranks {_ranges_or_dash(row['covered'])} from rank {row['replica_of']}'s replica)"
             status += ", newest (--resume picks it)" if row["newest_complete"] else ""
         else:
             status = f"incomplete: ranks {_ranges_or_dash(row['missing'])} missing"

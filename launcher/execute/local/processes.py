@@ -58,6 +58,7 @@ class AttemptProcesses:
         self.ranks: list[RankProcess] = []
         self.scheduler: RankProcess | None = None
         self.deadline: float | None = None   # when stopping: SIGKILL for whatever is left at this time
+        self.grace = plan.policy.grace_period   # the grace that deadline gives (--signal-grace after a signal)
         self.window: SurvivorWindow | None = None   # the survivors' window while it runs, before the stop's signal
         self.last: RankProcess | None = None   # global rank 0 after a window: signalled once the others ended
         self.killed = False

@@ -188,7 +188,7 @@ class LocalWorkers:
                 attempt.last = None
             if attempt.deadline is not None and not attempt.killed and time.monotonic() >= attempt.deadline:
                 if attempt.alive():
-                    say(f"the grace period of {plan.policy.grace_period:g} s is over: killed "
+                    say(f"the grace period of {attempt.grace:g} s is over: killed "
                         f"{attempt.describe_alive()} still running (SIGKILL)")
                 self._kill_groups(attempt.processes)
                 attempt.killed = True
@@ -243,8 +243,10 @@ class LocalWorkers:
     def _on_signal(self, attempt: AttemptProcesses, sig: int) -> None:
         """A signal to dlaunch: forwarded to every process, and said at once: who, how long, how to cut it short."""
         self._begin_stop(attempt, signal_=sig)
+        policy = attempt.plan.policy
+        flag = "--grace-period" if policy.signal_grace == policy.grace_period else "--signal-grace"
         say(f"{signal.Signals(sig).name}: told {attempt.describe_alive()} to stop; they have "
-            f"{attempt.plan.policy.signal_grace:g} s (--signal-grace) before SIGKILL; Ctrl-C again kills them now")
+            f"{policy.signal_grace:g} s ({flag}) before SIGKILL; Ctrl-C again kills them now")
 
     def _begin_stop(self, attempt: AttemptProcesses, root_cause: RankResult | None = None, signal_: int | None = None,
                     launcher_error: str | None = None, stopped_by: dict | None = None) -> None:
@@ -279,7 +281,7 @@ class LocalWorkers:
         for process in live:
             if process is not last:
                 killpg_quietly(process.popen.pid, sig)
-        attempt.last = last
+        attempt.last, attempt.grace = last, grace
         attempt.deadline = time.monotonic() + grace
 
     # ------------------------------------------------------------------ the end

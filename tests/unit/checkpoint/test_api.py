@@ -204,3 +204,12 @@ def test_a_replicated_save_completes_a_step_that_a_dead_rank_never_saved(run):
     assert point.files[1] == path
     checkpoint.save({"step": 26}, 1, 26, replicated=True, keep_max=1)
     assert not os.path.exists(path) and not os.path.exists(path + ".replica")
+
+
+def test_ckpt_list_says_which_ranks_a_replica_covers(run):
+    (run / "rank_001" / "ckpt").mkdir(parents=True)
+    checkpoint.save({"step": 25}, 1, 25, replicated=True)
+    rows = ckpttool.list_run(str(run))
+    assert [(r["label"], r["complete"], r["covered"], r["newest_complete"]) for r in rows] == [
+        ("ckpt-1_25", True, [1], True)]
+    assert "complete (ranks 1 from rank 0's replica), newest (--resume picks it)" in ckpttool.format_list(rows)
