@@ -18,7 +18,9 @@ sleep 30
 MOVING_ON = """
 step=$((TORCHELASTIC_RESTART_COUNT + 1))
 echo saved > "$DLAUNCH_CKPT_DIR/ckpt-1_$step.pt"   # each attempt gets one step further
-[ "$RANK" = 1 ] && [ "$TORCHELASTIC_RESTART_COUNT" -lt 5 ] && exit 3
+[ "$RANK" = 0 ] && [ "$TORCHELASTIC_RESTART_COUNT" -lt 5 ] && exec sleep 30
+while [ ! -e "$DLAUNCH_RUN_DIR/rank_000/ckpt/ckpt-1_$step.pt" ]; do sleep 0.02; done   # rank 0 saved it too
+[ "$TORCHELASTIC_RESTART_COUNT" -lt 5 ] && exit 3
 exit 0
 """
 
