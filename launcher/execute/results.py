@@ -63,6 +63,7 @@ class RankResult:
     hang: str | None = None          # why dlaunch judged this rank hung, if it did
     stack_file: str | None = None
     role: Role = Role.RANK
+    restarts: list = field(default_factory=list)   # its earlier runs in this attempt (restarted alone): how each ended
 
     @property
     def exit_code(self) -> int | None:
@@ -87,7 +88,8 @@ class RankResult:
                 **({"spawn_error": self.spawn_error} if self.spawn_error else {}),
                 **({"hung": True, "reason": self.hang} if self.hang else {}),
                 **({"stack_file": self.stack_file} if self.stack_file else {}),
-                **({"role": self.role} if self.role != Role.RANK else {})}
+                **({"role": self.role} if self.role != Role.RANK else {}),
+                **({"restarts": self.restarts} if self.restarts else {})}
 
 
 @dataclass

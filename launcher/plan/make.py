@@ -70,6 +70,8 @@ class Policy:
     notice_signal: tuple[int, ...] = ()   # sent to each survivor with the notice
     signal_grace: float = 10.0     # after a signal to dlaunch (preemption): SIGTERM, this long, SIGKILL
     max_restarts: int = 0
+    restart_policy: str = "job"    # "rank": a failed rank alone is started again (execute/local/recovery.py)
+    reset_config: str | None = None   # MindCluster's reset.json, followed while the attempt runs
     restarts_without_progress: int = 3   # failed attempts in a row with no new complete step, then exit 93
     max_failures_per_hour: int | None = None   # a crash loop: failure N+1 within an hour, then exit 93
     device_release_timeout: float = 15.0   # before a restart: wait for device memory to be released

@@ -42,6 +42,7 @@ def launch_options(args: LaunchRequest, table, server_index: int, environ: Mappi
     requeued resumes without --resume (``resume.slurm_requeue``).
     """
     from launcher.host.devices import DeviceView, free_port
+    from launcher.host.mindcluster import RESET_CONFIG
     from launcher.plan.make import Command, Options, Policy, console_ranks
     from launcher.rundir.paths import check_run_id, host_suffix, new_run_id, resolve
     from launcher.table.share import master_address
@@ -80,7 +81,9 @@ def launch_options(args: LaunchRequest, table, server_index: int, environ: Mappi
                    policy=Policy(cwd_mode=args.cwd, grace_period=args.grace_period,
                                  survivor_window=args.survivor_window, notice_signal=tuple(args.notice_signal or ()),
                                  signal_grace=args.grace_period if args.signal_grace is None else args.signal_grace,
-                                 max_restarts=args.max_restarts,
+                                 max_restarts=args.max_restarts, restart_policy=args.restart_policy,
+                                 reset_config=args.reset_config or (RESET_CONFIG if environ.get("MINDX_TASK_ID")
+                                                                    else None),
                                  restarts_without_progress=args.restarts_without_progress,
                                  max_failures_per_hour=args.max_failures_per_hour,
                                  device_release_timeout=args.device_release_timeout,

@@ -111,6 +111,8 @@ class PlanFile(TypedDict, total=False):
     notice_signal: list[Number]
     signal_grace: float
     max_restarts: Number
+    restart_policy: str
+    reset_config: Path | None
     restarts_without_progress: Number
     max_failures_per_hour: Number | None
     device_release_timeout: float
@@ -150,6 +152,16 @@ class RankEntryFile(TypedDict, total=False):
     log_tail: list[str]
     error_file_message: str
     launcher_exit_code: Code | None
+    restarts: list[RankRestartFile]
+
+
+class RankRestartFile(TypedDict, total=False):
+    """One earlier run of a rank restarted alone (--restart-policy rank, MindCluster's RestartFaultProcess)."""
+
+    pid: Number | None
+    exit_code: Code | None
+    end: float | None
+    why: str
 
 
 class AttemptFile(TypedDict, total=False):

@@ -124,6 +124,13 @@ _DECLARED: list[tuple[Option, tuple[str, ...]]] = [
                  "/dev/termination-log when dlaunch is PID 1 and it is writable"),
     _shared("--max-restarts", type=whole(0, 1000), default=0, metavar="K",
             help="restart all ranks up to K times after a failure (default 0)", to_hosts=True),
+    _shared("--restart-policy", choices=("job", "rank"), default="job",
+            help="after a rank fails: 'job' stops every rank and restarts them all (default, as torchrun); 'rank' "
+                 "starts only the failed rank again, same environment and ids, up to --max-restarts times per "
+                 "rank, the others running on (for MindSpore's, MindIO's and TorchFT's recovery)", to_hosts=True),
+    _shared("--reset-config", metavar="FILE",
+            help="MindCluster's reset file to follow (RestartFaultProcess, GracefulExit, FaultFlushing; default "
+                 "in an AscendJob pod, MINDX_TASK_ID set: /user/restore/reset/config/reset.json)", to_hosts=True),
     _shared("--restarts-without-progress", type=whole(0, 1000), default=3, metavar="K",
             help="stop restarting (exit 93: do not requeue) after K failed attempts in a row that completed no new "
                  "checkpoint step (default 3, as NVIDIA's ft_launcher; 0: no limit)", to_hosts=True),

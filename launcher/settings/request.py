@@ -50,6 +50,8 @@ class LaunchRequest:
     forward_signals: tuple[int, ...] | None
     termination_log: str | None
     max_restarts: int
+    restart_policy: str
+    reset_config: str | None
     restarts_without_progress: int
     max_failures_per_hour: int | None
     device_release_timeout: float

@@ -35,6 +35,9 @@ def cause_of(result) -> dict:
         return {"kind": kind, **cause.to_dict(), "exit_code": result.exit_code, "rank_exit_code": cause.exit_code}
     if result.launcher_error is not None:
         return {"kind": "error", "why": result.launcher_error, "exit_code": result.exit_code, "end": time.time()}
+    if result.stopped_by is not None:   # this host's own order to stop (MindCluster's reset file)
+        return {**result.stopped_by["cause"], "why": result.stopped_by["why"], "exit_code": result.exit_code,
+                "end": time.time()}
     import signal
 
     return {"kind": "interrupted", "signal": signal.Signals(result.interrupted_by).name,
@@ -53,6 +56,8 @@ def describe(cause: dict) -> str:
         return f"dlaunch on host {host} failed: {cause.get('why')}"
     if kind == "late":
         return str(cause.get("why"))
+    if kind == "mindcluster":
+        return f"host {host} stopped: {cause.get('why')}"
     return f"host {host} was lost: {cause.get('why')}"
 
 
@@ -107,7 +112,9 @@ class JobLink:
         return cls(hosts=hosts, index=plan.server_index, master_index=master, address=address, port=port,
                    secret=protocol.job_secret(environ, job_identity(table), job_id),
                    run_id=job_id, host_timeout=opts.host_timeout, join_timeout=opts.join_timeout,
-                   max_restarts=opts.policy.max_restarts, report_timeout=report_timeout,
+                   # --restart-policy rank restarts ranks in place, each host its own: never the whole job
+                   max_restarts=opts.policy.max_restarts if opts.policy.restart_policy == "job" else 0,
+                   report_timeout=report_timeout,
                    budget=RestartBudget(without_progress=opts.policy.restarts_without_progress,
                                         per_hour=opts.policy.max_failures_per_hour))
 
@@ -137,6 +144,9 @@ class JobLink:
                 cause = event["cause"] if event["t"] == "stop" else {"kind": "lost", "host": event["host"],
                                                                      "why": event["why"], "end": time.time()}
                 code = ExitCode.HOST_LOST if cause.get("kind") == "lost" else ExitCode.STOPPED_BY_PEER
+                ordered = cause.get("exit_code")
+                if cause.get("order") == "GracefulExit" and isinstance(ordered, int):   # MindCluster told every
+                    code = ordered                                                    # pod: one code on each
                 if event["t"] == "stop":
                     self._events.remove(event)
                 found.append(("job_stop", {"why": describe(cause), "exit_code": code, "cause": cause}))

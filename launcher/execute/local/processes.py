@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import os
+import selectors
 
 from launcher.execute.local.spawn import Child
 from launcher.execute.results import AttemptResult, RankResult
@@ -16,6 +17,8 @@ if TYPE_CHECKING:
     import subprocess
 
     from launcher.execute.local.notice import SurvivorWindow
+    from launcher.execute.local.tee import ConsoleTee
+    from launcher.host.mindcluster import ResetWatch
 
 
 def killpg_quietly(pgid: int, sig: int) -> bool:
@@ -36,6 +39,7 @@ class RankProcess:
         self.spec, self.result = spec, result
         self.proc: Child | subprocess.Popen | None = None
         self.pidfd: int | None = None
+        self.restart_asked = False   # MindCluster marked it faulty: its exit starts it again (local/recovery.py)
 
     @property
     def alive(self) -> bool:
@@ -62,6 +66,9 @@ class AttemptProcesses:
         self.window: SurvivorWindow | None = None   # the survivors' window while it runs, before the stop's signal
         self.last: RankProcess | None = None   # global rank 0 after a window: signalled once the others ended
         self.killed = False
+        self.reset: ResetWatch | None = None   # MindCluster's reset file, in an AscendJob pod
+        self.selector: selectors.BaseSelector | None = None   # the attempt's selector and console tee (workers)
+        self.tee: ConsoleTee | None = None
         self.unwatched: list[RankProcess] = []   # started, but no pidfd (an old kernel): _dispatch polls them
         self._first_live = 0   # ranks before it have ended (an ended process never lives again)
 
@@ -72,6 +79,13 @@ class AttemptProcesses:
     @property
     def stopping(self) -> bool:
         return self.deadline is not None or self.window is not None
+
+    def revived(self, process: RankProcess) -> None:
+        """``process`` was started again: ``ranks_done`` must look at it again."""
+        self._first_live = min(self._first_live, self.ranks.index(process))
+
+    def process_of(self, result: RankResult) -> RankProcess:
+        return next(p for p in self.processes if p.result is result)
 
     def ranks_done(self) -> bool:
         """Every rank has ended.  Asked on every wake-up of the loop (each chunk of console output): the ranks
@@ -90,3 +104,21 @@ class AttemptProcesses:
         ranks = sum(1 for p in self.ranks if p.alive)
         scheduler = self.scheduler is not None and self.scheduler.alive
         return f"{ranks} rank(s)" + (" and the scheduler" if scheduler else "")
+
+
+def watch_exits(processes: list[RankProcess], selector) -> list[RankProcess]:
+    """A pidfd per started process, opened once all are spawned: each fd the launcher holds is copied into
+    every later spawn's fd table and closed again at its exec (1,024 pidfds held while spawning: O(N^2)).
+    A rank that ended meanwhile is a zombie until reaped: its pid cannot be reused, its pidfd is readable.
+    Returns the started processes that got no pidfd (an old kernel): ``_dispatch`` polls those."""
+    unwatched = []
+    for process in processes:
+        if process.proc is None or process.pidfd is not None:
+            continue
+        try:
+            process.pidfd = os.pidfd_open(process.proc.pid)
+            selector.register(process.pidfd, selectors.EVENT_READ, ("exit", process))
+        except (AttributeError, OSError):
+            process.pidfd = None
+            unwatched.append(process)
+    return unwatched

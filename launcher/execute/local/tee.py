@@ -131,3 +131,18 @@ def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]
+
+
+def close_pipe(selector, tee: ConsoleTee, rank: int) -> None:
+    """A rank started again alone: what its old process left in its console pipe shown, the pipe closed (the
+    new process gets its own; the tee's entry for the rank is made again)."""
+    for key in list(selector.get_map().values()):
+        if key.data == ("pipe", rank):
+            os.set_blocking(key.fd, False)   # a child of the old process may still hold the pipe open
+            try:
+                tee.feed(rank, os.read(key.fd, 1 << 20))
+            except BlockingIOError:
+                pass   # nothing was left unread: the pipe is closed all the same
+            selector.unregister(key.fd)
+            os.close(key.fd)
+            tee.close(rank)

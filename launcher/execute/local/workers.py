@@ -25,12 +25,14 @@ from launcher.contract import LAUNCHER_ID_ENV, LAUNCHER_IDS_ENV, ExitCode, Role
 from launcher.execute.local.hangs import HangWatch, describe_hang, dump_stacks
 from launcher.execute.local.notice import SurvivorWindow, clear_notices, notice_cause
 from launcher.execute.local.peers import PeerWait
-from launcher.execute.local.processes import AttemptProcesses, RankProcess, killpg_quietly
+from launcher.execute.local.processes import AttemptProcesses, RankProcess, killpg_quietly, watch_exits
 from launcher.execute.local.reaper import Reaper, become_subreaper, marker_chain, sweep
+from launcher.execute.local.recovery import reset_actions, restart_reason
 from launcher.execute.local.spawn import RankSpawner
-from launcher.execute.local.tee import ConsoleTee
-from launcher.execute.results import AttemptResult, RankResult
+from launcher.execute.local.tee import ConsoleTee, close_pipe
+from launcher.execute.results import AttemptResult, RankResult, how_it_ended
 from launcher.execute.signals import SignalWatch
+from launcher.host.mindcluster import ResetWatch
 from launcher.plan.environment import EnvLog
 from launcher.plan.make import LaunchPlan
 from launcher.rundir.create import describe_os_error
@@ -86,6 +88,9 @@ class LocalWorkers:
         attempt = AttemptProcesses(plan)
         selector = selectors.DefaultSelector()
         tee = ConsoleTee(self.console_fd)
+        attempt.selector, attempt.tee = selector, tee   # a rank restarted alone is spawned from the event loop
+        if plan.policy.reset_config:
+            attempt.reset = ResetWatch(plan.policy.reset_config)
         selector.register(self.signals.fd, selectors.EVENT_READ, ("signal", None))
         self._watch_reaper(selector)
         if self.signals.control_fd is not None:
@@ -127,7 +132,7 @@ class LocalWorkers:
                     return
         finally:
             self.reaper.flush()   # every group the watchdog was not told of yet
-            attempt.unwatched = self._watch_exits(attempt.processes, selector)
+            attempt.unwatched = watch_exits(attempt.processes, selector)
         if self.on_started:
             try:
                 self.on_started([p.result for p in attempt.ranks], result.scheduler)
@@ -171,13 +176,15 @@ class LocalWorkers:
                 timeout = attempt.window.wait()
             elif attempt.deadline is not None:
                 timeout = max(0.0, attempt.deadline - time.monotonic())
-            elif hangs or peers:
-                timeout = min(watch.interval for watch in (hangs, peers) if watch)
+            elif hangs or peers or attempt.reset:
+                timeout = min(watch.interval for watch in (hangs, peers, attempt.reset) if watch)
             else:
                 timeout = None
             events = self._dispatch(selector, tee, attempt.unwatched, timeout)
             if not attempt.stopping and not attempt.ranks_done():
                 self._watch(attempt, hangs, peers)
+                if attempt.reset is not None and not attempt.stopping:
+                    self._follow_reset(attempt)
             for kind, value in events:
                 self._on_event(attempt, kind, value)
             if attempt.window is not None and attempt.window.over():
@@ -209,11 +216,30 @@ class LocalWorkers:
             if hung:
                 self._begin_stop(attempt, root_cause=hung)
 
+    def _follow_reset(self, attempt: AttemptProcesses) -> None:
+        """MindCluster's reset file, when due: its faulty ranks restarted alone, or this host stopped."""
+        assert attempt.reset is not None
+        orders = attempt.reset.check(time.monotonic()) if attempt.reset.due(time.monotonic()) else None
+        if orders is None:
+            return
+        restart, stop = reset_actions(orders, attempt, node0=attempt.plan.server_index == 0)
+        if stop is not None:
+            say(f"stopping this host's {attempt.describe_alive()}: {stop['why']}")
+            self._begin_stop(attempt, stopped_by=stop)
+        for process in restart:   # its exit (SIGKILL) starts it again: _on_event, restart_reason
+            process.restart_asked = True
+            killpg_quietly(process.popen.pid, signal.SIGKILL)
+
     def _on_event(self, attempt: AttemptProcesses, kind: str, value) -> None:
         if kind == "launcher_error" and not attempt.stopping:
             self._begin_stop(attempt, launcher_error=value)
         elif kind == "exit" and not attempt.stopping and value.returncode != 0:
-            self._begin_stop(attempt, root_cause=value)
+            process = attempt.process_of(value)
+            why = restart_reason(attempt, process)
+            if why is None:
+                self._begin_stop(attempt, root_cause=value)
+            else:
+                self._restart_alone(attempt, process, why)
         elif kind == "job_stop" and not attempt.stopping:
             say(f"stopping this host's {attempt.describe_alive()}: {value['why']}")
             if value["cause"].get("kind") == "hung":   # a hang elsewhere: where were this host's ranks?
@@ -231,6 +257,27 @@ class LocalWorkers:
                 say(f"{signal.Signals(value).name} again: killing {attempt.describe_alive()} now")
                 self._kill_groups(attempt.processes)
                 attempt.killed = True
+
+    def _restart_alone(self, attempt: AttemptProcesses, process: RankProcess, why: str) -> None:
+        """``process`` exited: start it again in place, same environment and ids; the others run on."""
+        result = process.result
+        result.restarts.append({"pid": result.pid, "exit_code": result.exit_code, "end": result.end, "why": why})
+        say(f"rank {result.rank} {how_it_ended(result.to_dict())}; starting it again alone ({why})")
+        if process.pidfd is not None:   # the old process's exit watch (already unregistered by _dispatch)
+            os.close(process.pidfd)
+            process.pidfd = None
+        assert attempt.selector is not None and attempt.tee is not None and result.rank is not None
+        close_pipe(attempt.selector, attempt.tee, result.rank)
+        result.returncode = result.end = None
+        process.restart_asked = False
+        self._spawn(process, attempt.selector, attempt.tee, attempt.plan.policy.prefix_host)
+        self.reaper.flush()
+        attempt.unwatched += watch_exits([process], attempt.selector)
+        attempt.revived(process)
+        if result.spawn_error:
+            self._begin_stop(attempt, root_cause=result)
+        elif self.on_started:
+            self.on_started([p.result for p in attempt.ranks], attempt.result.scheduler)
 
     def _pass_on(self, attempt: AttemptProcesses, sig: int) -> tuple[int, ...]:
         """A pass-through signal (SIGUSR1, --forward-signals): every live process gets it; nothing stops.
@@ -256,8 +303,8 @@ class LocalWorkers:
         result.root_cause, result.launcher_error = root_cause, launcher_error
         result.interrupted_by, result.stopped_by = signal_, stopped_by
         result.stopped_at = time.time()
-        if self.job is not None and stopped_by is None:
-            self.job.stopped(result)
+        if self.job is not None and (stopped_by is None or stopped_by["cause"].get("kind") == "mindcluster"):
+            self.job.stopped(result)   # a stop of this host's own making: every other host stops too
         policy = attempt.plan.policy
         survivors = [p for p in attempt.ranks if p.alive]
         failure = root_cause is not None or (stopped_by is not None and stopped_by["cause"].get("kind") != "late")
@@ -387,24 +434,6 @@ class LocalWorkers:
             for fd in (log_fd, read_fd, write_fd):
                 if fd is not None:
                     os.close(fd)
-
-    @staticmethod
-    def _watch_exits(processes: list[RankProcess], selector) -> list[RankProcess]:
-        """A pidfd per started process, opened once all are spawned: each fd the launcher holds is copied into
-        every later spawn's fd table and closed again at its exec (1,024 pidfds held while spawning: O(N^2)).
-        A rank that ended meanwhile is a zombie until reaped: its pid cannot be reused, its pidfd is readable.
-        Returns the started processes that got no pidfd (an old kernel): ``_dispatch`` polls those."""
-        unwatched = []
-        for process in processes:
-            if process.proc is None or process.pidfd is not None:
-                continue
-            try:
-                process.pidfd = os.pidfd_open(process.proc.pid)
-                selector.register(process.pidfd, selectors.EVENT_READ, ("exit", process))
-            except (AttributeError, OSError):
-                process.pidfd = None
-                unwatched.append(process)
-        return unwatched
 
     def _pipe_keys(self, selector):
         return [key for key in selector.get_map().values() if key.data[0] == "pipe"]

@@ -1,0 +1,106 @@
+"""Ascend MindCluster's reset file in an AscendJob pod: what its cluster controller asks of the training
+processes on this node.
+
+ClusterD writes the job's reset ConfigMap, which the pod sees at ``/user/restore/reset/config/reset.json``
+(docs/en/scheduling/api/ascend_device_plugin.md, "reset-config"). Its format is ascend-common's
+``ResetCmInfo`` (component/ascend-common/api, Ascend/mind-cluster; JSON keys are the Go field names)::
+
+    {"RankList": [{"RankId": 5, "LogicId": 1, "Status": "fault", "Policy": "...", "InitialPolicy": "...",
+                   "ErrorCode": [80E01801], "ErrorCodeHex": "..."}],
+     "UpdateTime": 1732700000, "RetryTime": 0, "FaultFlushing": false, "GracefulExit": 0,
+     "RestartFaultProcess": true}
+
+What an agent does with it (msrun's TaskD plugin, ``component/taskd/.../agent/ms_mgr/msrun_plugin.py``):
+``GracefulExit`` 1: stop every training process; a rank ``fault`` on this node with ``RestartFaultProcess``
+(and not on node 0, which hosts the controller): restart just those processes with the same environment;
+a fault without it: stop everything and exit non-zero, so the pod is rescheduled; ``FaultFlushing``
+true: wait, acting on nothing, until it is false. This module only reads; ``execute/local`` acts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+
+RESET_CONFIG = "/user/restore/reset/config/reset.json"   # where the operator mounts the reset ConfigMap
+MAX_BYTES = 4 << 20   # a reset file larger than this is not MindCluster's: ignored
+
+
+@dataclass(frozen=True)
+class ResetOrders:
+    """What one version of the reset file asks, reduced to what this node's launcher acts on."""
+
+    faults: dict[int, str]     # global rank -> its status ("fault", "unrecovered", ...), ranks not recovered
+    restart_fault_process: bool
+    graceful_exit: bool
+    flushing: bool
+    retry_time: int
+    update_time: int
+
+    def local_faults(self, ranks) -> list[int]:
+        """The ranks of ``ranks`` (this node's) MindCluster marks ``fault``."""
+        return sorted(rank for rank in ranks if self.faults.get(rank) == "fault")
+
+
+def read_reset(path: str) -> ResetOrders | None:
+    """The reset file's orders, or None when there is none or it does not read as MindCluster's (a file half
+    rewritten by the kubelet's ConfigMap update is read again on the next look)."""
+    try:
+        if os.path.getsize(path) > MAX_BYTES:
+            return None
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    faults = {}
+    for entry in data.get("RankList") or []:
+        if not isinstance(entry, dict):
+            continue
+        rank_id = entry.get("RankId")   # an int in ResetCmInfo; a string tolerated
+        if isinstance(rank_id, bool) or not isinstance(rank_id, (int, str)) or not str(rank_id).strip().isdigit():
+            continue
+        rank = int(rank_id)
+        status = str(entry.get("Status") or "").lower()
+        if status and status != "recovered":
+            faults[rank] = status
+    return ResetOrders(faults=faults, restart_fault_process=data.get("RestartFaultProcess") is True,
+                       graceful_exit=_number(data.get("GracefulExit")) == 1, flushing=data.get("FaultFlushing") is True,
+                       retry_time=_number(data.get("RetryTime")), update_time=_number(data.get("UpdateTime")))
+
+
+def _number(value) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return 0
+
+
+class ResetWatch:
+    """The reset file, looked at about once a second as MindCluster's agents do; new orders only when it
+    changed (its modification time or size), so one set of orders is acted on once."""
+
+    def __init__(self, path: str, interval: float = 1.0):
+        self.path, self.interval = path, interval
+        self.next_look = 0.0
+        self.seen: tuple[float, int] | None = None
+        self.flushing = False
+
+    def due(self, now: float) -> bool:
+        return now >= self.next_look
+
+    def check(self, now: float) -> ResetOrders | None:
+        self.next_look = now + self.interval
+        try:
+            stat = os.stat(self.path)
+        except OSError:
+            return None
+        if (stat.st_mtime, stat.st_size) == self.seen:
+            return None
+        orders = read_reset(self.path)
+        if orders is not None:   # a half-written file is read again next time
+            self.seen = (stat.st_mtime, stat.st_size)
+            self.flushing = orders.flushing
+        return orders

@@ -1,0 +1,124 @@
+"""Restarting only what failed (execute/local/recovery.py) with real launches: --restart-policy rank, and
+MindCluster's reset file followed by simulated AscendJob pods (2 pods x 4 ranks, each a dlaunch cluster on its
+own loopback address; the reset file is what ClusterD writes, ascend-common's ResetCmInfo, at a temporary path
+instead of /user/restore/reset/config/reset.json)."""
+
+import json
+import signal
+import time
+
+from tests.e2e.test_job_hosts import HOSTS
+from tests.launching import free_port, kill_run, run_dlaunch, start_dlaunch, wait_until, write_rank_table
+
+# Each run of a rank appends its pid to runs.txt; SIGTERM is recorded, then the rank exits 143.
+RANK = """
+echo "$$ $(date +%s.%N)" >> "$DLAUNCH_RANK_DIR/runs.txt"
+env | grep -E '^(RANK|LOCAL_RANK|WORLD_SIZE|MASTER_PORT|DLAUNCH_RANK_DIR|TORCHELASTIC_RESTART_COUNT)=' | sort \
+  >> "$DLAUNCH_RANK_DIR/env.txt"
+trap 'echo "$(date +%s.%N)" > "$DLAUNCH_RANK_DIR/sigterm.txt"; exit 143' TERM
+if [ "$RANK" = "$FAIL_RANK" ] && [ "$(wc -l < "$DLAUNCH_RANK_DIR/runs.txt")" = 1 ]; then sleep 0.5; exit 3; fi
+i=0; while [ $i -lt $((STEPS * 10)) ]; do sleep 0.1; i=$((i + 1)); done
+"""
+
+
+def runs(rank_dir):
+    return [line.split()[0] for line in (rank_dir / "runs.txt").read_text().splitlines()]
+
+
+def test_restart_policy_rank_starts_only_the_failed_rank_again_with_the_same_environment(tmp_path):
+    result = run_dlaunch("run", "--no-python", "/bin/sh", "--ranks", "3", "--profile", "structure", "--restart-policy",
+                         "rank", "--max-restarts", "2", "--output-dir", tmp_path / "runs", "--run-id", "alone",
+                         "--", "-c", RANK, cwd=tmp_path, env={"FAIL_RANK": "1", "STEPS": "2"})
+    assert result.returncode == 0, result.stderr
+    assert ("rank 1 exited with code 3; starting it again alone (--restart-policy rank: restart 1 of 2)"
+            in result.stderr)
+    run_dir = tmp_path / "runs" / "alone"
+    assert [len(runs(run_dir / f"rank_{r:03d}")) for r in range(3)] == [1, 2, 1]   # 0 and 2: never restarted
+    first, second = (run_dir / "rank_001" / "env.txt").read_text().split("DLAUNCH_RANK_DIR")[1:]
+    assert "DLAUNCH_RANK_DIR" + first == "DLAUNCH_RANK_DIR" + second   # the same ids and environment
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert len(summary["attempts"]) == 1
+    rank1 = next(r for r in summary["ranks"] if r["rank"] == 1)
+    assert [r["exit_code"] for r in rank1["restarts"]] == [3] and rank1["exit_code"] == 0
+
+
+def test_restart_policy_rank_stops_the_job_once_a_rank_used_its_restarts(tmp_path):
+    result = run_dlaunch("run", "--no-python", "/bin/sh", "--ranks", "2", "--restart-policy", "rank",
+                         "--max-restarts", "1", "--output-dir", tmp_path / "runs", "--run-id", "budget", "--", "-c",
+                         '[ "$RANK" = 1 ] && exit 4; sleep 20', cwd=tmp_path)
+    assert result.returncode == 4, result.stderr
+    assert result.stderr.count("starting it again alone") == 1
+
+
+def pods(tmp_path, reset, *extra):
+    """Two simulated AscendJob pods of 4 ranks each following ``reset``; returns their Popen objects."""
+    table = write_rank_table(tmp_path / "hccl.json", hosts=HOSTS[:2], devices_per_host=4)
+    port = free_port(HOSTS[0], span=2)
+    procs = []
+    for index in (0, 1):
+        cwd = tmp_path / f"pod{index}"
+        cwd.mkdir()
+        procs.append(start_dlaunch(
+            "cluster", "--no-python", "/bin/sh", "--rank-table", table, "--rank-start", index * 4, "--run-id",
+            "acjob", "--master-port", port, "--profile", "structure", "--reset-config", reset, "--grace-period", "1",
+            *extra, "--", "-c", RANK, cwd=cwd, env={"FAIL_RANK": "none", "STEPS": "60", "MINDX_TASK_ID": "4b1d2a7e"}))
+    return procs
+
+
+def rank_dir(tmp_path, rank):
+    return tmp_path / f"pod{rank // 4}" / "dlaunch_runs" / "acjob" / f"rank_{rank:03d}"
+
+
+def write_reset(path, **fields):
+    body = {"RankList": [], "UpdateTime": int(time.time()), "RetryTime": 0, "FaultFlushing": False,
+            "GracefulExit": 0, "RestartFaultProcess": False, **fields}
+    path.with_suffix(".tmp").write_text(json.dumps(body))
+    path.with_suffix(".tmp").rename(path)   # as the kubelet swaps a ConfigMap's files
+
+
+def test_mindcluster_restarts_only_the_faulty_process_then_exits_gracefully(tmp_path):
+    reset = tmp_path / "reset.json"
+    write_reset(reset)
+    procs = pods(tmp_path, reset)
+    try:
+        assert wait_until(lambda: all((rank_dir(tmp_path, r) / "runs.txt").exists() for r in range(8)), timeout=30)
+        before = {r: runs(rank_dir(tmp_path, r)) for r in range(8)}
+        write_reset(reset, RankList=[{"RankId": 5, "LogicId": 1, "Status": "fault", "Policy": "RestartRequest",
+                                      "ErrorCode": [2147483647]}], RestartFaultProcess=True, FaultFlushing=True)
+        time.sleep(2.5)   # flushing: nothing happens
+        assert all(runs(rank_dir(tmp_path, r)) == before[r] for r in range(8))
+        write_reset(reset, RankList=[{"RankId": 5, "LogicId": 1, "Status": "fault", "Policy": "RestartRequest"}],
+                    RestartFaultProcess=True)
+        assert wait_until(lambda: len(runs(rank_dir(tmp_path, 5))) == 2, timeout=10)
+        assert all(runs(rank_dir(tmp_path, r)) == before[r] for r in range(8) if r != 5)   # every other pid
+        write_reset(reset, GracefulExit=1)
+        codes = [proc.wait(timeout=30) for proc in procs]
+        stderr = [proc.stderr.read() for proc in procs]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+        kill_run("acjob")
+    assert codes == [143, 143], stderr
+    assert "rank 5 died of SIGKILL (exit 137); starting it again alone (MindCluster marked it faulty" in stderr[1]
+    assert "MindCluster asked every training process to exit (reset.json GracefulExit=1)" in stderr[0]
+    assert all((rank_dir(tmp_path, r) / "sigterm.txt").exists() for r in range(8))   # SIGTERM first, then grace
+
+
+def test_a_fault_without_restart_fault_process_stops_the_pod_non_zero(tmp_path):
+    reset = tmp_path / "reset.json"
+    write_reset(reset)
+    procs = pods(tmp_path, reset)
+    try:
+        assert wait_until(lambda: all((rank_dir(tmp_path, r) / "runs.txt").exists() for r in range(8)), timeout=30)
+        write_reset(reset, RankList=[{"RankId": 6, "Status": "fault"}])
+        codes = [proc.wait(timeout=30) for proc in procs]
+        stderr = [proc.stderr.read() for proc in procs]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGKILL)
+        kill_run("acjob")
+    assert codes[1] == 1, stderr[1]
+    assert "MindCluster marked rank(s) 6 faulty without RestartFaultProcess: this node stops" in stderr[1]
+    assert codes[0] != 0 and len(runs(rank_dir(tmp_path, 6))) == 1
