@@ -14,7 +14,7 @@ from.  Measured per run:
    before ``import torch``): "to respawn" (the launcher's part) and "respawn to training" (the job's).
 2. steps lost: the step reached at the failure (35) minus the step the new attempt resumed from.
 
-The launchers (``--launchers``, default all four):
+The launchers (``--launchers``, default all five):
 
 - ``dlaunch``: ``python -m launcher run TRAIN.py --ranks 4 --max-restarts 1 --profile structure``; the script
   saves with ``launcher.checkpoint.save(..., replicated=True)`` and resumes from ``DLAUNCH_RESUME_FROM``
@@ -25,6 +25,12 @@ The launchers (``--launchers``, default all four):
 - ``torchrun``: ``python -m torch.distributed.run --nproc-per-node 4 --max-restarts 1 --standalone TRAIN.py``;
   the script saves with ``torch.save`` into a per-rank directory and, when ``TORCHELASTIC_RESTART_COUNT`` > 0,
   resumes from the newest step every rank saved.
+- ``torchrun-noshare``: the same with ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``.  torch 2.13's torchrun keeps one
+  rendezvous TCP store server for every attempt and its ranks use it without a per-attempt prefix
+  (``TORCHELASTIC_USE_AGENT_STORE``; ``dynamic_rendezvous.py`` creates it once, ``rendezvous.py`` assumes a new
+  store every retry), so the restarted ranks read attempt 0's gloo addresses and fail with "Gloo connectFullMesh
+  failed ... Connection refused"; with the variable each attempt's rank 0 hosts a store of its own.  Where plain
+  torchrun completed no restart, the "/torchrun" ratios are against this variant, and the table says so.
 - ``ft_launcher``: nvidia-resiliency-ext's ``ft_launcher`` with torchrun's arguments and
   ``--ignore-missing-fault-tol-cfg`` (its rank monitors run; the script uses no FT client, so no heartbeat
   timeout applies), from its own virtual environment (``--ft-venv``, default /tmp/ftvenv) with the same
@@ -38,7 +44,8 @@ that fails (or outlives ``--timeout``, default 120 s, and is killed) is listed w
 Ratios are of medians from this same run: ``launcher / ft_launcher`` and ``launcher / torchrun``.  Rank
 processes still alive after their launcher exited are reported and killed.
 
-Run:  .venv/bin/python benchmarks/bench_restart.py --repeat 3 [--launchers dlaunch,dlaunch-window,torchrun,ft_launcher]
+Run:  .venv/bin/python benchmarks/bench_restart.py --repeat 3
+      [--launchers dlaunch,dlaunch-window,torchrun,torchrun-noshare,ft_launcher] [--ft-venv DIR] [--keep]
 """
 
 from __future__ import annotations
@@ -60,7 +67,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import describe_procs, kill_procs, run_launcher  # noqa: E402  (the shared harness: one run measured)
 
 REPO = Path(__file__).resolve().parent.parent
-LAUNCHERS = ("dlaunch", "dlaunch-window", "torchrun", "ft_launcher")
+LAUNCHERS = ("dlaunch", "dlaunch-window", "torchrun", "torchrun-noshare", "ft_launcher")
 NPROC = 4
 FAIL_RANK = 2
 FAIL_CODE = 3
@@ -82,6 +89,7 @@ T_START = time.time()   # before import torch: when this process began running P
 import argparse
 import json
 import os
+import sys
 from datetime import timedelta
 
 import torch
@@ -223,7 +231,12 @@ for step in range(start + 1, args.end_step + 1):
 
 if rank == 0:
     stamp(f"done-{attempt}.json", time=time.time(), step=args.end_step)
-dist.destroy_process_group()
+# Every rank past its last collective, then out without gloo's teardown: destroy_process_group() racing peers
+# that already closed their sockets sometimes ends a rank in SIGABRT ("terminate called without an active
+# exception"), failing a run that had restarted and trained to the end.
+dist.barrier()
+sys.stdout.flush()
+os._exit(0)
 '''
 
 # What a launcher's or its ranks' output says when gloo could not form the new group (torchrun's known failure),
@@ -287,7 +300,9 @@ class Bench:
                     "--max-restarts", "1", "--profile", "structure", "--output-dir", str(work / "runs"), *window,
                     "--", *self.script_args(mode, stamps, ckpt)], env
         tail_args = [str(self.train), *self.script_args("plain", stamps, ckpt)]
-        if launcher == "torchrun":
+        if launcher == "torchrun-noshare":   # torchrun's restart with its rendezvous store not shared by the ranks
+            env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
+        if launcher in ("torchrun", "torchrun-noshare"):
             return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(NPROC),
                     "--max-restarts", "1", "--standalone", *tail_args], env
         if launcher == "ft_launcher":
@@ -378,16 +393,18 @@ def ratio(a: float, b: float) -> str:
     return "n/a" if a != a or b != b or not b else f"{a / b:.3f}"
 
 
-def print_table(outcomes: list[Outcome], launchers: list[str], args, unavailable: dict[str, str]) -> None:
+def print_table(outcomes: list[Outcome], launchers: list[str], args, unavailable: dict[str, str],
+                load_before: tuple) -> None:
     good = {name: [o for o in outcomes if o.launcher == name and o.ok] for name in launchers}
     med = {name: median([o.seconds for o in good[name]]) for name in launchers}
+    torchrun = "torchrun" if good.get("torchrun") or not good.get("torchrun-noshare") else "torchrun-noshare"
     print()
     print(f"restart after a rank failure: {NPROC} gloo CPU ranks, rank {FAIL_RANK} exits {FAIL_CODE} after step "
           f"{args.fail_step}, a checkpoint every {args.save_every} steps, {args.step_time:g} s a step, "
           f"training to step {args.end_step}")
     print(f"median of {args.repeat} run(s) each, order reversed every repetition "
           f"({psutil.cpu_count()} CPUs, Python {sys.version.split()[0]}, load average before: "
-          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())})")
+          f"{' '.join(f'{x:.2f}' for x in load_before)})")
     header = (f"{'launcher':16} {'failure->training':>18} {'to respawn':>11} {'respawn->train':>15} "
               f"{'steps lost':>10} {'/ft_launcher':>12} {'/torchrun':>10} {'runs ok':>8}")
     print(header)
@@ -401,7 +418,9 @@ def print_table(outcomes: list[Outcome], launchers: list[str], args, unavailable
         print(f"{name:16} {num(med[name], unit=' s'):>18} {num(median([o.to_respawn for o in g]), unit=' s'):>11} "
               f"{num(median([o.respawned for o in g]), unit=' s'):>15} {num(median([o.lost for o in g]), 1):>10} "
               f"{ratio(med[name], med.get('ft_launcher', float('nan'))):>12} "
-              f"{ratio(med[name], med.get('torchrun', float('nan'))):>10} {f'{len(g)}/{len(runs)}':>8}")
+              f"{ratio(med[name], med.get(torchrun, float('nan'))):>10} {f'{len(g)}/{len(runs)}':>8}")
+    if torchrun != "torchrun" and "torchrun" in launchers:
+        print("/torchrun: against torchrun-noshare, since plain torchrun completed no restart")
     print()
     print("each run (repetition: failure->training s, steps lost (resumed from step), whole launcher run s):")
     for name in launchers:
@@ -447,7 +466,7 @@ def main() -> int:
         parser.error(f"unknown launcher(s) {unknown}" if unknown else
                      "need --repeat >= 1 and --save-every <= --fail-step < --end-step")
 
-    started = time.perf_counter()
+    started, load_before = time.perf_counter(), os.getloadavg()
     tmp = Path(tempfile.mkdtemp(prefix="bench_restart-"))
     outcomes: list[Outcome] = []
     unavailable: dict[str, str] = {}
@@ -471,7 +490,7 @@ def main() -> int:
             if runs and not any(o.ok for o in runs) and name == "ft_launcher":
                 print(f"ft_launcher could not complete a restart on this machine in {len(runs)} run(s); "
                       "see 'failed runs' below", file=sys.stderr)
-        print_table(outcomes, launchers, args, unavailable)
+        print_table(outcomes, launchers, args, unavailable, load_before)
     finally:
         if args.keep:
             print(f"run directories kept in {tmp}")
