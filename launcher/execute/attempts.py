@@ -298,7 +298,8 @@ class Launch:
         """pids.json once every process of an attempt runs (status and logs find live ranks there)."""
         plan = self.plan
         published: PidsFile = {"launcher_pid": os.getpid(), "ranks": {
-            str(r.rank): {"pid": r.pid, "start": r.start, "attempt": plan.attempt} for r in ranks}}
+            str(r.rank): {"pid": r.pid, "start": r.start, "attempt": plan.attempt,
+                          **({"restarts": len(r.restarts)} if r.restarts else {})} for r in ranks}}
         if scheduler is not None:
             published["scheduler"] = {"pid": scheduler.pid, "start": scheduler.start, "attempt": plan.attempt}
         write_json(plan.host_file("pids", "json"), published)

@@ -252,6 +252,11 @@ class Observer:
                 row["state"] = "starting"
             else:
                 row["state"] = "ended"
+        published = published_pids(run, ref) if entry is None else entry
+        restarts = published.get("restarts") if isinstance(published, dict) else None
+        count = len(restarts) if isinstance(restarts, list) else restarts if isinstance(restarts, int) else 0
+        if count:   # started again alone (--restart-policy rank, MindCluster's RestartFaultProcess)
+            row.update(restarts=count, state=f"{row['state']}, restarted alone {count}x")
         return row
 
     def _overall(self, run: Run, refs: list[RankRef], rows: list[dict]) -> dict:

@@ -270,6 +270,7 @@ class PublishedPidFile(TypedDict, total=False):
     pid: Pid
     start: float
     attempt: Number
+    restarts: Number   # times this rank was started again alone in this attempt
 
 
 class PidsFile(TypedDict, total=False):
