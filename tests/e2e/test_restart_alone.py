@@ -7,6 +7,8 @@ import json
 import signal
 import time
 
+import pytest
+
 from tests.e2e.test_job_hosts import HOSTS
 from tests.launching import free_port, kill_run, run_dlaunch, start_dlaunch, wait_until, write_rank_table
 
@@ -78,49 +80,51 @@ def write_reset(path, **fields):
     path.with_suffix(".tmp").rename(path)   # as the kubelet swaps a ConfigMap's files
 
 
-def test_mindcluster_restarts_only_the_faulty_process_then_exits_gracefully(tmp_path):
+@pytest.fixture
+def acjob(tmp_path):
+    """The two pods running, every rank started once, the reset file as ClusterD first writes it; cleaned up."""
     reset = tmp_path / "reset.json"
     write_reset(reset)
     procs = pods(tmp_path, reset)
     try:
         assert wait_until(lambda: all((rank_dir(tmp_path, r) / "runs.txt").exists() for r in range(8)), timeout=30)
-        before = {r: runs(rank_dir(tmp_path, r)) for r in range(8)}
-        write_reset(reset, RankList=[{"RankId": 5, "LogicId": 1, "Status": "fault", "Policy": "RestartRequest",
-                                      "ErrorCode": [2147483647]}], RestartFaultProcess=True, FaultFlushing=True)
-        time.sleep(2.5)   # flushing: nothing happens
-        assert all(runs(rank_dir(tmp_path, r)) == before[r] for r in range(8))
-        write_reset(reset, RankList=[{"RankId": 5, "LogicId": 1, "Status": "fault", "Policy": "RestartRequest"}],
-                    RestartFaultProcess=True)
-        assert wait_until(lambda: len(runs(rank_dir(tmp_path, 5))) == 2, timeout=10)
-        assert all(runs(rank_dir(tmp_path, r)) == before[r] for r in range(8) if r != 5)   # every other pid
-        write_reset(reset, GracefulExit=1)
-        codes = [proc.wait(timeout=30) for proc in procs]
-        stderr = [proc.stderr.read() for proc in procs]
+        yield reset, procs
     finally:
         for proc in procs:
             if proc.poll() is None:
-                proc.kill()
+                proc.send_signal(signal.SIGKILL)
+                proc.wait()
         kill_run("acjob")
+
+
+def ended(procs):
+    codes = [proc.wait(timeout=30) for proc in procs]
+    return codes, [proc.stderr.read() for proc in procs]
+
+
+def test_mindcluster_restarts_only_the_faulty_process_then_exits_gracefully(tmp_path, acjob):
+    reset, procs = acjob
+    before = {r: runs(rank_dir(tmp_path, r)) for r in range(8)}
+    write_reset(reset, RankList=[{"RankId": 5, "LogicId": 1, "Status": "fault", "Policy": "RestartRequest",
+                                  "ErrorCode": [2147483647]}], RestartFaultProcess=True, FaultFlushing=True)
+    time.sleep(2.5)   # flushing: nothing happens
+    assert all(runs(rank_dir(tmp_path, r)) == before[r] for r in range(8))
+    write_reset(reset, RankList=[{"RankId": 5, "LogicId": 1, "Status": "fault", "Policy": "RestartRequest"}],
+                RestartFaultProcess=True)
+    assert wait_until(lambda: len(runs(rank_dir(tmp_path, 5))) == 2, timeout=10)
+    assert all(runs(rank_dir(tmp_path, r)) == before[r] for r in range(8) if r != 5)   # every other pid
+    write_reset(reset, GracefulExit=1)
+    codes, stderr = ended(procs)
     assert codes == [143, 143], stderr
     assert "rank 5 died of SIGKILL (exit 137); starting it again alone (MindCluster marked it faulty" in stderr[1]
     assert "MindCluster asked every training process to exit (reset.json GracefulExit=1)" in stderr[0]
     assert all((rank_dir(tmp_path, r) / "sigterm.txt").exists() for r in range(8))   # SIGTERM first, then grace
 
 
-def test_a_fault_without_restart_fault_process_stops_the_pod_non_zero(tmp_path):
-    reset = tmp_path / "reset.json"
-    write_reset(reset)
-    procs = pods(tmp_path, reset)
-    try:
-        assert wait_until(lambda: all((rank_dir(tmp_path, r) / "runs.txt").exists() for r in range(8)), timeout=30)
-        write_reset(reset, RankList=[{"RankId": 6, "Status": "fault"}])
-        codes = [proc.wait(timeout=30) for proc in procs]
-        stderr = [proc.stderr.read() for proc in procs]
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGKILL)
-        kill_run("acjob")
+def test_a_fault_without_restart_fault_process_stops_the_pod_non_zero(tmp_path, acjob):
+    reset, procs = acjob
+    write_reset(reset, RankList=[{"RankId": 6, "Status": "fault"}])
+    codes, stderr = ended(procs)
     assert codes[1] == 1, stderr[1]
     assert "MindCluster marked rank(s) 6 faulty without RestartFaultProcess: this node stops" in stderr[1]
     assert codes[0] != 0 and len(runs(rank_dir(tmp_path, 6))) == 1
