@@ -25,6 +25,7 @@ from launcher.execute.sharedckpt import shared_checkpoint_warnings
 from launcher.execute.signals import SignalWatch
 from launcher.execute.termination import ZombieCollector, is_pid1, termination_log_path, write_termination_log
 from launcher.host.devices import free_port
+from launcher.host.mindcluster import read_version, version_path
 from launcher.plan.make import LaunchPlan, Options, make_plan
 from launcher.rundir.create import create as create_run_dir
 from launcher.rundir.create import write_json
@@ -118,6 +119,10 @@ class Launch:
                                     per_hour=opts.policy.max_failures_per_hour,
                                     step=plan.resume.label if plan.resume else None)
         self.no_restart: str | None = None   # why restarts stopped before they ran out (exit 93)
+        # MindCluster (an AscendJob pod): the rank table's version file, and its content as this launch began
+        table_path = reread.path if reread is not None and opts.policy.reset_config else None
+        self.version_file = version_path(table_path) if table_path else None
+        self.version_seen = read_version(self.version_file) if self.version_file else None
         self.attempts: list[AttemptResult] = []
         self.verdict: dict = {}           # the job's verdict on the last attempt (several hosts)
         self.failure: Exception | None = None
@@ -188,6 +193,8 @@ class Launch:
             from launcher.execute.job import hosts as job
 
             self.verdict = job.settle(self.link, self.plan, result, self.signals.fd)
+            if self.verdict.get("restart") and not self._pod_back(self.verdict.get("root_cause")):
+                return Decision.STOP
             if self.verdict.get("late"):
                 say(f"{job.cause_line(self.verdict)} (it restarted before this host joined): this host's ranks "
                     f"restart to take part in it")
@@ -201,6 +208,11 @@ class Launch:
             return Decision.SUCCEEDED if self.verdict.get("status") == "succeeded" else Decision.STOP
         if result.exit_code == 0:
             return Decision.SUCCEEDED
+        if result.stopped_by is not None and result.stopped_by["cause"].get("order") == "unrecovered" and not last:
+            if not self._pod_back(result.stopped_by["cause"]):
+                return Decision.STOP
+            say(f"every rank recovered and the rank table moved on; restarting all ranks ({restart})")
+            return Decision.RESTART
         cause = result.root_cause   # a rank failed: the one failure a restart answers
         if result.interrupted_by is not None or result.launcher_error is not None or cause is None or last \
                 or self.opts.policy.restart_policy == "rank":   # its restarts were each rank's, in place
@@ -276,6 +288,27 @@ class Launch:
         self.workers.reaper.leave()
         if self.zombies:
             self.zombies.stop()
+
+    def _pod_back(self, cause: dict | None) -> bool:
+        """After MindCluster marked a rank unrecovered (its pod rescheduled): wait, about once a second, until
+        every rank is recovered and the rank table's version file moved on (the next plan re-reads the table);
+        False when that has not happened within --join-timeout, or a signal came."""
+        from launcher.host.mindcluster import recovered
+
+        if not cause or cause.get("order") != "unrecovered" or self.version_file is None:
+            return True
+        reset = self.opts.policy.reset_config
+        assert reset is not None   # version_file is set only with it
+        say(f"waiting for MindCluster: every rank recovered and {self.version_file} moved on from "
+            f"{self.version_seen!r}")
+        deadline = time.monotonic() + self.opts.join_timeout
+        while not recovered(reset, self.version_file, self.version_seen):
+            if time.monotonic() >= deadline or self.signals.wait(1.0):
+                say(f"MindCluster did not bring every rank back within {self.opts.join_timeout:g} s "
+                    f"(--join-timeout), or dlaunch was signalled: not restarting")
+                return False
+        self.version_seen = read_version(self.version_file)
+        return True
 
     def _wait_for_devices(self) -> None:
         """The last attempt's device memory released before the next attempt's ranks start (host/release.py)."""

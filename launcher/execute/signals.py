@@ -47,6 +47,13 @@ class SignalWatch:
     def fd(self) -> int:
         return self._recv.fileno()
 
+    def wait(self, seconds: float) -> bool:
+        """Sleep up to ``seconds`` between attempts; True when a stop signal came (it stays recorded)."""
+        import select
+
+        select.select([self._recv], [], [], seconds)
+        return any(sig not in self.pass_through for sig in self.received)
+
     def drain(self) -> list[int]:
         try:
             while self._recv.recv(4096):

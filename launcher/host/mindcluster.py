@@ -104,3 +104,25 @@ class ResetWatch:
             self.seen = (stat.st_mtime, stat.st_size)
             self.flushing = orders.flushing
         return orders
+
+
+def version_path(rank_table: str) -> str:
+    """The rank table's ``version`` file, beside hccl.json (``/user/serverid/devindex/config/version``): the
+    operator makes it grow each time it rewrites the table for a rescheduled pod."""
+    return os.path.join(os.path.dirname(os.path.abspath(rank_table)), "version")
+
+
+def read_version(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return fh.read(256).strip()
+    except OSError:
+        return None
+
+
+def recovered(reset_path: str, version_file: str, since: str | None) -> bool:
+    """Every rank ``recovered`` (none listed otherwise, nothing flushing) and the table's version moved on
+    from ``since``: the rescheduled pod is in the table, the job may start again."""
+    orders = read_reset(reset_path)
+    return (orders is not None and not orders.faults and not orders.flushing
+            and read_version(version_file) not in (None, since))

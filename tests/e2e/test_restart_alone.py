@@ -128,3 +128,35 @@ def test_a_fault_without_restart_fault_process_stops_the_pod_non_zero(tmp_path, 
     assert codes[1] == 1, stderr[1]
     assert "MindCluster marked rank(s) 6 faulty without RestartFaultProcess: this node stops" in stderr[1]
     assert codes[0] != 0 and len(runs(rank_dir(tmp_path, 6))) == 1
+
+
+def test_an_unrecovered_rank_stops_every_pod_until_the_table_moves_on_then_all_restart(tmp_path):
+    """A pod being rescheduled: rank 2 unrecovered. Every rank stops; RetryTime grows but the table's version
+    file does not: nothing starts; once the version moves on and every rank is recovered, both pods start
+    their ranks again (attempt 1) with the table re-read; GracefulExit then ends them."""
+    version = tmp_path / "version"
+    version.write_text("1\n")
+    reset = tmp_path / "reset.json"
+    write_reset(reset)
+    procs = pods(tmp_path, reset, "--max-restarts", "1")
+    try:
+        assert wait_until(lambda: all((rank_dir(tmp_path, r) / "runs.txt").exists() for r in range(8)), timeout=30)
+        write_reset(reset, RankList=[{"RankId": 2, "Status": "unrecovered"}], RetryTime=1)
+        assert wait_until(lambda: all((rank_dir(tmp_path, r) / "sigterm.txt").exists() for r in range(8)),
+                          timeout=15)
+        write_reset(reset, RankList=[{"RankId": 2, "Status": "recovered"}], RetryTime=1)
+        time.sleep(2.5)   # recovered, but the table has not moved on: nothing starts
+        assert all(len(runs(rank_dir(tmp_path, r))) == 1 for r in range(8))
+        version.write_text("2\n")
+        assert wait_until(lambda: all(len(runs(rank_dir(tmp_path, r))) == 2 for r in range(8)), timeout=15)
+        write_reset(reset, GracefulExit=1)
+        codes, stderr = ended(procs)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+        kill_run("acjob")
+    assert codes == [143, 143], stderr
+    assert "MindCluster marked rank(s) 2 unrecovered" in stderr[0] + stderr[1]
+    env = (rank_dir(tmp_path, 5) / "env.txt").read_text()
+    assert "TORCHELASTIC_RESTART_COUNT=1" in env, env

@@ -379,8 +379,9 @@ class Coordinator:
         verdict = job_verdict(self.stop, self.results, self.lost, self.hosts)
         verdict["absent_hosts"] = [self.hosts[i] for i in range(len(self.hosts))
                                    if i not in self.ever_joined and i not in self.lost]
+        stop = self.stop or {}
         verdict["restart"] = (verdict["status"] == "failed" and not self.lost and self.attempt < self.max_restarts
-                              and (self.stop or {}).get("kind") in ("failed", "hung"))
+                              and (stop.get("kind") in ("failed", "hung") or stop.get("order") == "unrecovered"))
         verdict.update(t="verdict", attempt=self.attempt)
         master = self.peers.get(self.master_index)
         if self.stacks and master is not None:   # a hang: every rank's stack, gathered on one host, in parts

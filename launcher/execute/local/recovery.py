@@ -11,7 +11,9 @@ Two reasons to, both for the cheapest recovery there is (no other rank, no other
   ``fault`` with ``RestartFaultProcess`` are killed and started again (not on node 0, which hosts the
   controller); a fault without it, or on node 0, stops this node with exit 1 so the operator reschedules
   the pod; ``GracefulExit`` stops every rank with the grace period (exit 143, as a SIGTERM would);
-  nothing is done while ``FaultFlushing`` is true.
+  nothing is done while ``FaultFlushing`` is true; a rank ``unrecovered`` anywhere (its pod is being
+  rescheduled) stops every rank, and the next attempt starts once the rank table's ``version`` file moved
+  on and every rank is recovered (``execute/attempts.py``, with the rewritten table).
 """
 
 from __future__ import annotations
@@ -45,6 +47,11 @@ def reset_actions(orders: ResetOrders, attempt: AttemptProcesses, node0: bool) -
     if orders.graceful_exit:
         return [], {"why": "MindCluster asked every training process to exit (reset.json GracefulExit=1)",
                     "exit_code": GRACEFUL_EXIT_CODE, "cause": {"kind": "mindcluster", "order": "GracefulExit"}}
+    unrecovered = sorted(rank for rank, status in orders.faults.items() if status == "unrecovered")
+    if unrecovered:   # a pod is being rescheduled: every rank stops, all start again once it is back
+        return [], {"why": f"MindCluster marked rank(s) {', '.join(map(str, unrecovered))} unrecovered: every rank "
+                           f"stops and starts again once the rank table's version moves on and all are recovered",
+                    "exit_code": 1, "cause": {"kind": "mindcluster", "order": "unrecovered", "ranks": unrecovered}}
     live = {p.spec.rank: p for p in attempt.ranks if p.alive}
     faulty = orders.local_faults(live)
     if not faulty:
