@@ -39,7 +39,7 @@ def start_dlaunch(*args, cwd, env=None, **popen):
 # the kernel picked (bind to 0) is free only until it hands the same number to an outgoing connection, and a
 # cluster job listens on two (the master port and its coordinator on the next one), so a kernel-picked port
 # raced the gloo and ssh connections of tests running beside it.
-_TEST_PORTS = (20000, 32000)
+_TEST_PORTS = (20000, 29399)   # below torch's 29400-29600 and the 30000-32767 where dlaunch run picks its own
 
 
 def free_port(address: str = "127.0.0.1", span: int = 2) -> int:

@@ -210,7 +210,10 @@ def auto_count(view: DeviceView) -> list[int]:
 
 
 EPHEMERAL_RANGE = "/proc/sys/net/ipv4/ip_local_port_range"
-PORT_WINDOWS = ((20000, 32767), (10000, 19999))   # where dlaunch picks a master port, in this order
+# Where dlaunch picks a master port, in this order: below the kernel's usual ephemeral range (32768-60999) and
+# above torch's own ports (29400 rendezvous, 29500 master, 29501 dlaunch's job port), which another job on the
+# host may take at any moment.
+PORT_WINDOWS = ((30000, 32767), (10000, 19999))
 
 
 def free_port(address: str) -> int:
