@@ -71,6 +71,7 @@ class Policy:
     signal_grace: float = 10.0     # after a signal to dlaunch (preemption): SIGTERM, this long, SIGKILL
     max_restarts: int = 0
     restart_policy: str = "job"    # "rank": a failed rank alone is started again (execute/local/recovery.py)
+    warm_restarts: str | None = None   # modules a standby interpreter per rank imports ahead (local/warm.py)
     reset_config: str | None = None   # MindCluster's reset.json, followed while the attempt runs
     restarts_without_progress: int = 3   # failed attempts in a row with no new complete step, then exit 93
     max_failures_per_hour: int | None = None   # a crash loop: failure N+1 within an hour, then exit 93

@@ -82,6 +82,7 @@ def launch_options(args: LaunchRequest, table, server_index: int, environ: Mappi
                                  survivor_window=args.survivor_window, notice_signal=tuple(args.notice_signal or ()),
                                  signal_grace=args.grace_period if args.signal_grace is None else args.signal_grace,
                                  max_restarts=args.max_restarts, restart_policy=args.restart_policy,
+                                 warm_restarts=args.warm_restarts,
                                  reset_config=args.reset_config or (RESET_CONFIG if environ.get("MINDX_TASK_ID")
                                                                     else None),
                                  restarts_without_progress=args.restarts_without_progress,

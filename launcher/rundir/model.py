@@ -112,6 +112,7 @@ class PlanFile(TypedDict, total=False):
     signal_grace: float
     max_restarts: Number
     restart_policy: str
+    warm_restarts: str | None
     reset_config: Path | None
     restarts_without_progress: Number
     max_failures_per_hour: Number | None

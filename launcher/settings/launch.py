@@ -131,6 +131,10 @@ _DECLARED: list[tuple[Option, tuple[str, ...]]] = [
     _shared("--reset-config", metavar="FILE",
             help="MindCluster's reset file to follow (RestartFaultProcess, GracefulExit, FaultFlushing; default "
                  "in an AscendJob pod, MINDX_TASK_ID set: /user/restore/reset/config/reset.json)", to_hosts=True),
+    _shared("--warm-restarts", metavar="MODULES",
+            help="keep a standby interpreter per rank that has imported these modules (e.g. torch) for the next "
+                 "attempt to run in, instead of a new process importing them again (default: cold restarts)",
+            to_hosts=True),
     _shared("--restarts-without-progress", type=whole(0, 1000), default=3, metavar="K",
             help="stop restarting (exit 93: do not requeue) after K failed attempts in a row that completed no new "
                  "checkpoint step (default 3, as NVIDIA's ft_launcher; 0: no limit)", to_hosts=True),

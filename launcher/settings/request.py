@@ -51,6 +51,7 @@ class LaunchRequest:
     termination_log: str | None
     max_restarts: int
     restart_policy: str
+    warm_restarts: str | None
     reset_config: str | None
     restarts_without_progress: int
     max_failures_per_hour: int | None

@@ -150,3 +150,31 @@ def _beside_python(name: str) -> str | None:
 
     candidate = os.path.join(os.path.dirname(sys.executable), name)
     return candidate if os.access(candidate, os.X_OK) else None
+
+
+def check_hangs(hangs: HangWatch, live: list, attempt: int):
+    """If a rank (of ``live``, RankProcess objects) has hung: every live rank's stack recorded, and the hung
+    rank's result returned; else None."""
+    found = hangs.find_hung([p.spec for p in live])
+    if not found:
+        return None
+    spec, silent_for = found
+    hung = next(p.result for p in live if p.spec is spec)
+    hung.hang = describe_hang(spec, silent_for)
+    dump_rank_stacks(live, attempt)
+    return hung
+
+
+def dump_rank_stacks(live: list, attempt: int) -> None:
+    """Every live rank's stack into its rank directory (py-spy), recorded in its result."""
+    from launcher.base.console import say
+    from launcher.rundir.create import describe_os_error
+
+    try:
+        files, why = dump_stacks([(p.spec, p.popen.pid) for p in live], attempt)
+    except OSError as exc:   # a full disk must not turn a hang into a traceback
+        files, why = {}, f"no stack could be written: {describe_os_error(exc)}"
+    for process in live:
+        process.result.stack_file = files.get(process.spec.rank)
+    if why:
+        say(why)

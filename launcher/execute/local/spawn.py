@@ -91,23 +91,28 @@ class RankSpawner:
         if self._wrapper:
             _keep_fds_private()
 
-    def spawn(self, argv: list[str], env: Mapping[str, str], cwd: str, out_fd: int) -> Child | subprocess.Popen:
+    def spawn(self, argv: list[str], env: Mapping[str, str], cwd: str, out_fd: int,
+              extra_fd: int | None = None) -> Child | subprocess.Popen:
         """Start ``argv`` with the shared environment plus ``env`` (the rank's own variables), stdout and stderr
-        to ``out_fd``; an ``OSError`` (ENOENT, EACCES) when the program cannot be started."""
+        to ``out_fd``, and ``extra_fd`` passed on under its own number (a warm-restart standby's socket, which
+        ``env`` names); an ``OSError`` (ENOENT, EACCES) when the program cannot be started."""
+        if extra_fd is not None:
+            os.set_inheritable(extra_fd, True)   # the one descriptor it inherits; the caller closes it at once
         if not self._wrapper or cwd != self._cwd:
-            return self._popen(argv, env, cwd, out_fd)
+            return self._popen(argv, env, cwd, out_fd, extra_fd)
         self._check_program(str(argv[0]), env.get("PATH", self._environ.get("PATH")), cwd)
-        pid = os.posix_spawn(self._wrapper[0], [*self._wrapper, *argv], self._full_env(env), setsid=True,
+        pid = os.posix_spawn(self._wrapper[0], [*self._wrapper, *argv], self.full_env(env), setsid=True,
                              setsigdef=_DEFAULT_SIGNALS,
                              file_actions=[(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
                                            (os.POSIX_SPAWN_DUP2, out_fd, 1), (os.POSIX_SPAWN_DUP2, out_fd, 2)])
         return Child(pid)
 
-    def _popen(self, argv: list[str], env: Mapping[str, str], cwd: str, out_fd: int) -> subprocess.Popen:
+    def _popen(self, argv: list[str], env: Mapping[str, str], cwd: str, out_fd: int,
+               extra_fd: int | None = None) -> subprocess.Popen:
         import subprocess  # only here: posix_spawn starts the ranks of a common launch
 
         self.fallbacks += 1
-        full = self._full_env(env)
+        full = self.full_env(env)
         setup = None
         if self._wrapper:
             self._check_program(str(argv[0]), full.get("PATH"), cwd)
@@ -115,9 +120,11 @@ class RankSpawner:
         else:
             setup = self._child_setup
         return subprocess.Popen(argv, cwd=cwd, env=full, stdin=subprocess.DEVNULL, stdout=out_fd,
-                                stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=setup)
+                                stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=setup,
+                                pass_fds=(extra_fd,) if extra_fd is not None else ())
 
-    def _full_env(self, env: Mapping[str, str]) -> dict[str, str]:
+    def full_env(self, env: Mapping[str, str]) -> dict[str, str]:
+        """The environment a process gets: the inherited variables, ``env`` over them, the markers over both."""
         full = self._environ.copy()
         full.update(env)
         full.update(self._markers)

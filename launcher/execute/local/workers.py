@@ -22,7 +22,7 @@ import time
 
 from launcher.base.console import say
 from launcher.contract import LAUNCHER_ID_ENV, LAUNCHER_IDS_ENV, ExitCode, Role
-from launcher.execute.local.hangs import HangWatch, describe_hang, dump_stacks
+from launcher.execute.local.hangs import HangWatch, check_hangs, dump_rank_stacks
 from launcher.execute.local.notice import SurvivorWindow, clear_notices, notice_cause
 from launcher.execute.local.peers import PeerWait
 from launcher.execute.local.processes import AttemptProcesses, RankProcess, killpg_quietly, watch_exits
@@ -30,6 +30,7 @@ from launcher.execute.local.reaper import Reaper, become_subreaper, marker_chain
 from launcher.execute.local.recovery import reset_actions, restart_reason
 from launcher.execute.local.spawn import RankSpawner
 from launcher.execute.local.tee import ConsoleTee, close_pipe
+from launcher.execute.local.warm import Standbys
 from launcher.execute.results import AttemptResult, RankResult, how_it_ended
 from launcher.execute.signals import SignalWatch
 from launcher.host.mindcluster import ResetWatch
@@ -74,6 +75,7 @@ class LocalWorkers:
         self.launcher_id = os.urandom(16).hex()   # uuid4().hex without importing uuid (platform, ctypes)
         self.subreaper = become_subreaper()
         self.reaper = Reaper(self.launcher_id)
+        self.standbys: Standbys | None = None   # --warm-restarts: the next attempt's interpreters
         self.marker_chain = marker_chain(environ, self.launcher_id)
         # what every rank inherits, read (masked for env.log, encoded for the spawn) once, not once per rank
         self._environ = dict(environ)
@@ -82,6 +84,8 @@ class LocalWorkers:
                                                    LAUNCHER_IDS_ENV: self.marker_chain})
 
     def close(self) -> None:
+        if self.standbys is not None:
+            self.standbys.close()
         self.reaper.close()
 
     def run(self, plan: LaunchPlan) -> AttemptResult:
@@ -100,6 +104,11 @@ class LocalWorkers:
         self.signals.received.extend(self.signals.pending_control())
         try:
             self._start(attempt, selector, tee)
+            policy = plan.policy
+            if policy.warm_restarts and policy.restart_policy == "job" and plan.attempt < policy.max_restarts:
+                if self.standbys is None:
+                    self.standbys = Standbys(self.spawner, self.reaper, policy.warm_restarts)
+                self.standbys.prepare(attempt.ranks)   # the next attempt's ranks, their imports done meanwhile
             self._supervise(attempt, selector, tee)
         finally:
             self._finish(attempt, selector, tee)
@@ -212,7 +221,7 @@ class LocalWorkers:
             if waiting:
                 say(waiting)
         if hangs and hangs_due:
-            hung = self._check_hangs(hangs, live, attempt.plan.attempt)
+            hung = check_hangs(hangs, live, attempt.plan.attempt)
             if hung:
                 self._begin_stop(attempt, root_cause=hung)
 
@@ -243,7 +252,7 @@ class LocalWorkers:
         elif kind == "job_stop" and not attempt.stopping:
             say(f"stopping this host's {attempt.describe_alive()}: {value['why']}")
             if value["cause"].get("kind") == "hung":   # a hang elsewhere: where were this host's ranks?
-                self._dump_stacks([p for p in attempt.ranks if p.alive], attempt.plan.attempt)
+                dump_rank_stacks([p for p in attempt.ranks if p.alive], attempt.plan.attempt)
             self._begin_stop(attempt, stopped_by=value)
         elif kind == "signal" and value in self.signals.pass_through:
             self._pass_on(attempt, value)
@@ -349,7 +358,8 @@ class LocalWorkers:
         tee.finish()
         selector.close()
         self.reaper.check()
-        sweep(self.launcher_id, keep={self.reaper.pid}, quiet_rounds=2,   # a pid-hopping daemon can hide from one scan
+        standbys = self.standbys.pids() if self.standbys is not None else set()   # the next attempt's: kept
+        sweep(self.launcher_id, keep={self.reaper.pid, *standbys}, quiet_rounds=2,   # 2: a pid-hopping daemon
               subreaper=self.subreaper)
 
     def _watch_reaper(self, selector) -> None:
@@ -363,28 +373,6 @@ class LocalWorkers:
         selector.dlaunch_reaper_fd = self.reaper.pidfd
         if self.reaper.pidfd is not None:
             selector.register(self.reaper.pidfd, selectors.EVENT_READ, ("reaper", None))
-
-    def _check_hangs(self, hangs: HangWatch, live: list[RankProcess], attempt: int) -> RankResult | None:
-        """If a rank has hung: record every live rank's stack, and return the hung rank's result."""
-        found = hangs.find_hung([p.spec for p in live])
-        if not found:
-            return None
-        spec, silent_for = found
-        hung = next(p.result for p in live if p.spec is spec)
-        hung.hang = describe_hang(spec, silent_for)
-        self._dump_stacks(live, attempt)
-        return hung
-
-    def _dump_stacks(self, live: list[RankProcess], attempt: int) -> None:
-        """Every live rank's stack into its rank directory (py-spy), recorded in its result."""
-        try:
-            files, why = dump_stacks([(p.spec, p.popen.pid) for p in live], attempt)
-        except OSError as exc:   # a full disk must not turn a hang into a traceback
-            files, why = {}, f"no stack could be written: {describe_os_error(exc)}"
-        for process in live:
-            process.result.stack_file = files.get(process.spec.rank)
-        if why:
-            say(why)
 
     # ------------------------------------------------------------------ processes
 
@@ -412,9 +400,10 @@ class LocalWorkers:
             if spec.console:
                 read_fd, write_fd = os.pipe()
             result.start = time.time()
+            out_fd = write_fd if write_fd is not None else log_fd
             try:
-                process.proc = self.spawner.spawn(spec.argv, spec.env, spec.cwd,
-                                                  write_fd if write_fd is not None else log_fd)
+                warm = self.standbys.take(process, out_fd) if self.standbys is not None else None
+                process.proc = warm or self.spawner.spawn(spec.argv, spec.env, spec.cwd, out_fd)
             except OSError as exc:
                 result.spawn_error = f"cannot start {spec.argv[0]}: {exc.strerror or exc}"
                 result.returncode = ExitCode.NOT_EXECUTABLE if exc.errno == errno.EACCES else ExitCode.NOT_FOUND
