@@ -22,6 +22,8 @@ The launchers (``--launchers``, default all five):
 - ``dlaunch-window``: the same plus ``--survivor-window 10``: a survivor whose all_reduce failed (or that sees
   the notice at the top of a step) polls ``checkpoint.notice()`` for up to 2 s, saves the step it completed with
   ``checkpoint.save_on_notice(state, 0, step, replicated=True)`` and exits; rank 2 resumes from a replica.
+- ``dlaunch-warm`` and ``dlaunch-window-warm``: the two above plus ``--warm-restarts torch``: the restarted
+  ranks run in standby interpreters that imported torch while attempt 0 ran.
 - ``torchrun``: ``python -m torch.distributed.run --nproc-per-node 4 --max-restarts 1 --standalone TRAIN.py``;
   the script saves with ``torch.save`` into a per-rank directory and, when ``TORCHELASTIC_RESTART_COUNT`` > 0,
   resumes from the newest step every rank saved.
@@ -45,7 +47,8 @@ Ratios are of medians from this same run: ``launcher / ft_launcher`` and ``launc
 processes still alive after their launcher exited are reported and killed.
 
 Run:  .venv/bin/python benchmarks/bench_restart.py --repeat 3
-      [--launchers dlaunch,dlaunch-window,torchrun,torchrun-noshare,ft_launcher] [--ft-venv DIR] [--keep]
+      [--launchers dlaunch,dlaunch-window,dlaunch-warm,dlaunch-window-warm,torchrun,torchrun-noshare,ft_launcher]
+      [--ft-venv DIR] [--keep]
 """
 
 from __future__ import annotations
@@ -67,7 +70,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import describe_procs, kill_procs, run_launcher  # noqa: E402  (the shared harness: one run measured)
 
 REPO = Path(__file__).resolve().parent.parent
-LAUNCHERS = ("dlaunch", "dlaunch-window", "torchrun", "torchrun-noshare", "ft_launcher")
+LAUNCHERS = ("dlaunch", "dlaunch-window", "dlaunch-warm", "dlaunch-window-warm", "torchrun", "torchrun-noshare",
+             "ft_launcher")
 NPROC = 4
 FAIL_RANK = 2
 FAIL_CODE = 3
@@ -292,13 +296,14 @@ class Bench:
         stamps, ckpt = work / "stamps", work / "ckpt"
         stamps.mkdir()
         env = dict(self.base_env)
-        if launcher in ("dlaunch", "dlaunch-window"):
+        if launcher.startswith("dlaunch"):
             env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(REPO), env.get("PYTHONPATH"))))
-            window = ["--survivor-window", str(SURVIVOR_WINDOW)] if launcher == "dlaunch-window" else []
+            window = ["--survivor-window", str(SURVIVOR_WINDOW)] if "window" in launcher else []
+            warm = ["--warm-restarts", "torch"] if launcher.endswith("warm") else []
             mode = "window" if window else "dlaunch"
             return [sys.executable, "-m", "launcher", "run", str(self.train), "--ranks", str(NPROC),
                     "--max-restarts", "1", "--profile", "structure", "--output-dir", str(work / "runs"), *window,
-                    "--", *self.script_args(mode, stamps, ckpt)], env
+                    *warm, "--", *self.script_args(mode, stamps, ckpt)], env
         tail_args = [str(self.train), *self.script_args("plain", stamps, ckpt)]
         if launcher == "torchrun-noshare":   # torchrun's restart with its rendezvous store not shared by the ranks
             env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
@@ -405,17 +410,17 @@ def print_table(outcomes: list[Outcome], launchers: list[str], args, unavailable
     print(f"median of {args.repeat} run(s) each, order reversed every repetition "
           f"({psutil.cpu_count()} CPUs, Python {sys.version.split()[0]}, load average before: "
           f"{' '.join(f'{x:.2f}' for x in load_before)})")
-    header = (f"{'launcher':16} {'failure->training':>18} {'to respawn':>11} {'respawn->train':>15} "
+    header = (f"{'launcher':19} {'failure->training':>18} {'to respawn':>11} {'respawn->train':>15} "
               f"{'steps lost':>10} {'/ft_launcher':>12} {'/torchrun':>10} {'runs ok':>8}")
     print(header)
     print("-" * len(header))
     for name in launchers:
         runs = [o for o in outcomes if o.launcher == name]
         if name in unavailable:
-            print(f"{name:16} {'not run: see below':>18}")
+            print(f"{name:19} {'not run: see below':>18}")
             continue
         g = good[name]
-        print(f"{name:16} {num(med[name], unit=' s'):>18} {num(median([o.to_respawn for o in g]), unit=' s'):>11} "
+        print(f"{name:19} {num(med[name], unit=' s'):>18} {num(median([o.to_respawn for o in g]), unit=' s'):>11} "
               f"{num(median([o.respawned for o in g]), unit=' s'):>15} {num(median([o.lost for o in g]), 1):>10} "
               f"{ratio(med[name], med.get('ft_launcher', float('nan'))):>12} "
               f"{ratio(med[name], med.get(torchrun, float('nan'))):>10} {f'{len(g)}/{len(runs)}':>8}")
