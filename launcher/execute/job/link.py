@@ -107,8 +107,9 @@ class JobLink:
         warning = protocol.open_secret_warning(environ, protocol.endpoint(address, port))
         if warning:
             say(warning)
-        # a host reports once its ranks stopped: the grace period, the stacks of a hang, and a host timeout
-        report_timeout = 2 * opts.policy.grace_period + opts.host_timeout + 60
+        # a host reports once its ranks stopped: the survivors' window, the grace period, the stacks of a hang,
+        # and a host timeout
+        report_timeout = opts.policy.survivor_window + 2 * opts.policy.grace_period + opts.host_timeout + 60
         return cls(hosts=hosts, index=plan.server_index, master_index=master, address=address, port=port,
                    secret=protocol.job_secret(environ, job_identity(table), job_id),
                    run_id=job_id, host_timeout=opts.host_timeout, join_timeout=opts.join_timeout,
