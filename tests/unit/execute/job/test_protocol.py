@@ -1,6 +1,7 @@
 """The job network's pieces in-process: framing that cannot be forged or replayed, a coordinator that a
 stranger cannot stop, the rules for the verdict and the common resume step."""
 
+import contextlib
 import json
 import socket
 import threading
@@ -53,16 +54,26 @@ def test_the_secret_comes_from_the_environment_else_from_the_table_and_run_id():
     assert protocol.job_secret({}, "a", "r") != protocol.job_secret({"DLAUNCH_JOB_SECRET": "x"}, "a", "r")
 
 
-@pytest.fixture
-def coordinator():
+@contextlib.contextmanager
+def serving(secret=SECRET, **options):
+    """A coordinator of hosts h0 and h1 on 127.0.0.1, served by a thread of its own: (it, its port)."""
     listener = protocol.bind_address("127.0.0.1", 0)
-    served = Coordinator(listener, SECRET, "run", ["h0", "h1"], max_restarts=0, host_timeout=5, join_timeout=30)
+    options = {"max_restarts": 0, "host_timeout": 5, "join_timeout": 30, **options}
+    served = Coordinator(listener, secret, "run", ["h0", "h1"], **options)
     done = threading.Event()
     thread = threading.Thread(target=served.serve_forever, args=(done.is_set,), daemon=True)
     thread.start()
-    yield served, listener.getsockname()[1]
-    done.set()
-    thread.join(timeout=10)
+    try:
+        yield served, listener.getsockname()[1]
+    finally:
+        done.set()
+        thread.join(timeout=10)
+
+
+@pytest.fixture
+def coordinator():
+    with serving() as running:
+        yield running
 
 
 def read_lines(sock, count):
@@ -142,20 +153,12 @@ def test_the_verdict_rule_and_the_common_step():
 
 
 def test_a_connection_that_never_joins_is_dropped_after_one_host_timeout():
-    listener = protocol.bind_address("127.0.0.1", 0)
-    served = Coordinator(listener, SECRET, "run", ["h0", "h1"], max_restarts=0, host_timeout=0.5, join_timeout=30)
-    done = threading.Event()
-    thread = threading.Thread(target=served.serve_forever, args=(done.is_set,), daemon=True)
-    thread.start()
-    try:
-        with socket.create_connection(("127.0.0.1", listener.getsockname()[1])) as sock:
+    with serving(host_timeout=0.5) as (served, port):
+        with socket.create_connection(("127.0.0.1", port)) as sock:
             assert read_lines(sock, 1)[0]["t"] == "challenge"
             started = time.monotonic()
             assert sock.recv(100) == b""   # silence: dropped
             assert time.monotonic() - started < 3
-    finally:
-        done.set()
-        thread.join(timeout=10)
 
 
 def test_the_welcome_and_a_signed_message_in_one_read_are_both_understood():
@@ -280,28 +283,15 @@ class Pump:
         return [event["t"] for event in self.heard[index]]
 
 
-def serving(coordinator):
-    done = threading.Event()
-    thread = threading.Thread(target=coordinator.serve_forever, args=(done.is_set,), daemon=True)
-    thread.start()
-    return done, thread
-
-
 def test_a_stranger_who_derives_the_secret_from_public_values_cannot_join_an_ascendjob():
     """Once a stranger joined a job without DLAUNCH_JOB_SECRET as node1 and stopped it with an invented cause;
     in an AscendJob pod the secret also holds the job's uid (MINDX_TASK_ID), which no stranger sees."""
     secret = protocol.job_secret({"MINDX_TASK_ID": "4b1d2a7e-uid"}, "table", "run")
-    listener = protocol.bind_address("127.0.0.1", 0)
-    served = Coordinator(listener, secret, "run", ["h0", "h1"], max_restarts=0, host_timeout=5, join_timeout=30)
-    done, thread = serving(served)
-    try:
-        pump = Pump(listener.getsockname()[1], 2, secret=SECRET)   # everything but the uid
+    with serving(secret) as (served, port):
+        pump = Pump(port, 2, secret=SECRET)   # everything but the uid
         assert pump.until(lambda: all(m.state == "done" for m in pump.members))
         assert all("refused this host: wrong job secret" in pump.heard[i][-1]["why"] for i in (0, 1))
         assert served.peers == {} and served.stop is None
-    finally:
-        done.set()
-        thread.join(timeout=10)
 
 
 def closed_by_coordinator(sock) -> bool:
@@ -318,59 +308,40 @@ def closed_by_coordinator(sock) -> bool:
 
 
 def test_nothing_a_stranger_sends_ends_the_coordinator_and_hosts_still_join():
-    listener = protocol.bind_address("127.0.0.1", 0)
     logged = []
-    served = Coordinator(listener, SECRET, "run", ["h0", "h1"], max_restarts=0, host_timeout=5, join_timeout=30,
-                         log=logged.append)
-    done, thread = serving(served)
-    port = listener.getsockname()[1]
-    try:
+    with serving(log=logged.append) as (served, port):
         for line in (b"- " + b"[" * 100000 + b"\n", b"- " + b"[" * 1500 + b"]" * 1500 + b"\n",
                      b'- {"t": "join", "index": 1e999999, "nonce": "\\ud800", "proof": 7}\n',
                      b'- {"t": "join", "index": [1], "run_id": {"a": 1}}\n', b"\xff\xfe\n"):
             with socket.create_connection(("127.0.0.1", port)) as sock:
                 sock.sendall(line)
                 assert closed_by_coordinator(sock), line[:40]
-        assert thread.is_alive()
-        pump = Pump(port, 2)
+        pump = Pump(port, 2)   # the coordinator still serves: both hosts join
         assert pump.until(lambda: all(m.state == "joined" for m in pump.members))
         assert not any("closed" in line and "error" in line for line in logged), logged   # no defect met
-    finally:
-        done.set()
-        thread.join(timeout=10)
 
 
 def test_a_host_that_joins_after_a_restart_is_told_the_jobs_attempt_and_its_stale_reports_answered():
-    listener = protocol.bind_address("127.0.0.1", 0)
-    served = Coordinator(listener, SECRET, "run", ["h0", "h1"], max_restarts=1, host_timeout=5, join_timeout=30)
-    done, thread = serving(served)
-    try:
-        first = Pump(listener.getsockname()[1], 1)
+    with serving(max_restarts=1) as (served, port):
+        first = Pump(port, 1)
         assert first.until(lambda: first.members[0].state == "joined")
         first.members[0].send({"t": "stop", "attempt": 0, "cause": {"kind": "failed", "rank": 0, "exit_code": 3}})
         first.members[0].send({"t": "result", "attempt": 0, "exit_code": 3, "steps": ["s-1_1"]})
         assert first.until(lambda: "verdict" in first.kinds(0))
         assert first.heard[0][-1]["restart"] is True   # h1 never joined attempt 0: not waited for
         assert first.until(lambda: served.attempt == 1)
-        late = Pump(listener.getsockname()[1], 2)
+        late = Pump(port, 2)
         late.members = late.members[1:]   # only h1
         assert late.until(lambda: late.heard[1])
         assert late.heard[1][0] == {"t": "attempt", "attempt": 1, "resume_step": "s-1_1"}
         late.members[0].send({"t": "result", "attempt": 0, "exit_code": 0})   # a report for the attempt it ran
         assert late.until(lambda: len(late.heard[1]) == 2)
         assert late.heard[1][1]["t"] == "attempt" and late.heard[1][1]["attempt"] == 1
-    finally:
-        done.set()
-        thread.join(timeout=10)
 
 
 def test_once_the_job_stops_a_host_that_never_reports_is_lost_at_the_report_deadline():
-    listener = protocol.bind_address("127.0.0.1", 0)
-    served = Coordinator(listener, SECRET, "run", ["h0", "h1"], max_restarts=0, host_timeout=5, join_timeout=30,
-                         report_timeout=0.5)
-    done, thread = serving(served)
-    try:
-        pump = Pump(listener.getsockname()[1], 2)
+    with serving(report_timeout=0.5) as (served, port):
+        pump = Pump(port, 2)
         assert pump.until(lambda: all(m.state == "joined" for m in pump.members))
         pump.members[0].send({"t": "stop", "attempt": 0, "cause": {"kind": "failed", "rank": 0, "exit_code": 3}})
         pump.members[0].send({"t": "result", "attempt": 0, "exit_code": 3})
@@ -379,20 +350,15 @@ def test_once_the_job_stops_a_host_that_never_reports_is_lost_at_the_report_dead
         verdict = pump.heard[0][-1]
         assert verdict["lost_hosts"] == {"h1": "did not report its ranks' end within 0.5 s of the job's stop"}
         assert verdict["exit_code"] == 3
-    finally:
-        done.set()
-        thread.join(timeout=10)
 
 
 def test_a_hang_report_larger_than_a_line_reaches_the_master_host_whole():
     """Once, 8 ranks' stacks of ~165 KiB each made one message over the 1 MiB line limit: the host was taken
     as lost and job_stacks/ held 1 of 9 stacks. Now each stack goes in parts; both hosts get one verdict."""
-    listener = protocol.bind_address("127.0.0.1", 0)
-    served = Coordinator(listener, SECRET, "run", ["h0", "h1"], max_restarts=0, host_timeout=5, join_timeout=30)
-    done, thread = serving(served)
-    stacks = {str(rank): f"# rank {rank}\n" + "  File \"train.py\", line 1, in step\n" * 4700 for rank in range(1, 9)}
-    try:
-        pump = Pump(listener.getsockname()[1], 2)
+    frames = "  File \"train.py\", line 1, in step\n" * 4700
+    with serving() as (served, port):
+        stacks = {str(rank): f"# rank {rank}\n" + frames for rank in range(1, 9)}
+        pump = Pump(port, 2)
         assert pump.until(lambda: all(m.state == "joined" for m in pump.members))
         pump.members[1].send({"t": "stop", "attempt": 0, "cause": {"kind": "hung", "rank": 1, "exit_code": 124}})
         for part in protocol.stack_parts(stacks, 0):
@@ -410,7 +376,4 @@ def test_a_hang_report_larger_than_a_line_reaches_the_master_host_whole():
         assert gathered == {**stacks, "0": "# rank 0\n"}
         assert "stack" not in pump.kinds(1)   # only the master host gathers them
         assert pump.heard[0][-1] == pump.heard[1][-1] and pump.heard[0][-1]["lost_hosts"] == {}
-    finally:
-        done.set()
-        thread.join(timeout=10)
 
