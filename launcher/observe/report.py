@@ -22,7 +22,7 @@ from launcher.observe import tell_problems
 from launcher.observe.charts import OUTCOME_COLOURS, chart_svg, format_number, legend_html, rank_colour, timeline_svg
 from launcher.observe.metrics import RankStory, collect, span_outcome
 from launcher.rundir.model import RankSpecFile
-from launcher.rundir.read import Run, load_run, log_attempts, log_path, run_directory
+from launcher.rundir.read import Run, load_run, log_attempts, log_path, run_directory, summary_entry
 
 
 def _when(epoch: float | None) -> str:
@@ -122,10 +122,14 @@ def page_context(run: Run, stories: list[RankStory]) -> dict:
         logs = [{"name": os.path.basename(log_path(story.ref, a)), "url": file_url(log_path(story.ref, a))}
                 for a in log_attempts(story.ref.rank_dir)]
         scheduler = story.ref.role == Role.SCHEDULER
+        outcome = (last.detail or last.label) if last else "not started"
+        restarts = (summary_entry(run, story.ref) or {}).get("restarts") or []
+        if restarts:   # started again alone in its attempt (--restart-policy rank, MindCluster)
+            outcome += f"; restarted alone {len(restarts)}x ({restarts[-1].get('why')})"
         rows.append({"rank": "sched" if scheduler else story.ref.rank, "host": story.ref.host,
                      "device": "-" if scheduler else story.ref.device_id,
                      "colour": rank_colour(story.ref.rank), "logs": logs,
-                     "attempts": len(story.spans), "outcome": (last.detail or last.label) if last else "not started",
+                     "attempts": len(story.spans), "outcome": outcome,
                      "kind": last.outcome if last else "stopped",
                      "seconds": (f"{last.end - last.start:.1f}" if last and last.start and last.end else "-"),
                      "points": sum(getattr(p, "seen", len(p)) for m in story.metrics.values() for p in m.values()),

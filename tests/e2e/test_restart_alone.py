@@ -44,6 +44,8 @@ def test_restart_policy_rank_starts_only_the_failed_rank_again_with_the_same_env
     assert [r["exit_code"] for r in rank1["restarts"]] == [3] and rank1["exit_code"] == 0
     status = run_dlaunch("status", run_dir, cwd=tmp_path).stdout
     assert "exited 0, restarted alone 1x" in status, status
+    page = run_dlaunch("report", run_dir, "-o", "-", cwd=tmp_path).stdout
+    assert "restarted alone 1x (--restart-policy rank: restart 1 of 2)" in page
 
 
 def test_restart_policy_rank_stops_the_job_once_a_rank_used_its_restarts(tmp_path):
