@@ -86,7 +86,6 @@ class ResetWatch:
         self.path, self.interval = path, interval
         self.next_look = 0.0
         self.seen: tuple[float, int] | None = None
-        self.flushing = False
 
     def due(self, now: float) -> bool:
         return now >= self.next_look
@@ -102,7 +101,6 @@ class ResetWatch:
         orders = read_reset(self.path)
         if orders is not None:   # a half-written file is read again next time
             self.seen = (stat.st_mtime, stat.st_size)
-            self.flushing = orders.flushing
         return orders
 
 

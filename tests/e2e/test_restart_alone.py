@@ -3,6 +3,7 @@ MindCluster's reset file followed by simulated AscendJob pods (2 pods x 4 ranks,
 own loopback address; the reset file is what ClusterD writes, ascend-common's ResetCmInfo, at a temporary path
 instead of /user/restore/reset/config/reset.json)."""
 
+import hashlib
 import json
 import signal
 import time
@@ -56,6 +57,11 @@ def test_restart_policy_rank_stops_the_job_once_a_rank_used_its_restarts(tmp_pat
     assert result.stderr.count("starting it again alone") == 1
 
 
+def job_id(tmp_path):
+    """Each test's own run id: a cleanup's kill_run must never reach a job another worker runs meanwhile."""
+    return "acjob-" + hashlib.sha1(str(tmp_path).encode()).hexdigest()[:8]
+
+
 def pods(tmp_path, reset, *extra):
     """Two simulated AscendJob pods of 4 ranks each following ``reset``; returns their Popen objects."""
     table = write_rank_table(tmp_path / "hccl.json", hosts=HOSTS[:2], devices_per_host=4)
@@ -66,13 +72,14 @@ def pods(tmp_path, reset, *extra):
         cwd.mkdir()
         procs.append(start_dlaunch(
             "cluster", "--no-python", "/bin/sh", "--rank-table", table, "--rank-start", index * 4, "--run-id",
-            "acjob", "--master-port", port, "--profile", "structure", "--reset-config", reset, "--grace-period", "1",
-            *extra, "--", "-c", RANK, cwd=cwd, env={"FAIL_RANK": "none", "STEPS": "60", "MINDX_TASK_ID": "4b1d2a7e"}))
+            job_id(tmp_path), "--master-port", port, "--profile", "structure", "--reset-config", reset,
+            "--grace-period", "1", *extra, "--", "-c", RANK, cwd=cwd,
+            env={"FAIL_RANK": "none", "STEPS": "60", "MINDX_TASK_ID": "4b1d2a7e"}))
     return procs
 
 
 def rank_dir(tmp_path, rank):
-    return tmp_path / f"pod{rank // 4}" / "dlaunch_runs" / "acjob" / f"rank_{rank:03d}"
+    return tmp_path / f"pod{rank // 4}" / "dlaunch_runs" / job_id(tmp_path) / f"rank_{rank:03d}"
 
 
 def write_reset(path, **fields):
@@ -96,7 +103,7 @@ def acjob(tmp_path):
             if proc.poll() is None:
                 proc.send_signal(signal.SIGKILL)
                 proc.wait()
-        kill_run("acjob")
+        kill_run(job_id(tmp_path))
 
 
 def ended(procs):
@@ -157,7 +164,7 @@ def test_an_unrecovered_rank_stops_every_pod_until_the_table_moves_on_then_all_r
         for proc in procs:
             if proc.poll() is None:
                 proc.kill()
-        kill_run("acjob")
+        kill_run(job_id(tmp_path))
     assert codes == [143, 143], stderr
     assert "MindCluster marked rank(s) 2 unrecovered" in stderr[0] + stderr[1]
     env = (rank_dir(tmp_path, 5) / "env.txt").read_text()

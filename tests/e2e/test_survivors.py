@@ -7,7 +7,15 @@ import json
 import time
 
 from tests.e2e.test_job_hosts import HOSTS
-from tests.launching import ROOT, free_port, kill_run, run_dlaunch, start_dlaunch, write_rank_table
+from tests.launching import (
+    ROOT,
+    free_port,
+    kill_run,
+    processes_of_run,
+    run_dlaunch,
+    start_dlaunch,
+    write_rank_table,
+)
 
 GASP_RANK = str(ROOT / "tests" / "programs" / "gasp_rank.py")
 
@@ -32,11 +40,13 @@ def test_survivors_on_two_hosts_hear_save_and_the_restart_resumes_from_their_gas
                 "--master-port", port, "--profile", "structure", "--max-restarts", "1", "--survivor-window", "20",
                 "--host-timeout", "2", "--", "--fail-rank", "3", "--fail-after", "1.5", cwd=cwd))
         results = [proc.communicate(timeout=90) + (proc.returncode,) for proc in procs]
+        left = processes_of_run("gasp")   # every host ended: no rank, standby or saver left behind
     finally:
         for proc in procs:
             if proc.poll() is None:
                 proc.kill()
         kill_run("gasp")
+    assert left == [], left
     for _, stderr, code in results:
         assert code == 0, stderr
         assert "surviving rank(s) here of the failure; they have 20 s (--survivor-window) to save" in stderr, stderr
@@ -76,6 +86,7 @@ def test_the_window_ends_at_its_time_rank_0_is_stopped_last_and_the_notice_signa
     assert sigterm[1] - failed_at >= 1.4, sigterm   # the whole window: nobody said it saved
     assert sigterm[0] > sigterm[1], sigterm           # rank 0 last
     assert time.time() - started < 30
+    assert processes_of_run("window") == []           # a survivor that never said it saved is gone too
 
 
 def test_without_a_window_survivors_are_stopped_at_once_and_told_nothing(tmp_path):

@@ -119,10 +119,6 @@ class Channel:
     def line_limit(self) -> int:
         return FIRST_LINE if self.key is None else MAX_LINE
 
-    @property
-    def buffered(self) -> int:
-        return len(self._buffer)
-
     def read(self, data: bytes):
         """``feed`` one message at a time: the next line is checked only once the caller has handled this one,
         so the handshake's last message can set the key that signs the next (a "welcome" and a "stop" that

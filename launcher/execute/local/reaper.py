@@ -141,6 +141,18 @@ def _descendants(pid: int) -> set[int]:
     return set(_tree(pid))
 
 
+def own_groups() -> set[int]:
+    """The process groups this launcher's live descendants are in (``/proc/PID/stat``'s pgrp)."""
+    groups = set()
+    for pid in _descendants(os.getpid()):
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as fh:
+                groups.add(int(fh.read().rsplit(b")", 1)[1].split()[2]))
+        except (OSError, ValueError, IndexError):
+            continue   # gone meanwhile: not a group to kill
+    return groups
+
+
 def _tree(pid: int) -> dict[int, bytes]:
     """``_descendants`` with each one's start time (read once: the watchdog notes the tree every second)."""
     found: dict[int, bytes] = {}

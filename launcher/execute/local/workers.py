@@ -26,7 +26,7 @@ from launcher.execute.local.hangs import HangWatch, check_hangs, dump_rank_stack
 from launcher.execute.local.notice import SurvivorWindow, clear_notices, notice_cause
 from launcher.execute.local.peers import PeerWait
 from launcher.execute.local.processes import AttemptProcesses, RankProcess, killpg_quietly, watch_exits
-from launcher.execute.local.reaper import Reaper, become_subreaper, marker_chain, sweep
+from launcher.execute.local.reaper import Reaper, become_subreaper, marker_chain, own_groups, sweep
 from launcher.execute.local.recovery import reset_actions, restart_reason
 from launcher.execute.local.spawn import RankSpawner
 from launcher.execute.local.tee import ConsoleTee, close_pipe
@@ -480,6 +480,11 @@ class LocalWorkers:
         return process.result
 
     def _kill_groups(self, processes: list[RankProcess]) -> None:
+        """SIGKILL each process's group. A leader not reaped yet holds its number; a reaped one's may be another
+        job's new session by now (pid_max wraps within seconds on a busy host: threads take pids too), so its
+        group is killed only while a process of this launcher's own tree (its leftover children) is in it."""
+        reaped = [p for p in processes if p.proc is not None and not p.alive]
+        ours = own_groups() if reaped else set()
         for process in processes:
-            if process.proc:
+            if process.proc is not None and (process.alive or process.proc.pid in ours):
                 killpg_quietly(process.proc.pid, signal.SIGKILL)

@@ -18,7 +18,9 @@ def test_the_notice_is_this_attempts_and_saved_is_said_beside_it(tmp_path, monke
     assert (tmp_path / NOTICE_SAVED_FILE).read_text() == "saved\n"
 
 
-def test_without_a_window_there_is_never_a_notice(monkeypatch):
+def test_without_a_window_there_is_never_a_notice(tmp_path, monkeypatch):
     monkeypatch.delenv("DLAUNCH_NOTICE_FILE", raising=False)
+    monkeypatch.chdir(tmp_path)
     assert checkpoint.notice() is None
-    checkpoint.notice_saved()   # nothing to say it to: no error, no file
+    checkpoint.notice_saved()   # nothing to say it to: no error, and no file anywhere it could have gone
+    assert list(tmp_path.iterdir()) == []

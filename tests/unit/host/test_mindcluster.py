@@ -33,7 +33,8 @@ def test_the_watch_gives_each_version_once(tmp_path):
     path.write_text(json.dumps({"GracefulExit": 1, "FaultFlushing": True}))
     assert not watch.due(0.5) and watch.due(1.0)
     first = watch.check(1.0)
-    assert first.graceful_exit and watch.flushing
+    assert first.graceful_exit and first.flushing
     assert watch.check(2.0) is None   # unchanged: acted on once
     path.write_text(json.dumps({"GracefulExit": 0, "RankList": []}))
-    assert watch.check(3.0).graceful_exit is False and not watch.flushing
+    second = watch.check(3.0)
+    assert second.graceful_exit is False and not second.flushing
