@@ -38,6 +38,8 @@ class Role(str, Enum):
 
     RANK = "rank"
     SCHEDULER = "scheduler"   # MindSpore's scheduler (--ms-scheduler): no rank, no device
+    STORE = "store"           # a TorchFT replica group's store (--replica-groups): started again with its group
+    LIGHTHOUSE = "lighthouse"   # TorchFT's lighthouse, which dlaunch starts when none is given
 
     def __str__(self) -> str:
         return self.value

@@ -26,6 +26,13 @@ if TYPE_CHECKING:
 
 
 
+def restarted_how(restart) -> str:
+    """How a rank was started again in its attempt, from its last restart's entry: with its TorchFT replica
+    group (``--restart-policy group``), or alone (``rank``, MindCluster's RestartFaultProcess)."""
+    why = restart.get("why") if isinstance(restart, dict) else None
+    return "with its replica group" if isinstance(why, str) and "replica group" in why else "alone"
+
+
 def how_it_ended(entry: Mapping[str, Any]) -> str:
     """``entry``: a rank's summary record (or a root cause): exit_code, signal, spawn_error, hung."""
     if entry.get("spawn_error"):

@@ -104,6 +104,13 @@ class ResetWatch:
         return orders
 
 
+def process_recovery(environ) -> bool:
+    """Whether the AscendJob operator enabled process-level recovery for this pod (ascend-operator's env.go:
+    PROCESS_RECOVER=on for the recover, retry, dump and recover-in-place strategies, with
+    ENABLE_RESTART_FAULT_PROCESS=on for recover-in-place): a failed rank then waits for ClusterD's order."""
+    return environ.get("PROCESS_RECOVER") == "on" or environ.get("ENABLE_RESTART_FAULT_PROCESS") == "on"
+
+
 def version_path(rank_table: str) -> str:
     """The rank table's ``version`` file, beside hccl.json (``/user/serverid/devindex/config/version``): the
     operator makes it grow each time it rewrites the table for a rescheduled pod."""

@@ -13,9 +13,10 @@ import time
 from typing import Any
 
 from launcher.contract import RANK_DIR_ENV
-from launcher.execute.results import job_verdict
+from launcher.execute.results import job_verdict, restarted_how
 from launcher.host.devices import host_names
 from launcher.observe import tell_problems
+from launcher.observe.torchft import lighthouse_of, quorum
 from launcher.rundir.read import (
     RankRef,
     Run,
@@ -209,9 +210,13 @@ class Observer:
         rows = [self._row(run, ref, live.get(ref.rank), usage.get(ref.rank, (None, None)), now) for ref in refs]
         self._procs = {pid: p for pid, p in self._procs.items() if _alive(p)}
         self._primed = {p for p in self._primed if _alive(p)}
-        return {"run_id": run.run_id, "run_dir": run.run_dir, "time": now, **self._overall(run, refs, rows),
+        snap = {"run_id": run.run_id, "run_dir": run.run_dir, "time": now, **self._overall(run, refs, rows),
                 "hosts": sorted({ref.host for ref in run.ranks}), "world_size": run.world_size, "ranks": rows,
                 "missing_hosts": run.missing_hosts}
+        lighthouse = lighthouse_of(run.plans.values())
+        if lighthouse and not snap["finished"]:   # --replica-groups: the quorum, as the lighthouse sees it
+            snap["torchft"] = quorum(lighthouse)
+        return snap
 
     def _row(self, run: Run, ref: RankRef, proc, usage, now: float) -> dict:
         entry = summary_entry(run, ref)
@@ -255,8 +260,9 @@ class Observer:
         published = published_pids(run, ref) if entry is None else entry
         restarts = published.get("restarts") if isinstance(published, dict) else None
         count = len(restarts) if isinstance(restarts, list) else restarts if isinstance(restarts, int) else 0
-        if count:   # started again alone (--restart-policy rank, MindCluster's RestartFaultProcess)
-            row.update(restarts=count, state=f"{row['state']}, restarted alone {count}x")
+        if count:   # started again in place (--restart-policy rank or group, MindCluster's RestartFaultProcess)
+            how = restarted_how(restarts[-1] if isinstance(restarts, list) else None)
+            row.update(restarts=count, state=f"{row['state']}, restarted {how} {count}x")
         return row
 
     def _overall(self, run: Run, refs: list[RankRef], rows: list[dict]) -> dict:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from launcher.base.console import say
 from launcher.base.userfiles import write_output
 from launcher.contract import RESUME_FROM_ENV, RESUME_STEP_ENV, Role
-from launcher.execute.results import job_verdict
+from launcher.execute.results import job_verdict, restarted_how
 from launcher.observe import tell_problems
 from launcher.observe.charts import OUTCOME_COLOURS, chart_svg, format_number, legend_html, rank_colour, timeline_svg
 from launcher.observe.metrics import RankStory, collect, span_outcome
@@ -124,8 +124,8 @@ def page_context(run: Run, stories: list[RankStory]) -> dict:
         scheduler = story.ref.role == Role.SCHEDULER
         outcome = (last.detail or last.label) if last else "not started"
         restarts = (summary_entry(run, story.ref) or {}).get("restarts") or []
-        if restarts:   # started again alone in its attempt (--restart-policy rank, MindCluster)
-            outcome += f"; restarted alone {len(restarts)}x ({restarts[-1].get('why')})"
+        if restarts:   # started again in place in its attempt (--restart-policy rank or group, MindCluster)
+            outcome += f"; restarted {restarted_how(restarts[-1])} {len(restarts)}x ({restarts[-1].get('why')})"
         rows.append({"rank": "sched" if scheduler else story.ref.rank, "host": story.ref.host,
                      "device": "-" if scheduler else story.ref.device_id,
                      "colour": rank_colour(story.ref.rank), "logs": logs,

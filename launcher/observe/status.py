@@ -15,6 +15,7 @@ from launcher.base.console import printable
 from launcher.contract import Role
 from launcher.execute.results import how_it_ended, who
 from launcher.observe.processes import Observer
+from launcher.observe.torchft import quorum_line
 from launcher.rundir.read import run_directory
 
 
@@ -51,6 +52,8 @@ def headline(snap: dict) -> list[str]:
     else:
         line += f"; {count} rank(s) on {hosts} host(s)"
     lines = [line]
+    if snap.get("torchft"):
+        lines.append(quorum_line(snap["torchft"]))
     if missing:
         names = ", ".join(f"{h['host']} (ranks {h['ranks']})" for h in missing)
         lines.append(f"never reported: {names}: no plan or summary of theirs in this run directory")

@@ -42,11 +42,15 @@ def describe(plan: LaunchPlan, port_chosen_at_start: bool = False) -> str:
         return {k: f"<{port}>" if port_chosen_at_start and v == str(plan.master_port) else shlex.quote(v)
                 for k, v in masked(spec.env).items()}
 
-    base = next((spec for spec in plan.processes() if spec.role != "scheduler"), None)
+    base = plan.ranks[0] if plan.ranks else None
     base_env = shown_env(base) if base is not None else {}
     for spec in plan.processes():
         if spec.role == Role.SCHEDULER:
             lines.append("MindSpore scheduler (not a rank; started first, stopped with the ranks)")
+        elif spec.role == Role.STORE:
+            lines.append(f"store of TorchFT replica group {spec.replica_group} (started first, again with its group)")
+        elif spec.role == Role.LIGHTHOUSE:
+            lines.append("TorchFT lighthouse (started first, stopped with the ranks)")
         else:
             lines.append(f"rank {spec.rank} (local {spec.local_rank}, device {spec.device_id})"
                          + ("  [console]" if spec.console else ""))
@@ -56,7 +60,7 @@ def describe(plan: LaunchPlan, port_chosen_at_start: bool = False) -> str:
         if spec.ckpt_dir:
             lines.append(f"  ckpt:    {spec.ckpt_dir}")
         env = shown_env(spec)
-        if spec is base or base is None or spec.role == Role.SCHEDULER:   # the scheduler's differs too much
+        if spec is base or base is None or spec.role != Role.RANK:   # the scheduler's, a service's: too different
             lines.append("  env:")
             lines += [f"    {k}={v}" for k, v in sorted(env.items())]
         else:

@@ -34,6 +34,7 @@ from launcher.plan.environment import (
     mindspore_worker_environment,
     rank_environment,
 )
+from launcher.plan.replicas import SERVICES_DIR, ReplicaGroups
 from launcher.rundir.paths import attempt_file, attempt_name, host_suffix, rank_dir_name
 from launcher.table.model import RankTable
 
@@ -70,9 +71,10 @@ class Policy:
     notice_signal: tuple[int, ...] = ()   # sent to each survivor with the notice
     signal_grace: float = 10.0     # after a signal to dlaunch (preemption): SIGTERM, this long, SIGKILL
     max_restarts: int = 0
-    restart_policy: str = "job"    # "rank": a failed rank alone is started again (execute/local/recovery.py)
+    restart_policy: str = "job"    # "rank", "group": only the failed rank, its replica group (local/recovery.py)
     warm_restarts: str | None = None   # modules a standby interpreter per rank imports ahead (local/warm.py)
     reset_config: str | None = None   # MindCluster's reset.json, followed while the attempt runs
+    reset_hold: float = 0.0   # a failed rank waits this long for the reset file's order, the others running on
     restarts_without_progress: int = 3   # failed attempts in a row with no new complete step, then exit 93
     max_failures_per_hour: int | None = None   # a crash loop: failure N+1 within an hour, then exit 93
     device_release_timeout: float = 15.0   # before a restart: wait for device memory to be released
@@ -113,6 +115,7 @@ class Options:
     host_timeout: float = 15.0       # cluster: a host silent this long is lost (heartbeats every fifth of it)
     join_timeout: float = 180.0      # cluster: every host must have joined the job within this long
     host_argv: tuple[str, ...] = ()   # cluster --ssh's head: every host launcher's arguments (options.host_argv)
+    replicas: ReplicaGroups | None = None   # --replica-groups: TorchFT's groups, their stores and lighthouse
 
 
 @dataclass(frozen=True)
@@ -133,6 +136,7 @@ class RankSpec:
     error_file: str | None
     console: bool
     role: Role = Role.RANK
+    replica_group: int | None = None   # --replica-groups: the TorchFT group it belongs to (a rank or its store)
 
 
 @dataclass(frozen=True)
@@ -155,6 +159,7 @@ class LaunchPlan:
     peers: list[dict] = field(default_factory=list)   # the other servers: server_id, suffix, ranks ("8-15")
     is_master: bool = True                            # this host runs rank 0
     scheduler: RankSpec | None = None                 # MindSpore's scheduler, on the master host only
+    services: list[RankSpec] = field(default_factory=list)   # TorchFT: this host's group stores, the lighthouse
 
     def host_file(self, name: str, ext: str) -> str:
         """This host's own file in the run directory (plan, summary): distinct per host on a shared filesystem."""
@@ -167,9 +172,10 @@ class LaunchPlan:
         data.update(_fields(data.pop("policy")))   # plan.json's keys as they always were: one flat object
         data["ranks"] = [_fields(spec) for spec in self.ranks]
         data["scheduler"] = _fields(self.scheduler) if self.scheduler else None
+        data["services"] = [_fields(spec) for spec in self.services]
         data["resume"] = _fields(self.resume) if self.resume else None
         shown_argv: dict[tuple[str, ...], list[str]] = {}   # one command line for every rank: masked once
-        for spec in data["ranks"] + ([data["scheduler"]] if data["scheduler"] else []):
+        for spec in data["ranks"] + data["services"] + ([data["scheduler"]] if data["scheduler"] else []):
             argv = tuple(spec["argv"])
             if argv not in shown_argv:
                 shown_argv[argv] = masked_argv(argv)
@@ -177,8 +183,9 @@ class LaunchPlan:
         return data
 
     def processes(self) -> list[RankSpec]:
-        """Everything this host starts: the scheduler first (the ranks register with it), then the ranks."""
-        return ([self.scheduler] if self.scheduler else []) + list(self.ranks)
+        """Everything this host starts: the scheduler and the services first (the ranks reach them), then the
+        ranks."""
+        return ([self.scheduler] if self.scheduler else []) + list(self.services) + list(self.ranks)
 
 
 def _fields(obj) -> dict:
@@ -240,6 +247,8 @@ def make_plan(table: RankTable, server_index: int, opts: Options, rank_table_fil
             env.update(mindspore_worker_environment(rank=rank, world_size=world_size, master_addr=opts.master_addr,
                                                     master_port=opts.master_port, topo_timeout=opts.ms_topo_timeout))
         env = {**opts.extra_env, **env}   # dlaunch's contract wins: --env RANK=5 cannot break the job
+        if opts.replicas is not None:
+            env.update(opts.replicas.rank_environment(rank))
         if opts.policy.survivor_window:
             env[NOTICE_FILE_ENV] = f"{rank_dir}/{NOTICE_FILE}"
             if opts.policy.notice_signal:
@@ -251,8 +260,8 @@ def make_plan(table: RankTable, server_index: int, opts: Options, rank_table_fil
             rank=rank, local_rank=local_rank, device_id=dev.device, server_id=str(server.server_id), argv=argv,
             cwd=rank_dir if opts.policy.cwd_mode == CWD_RANK else opts.launch_dir, env=env, rank_dir=rank_dir,
             log_file=f"{rank_dir}/{log_name}", env_log=f"{rank_dir}/{env_name}", ckpt_dir=ckpt_dir,
-            error_file=error_file,
-            console=rank in shown))
+            error_file=error_file, console=rank in shown,
+            replica_group=opts.replicas.group_of(rank) if opts.replicas is not None else None))
     is_master = any(d.rank == 0 for d in server.devices)
     scheduler = None
     if opts.ms_scheduler and not opts.ms_scheduler_elsewhere and is_master:
@@ -276,4 +285,25 @@ def make_plan(table: RankTable, server_index: int, opts: Options, rank_table_fil
         peers=[{"server_id": str(other.server_id), "suffix": host_suffix(other.server_id),
                 "ranks": numlists.format_ranges(d.rank for d in other.devices if d.rank is not None)}
                for index, other in enumerate(table.servers) if index != server_index],
-        is_master=is_master, scheduler=scheduler)
+        is_master=is_master, scheduler=scheduler,
+        services=_services(opts, run_dir, str(server.server_id), {spec.replica_group for spec in specs}, attempt))
+
+
+def _services(opts: Options, run_dir: str, server_id: str, groups: set, attempt: int) -> list[RankSpec]:
+    """TorchFT's processes beside the ranks (``plan/replicas.py``): this host's groups' stores, and the
+    lighthouse when dlaunch starts it (on the master host). Their files are in the run's ``torchft`` folder."""
+    replicas = opts.replicas
+    if replicas is None:
+        return []
+    where = os.path.join(run_dir, SERVICES_DIR)
+    named = [(f"store-group{group}", replicas.store_argv(opts.python, group), Role.STORE, group)
+             for group in sorted(groups)]
+    if replicas.lighthouse_port is not None:
+        named.insert(0, ("lighthouse", replicas.lighthouse_argv(), Role.LIGHTHOUSE, None))
+    env = {"RUST_BACKTRACE": "1", "PYTHONUNBUFFERED": "1"}
+    return [RankSpec(rank=None, local_rank=None, device_id=None, server_id=server_id, argv=argv,
+                     cwd=opts.launch_dir, env={**opts.extra_env, **env}, rank_dir=where,
+                     log_file=attempt_file(where, name, "log", attempt),
+                     env_log=attempt_file(where, f"{name}.env", "log", attempt), ckpt_dir=None, error_file=None,
+                     console=False, role=role, replica_group=group)
+            for name, argv, role, group in named]

@@ -76,15 +76,15 @@ def launch_options(args: LaunchRequest, table, server_index: int, environ: Mappi
 
         run_id, resume_from, resume_note = slurm_requeue(run_id, output_dir, world, environ) or (
             run_id, None, "")
+    reset_config = args.reset_config or (RESET_CONFIG if environ.get("MINDX_TASK_ID") else None)
     opts = Options(command=command, run_id=check_run_id(run_id) if run_id else new_run_id(),
                    output_dir=output_dir, launch_dir=os.getcwd(), python=sys.executable,
                    policy=Policy(cwd_mode=args.cwd, grace_period=args.grace_period,
                                  survivor_window=args.survivor_window, notice_signal=tuple(args.notice_signal or ()),
                                  signal_grace=args.grace_period if args.signal_grace is None else args.signal_grace,
-                                 max_restarts=args.max_restarts, restart_policy=args.restart_policy,
+                                 max_restarts=args.max_restarts, restart_policy=restart_policy(args),
                                  warm_restarts=args.warm_restarts,
-                                 reset_config=args.reset_config or (RESET_CONFIG if environ.get("MINDX_TASK_ID")
-                                                                    else None),
+                                 reset_config=reset_config, reset_hold=reset_hold(args, reset_config, environ),
                                  restarts_without_progress=args.restarts_without_progress,
                                  max_failures_per_hour=args.max_failures_per_hour,
                                  device_release_timeout=args.device_release_timeout,
@@ -104,7 +104,58 @@ def launch_options(args: LaunchRequest, table, server_index: int, environ: Mappi
                    resume_note=resume_note, job_port=args.job_port, job_addr=args.job_addr,   # run: None
                    host_timeout=args.host_timeout, join_timeout=args.join_timeout,   # run: the defaults
                    devices=view if view is not None else DeviceView())
+    if args.replica_groups and not head:
+        opts = replace(opts, replicas=replica_groups(args.replica_groups, table, server_index, opts, environ))
     return replace(opts, host_argv=tuple(host_argv(args, opts))) if head else opts
+
+
+def reset_hold(args: LaunchRequest, reset_config: str | None, environ: Mapping[str, str]) -> float:
+    """--reset-hold: by default 60 s where the AscendJob operator enabled process-level recovery (its
+    PROCESS_RECOVER / ENABLE_RESTART_FAULT_PROCESS, ascend-operator env.go), so ClusterD has the time to
+    order the failed rank restarted alone (or the survivors to save) before the pod would exit."""
+    if args.reset_hold is not None:
+        return args.reset_hold
+    from launcher.host.mindcluster import process_recovery
+
+    return 60.0 if reset_config and process_recovery(environ) else 0.0
+
+
+def restart_policy(args: LaunchRequest) -> str:
+    """--restart-policy, by default 'group' for TorchFT's replica groups and 'job' (fail fast) otherwise."""
+    if args.restart_policy == "group" and not args.replica_groups:
+        raise UsageError("--restart-policy group restarts a TorchFT replica group: give --replica-groups N too")
+    return args.restart_policy or ("group" if args.replica_groups else "job")
+
+
+def replica_groups(count: int, table, server_index: int, opts, environ: Mapping[str, str]):
+    """``--replica-groups``: this host's groups, a free port for each one's store, and the lighthouse (the one
+    TORCHFT_LIGHTHOUSE names, else one the master host starts: on a free port for ``run``, on MASTER_PORT + 2
+    for ``cluster``, where every host must know it without talking)."""
+    from launcher.host.devices import free_port
+    from launcher.plan.replicas import LIGHTHOUSE_ENV, ReplicaGroups, find_lighthouse, group_problem
+
+    problem = group_problem(count, table.device_count, [len(server.devices) for server in table.servers])
+    if problem:
+        raise UsageError(problem)
+    server = table.servers[server_index]
+    size = table.device_count // count
+    store_addr = opts.master_addr if len(table.servers) == 1 else str(server.server_id)
+    groups = sorted({device.rank // size for device in server.placed()})
+    ports: dict[int, int] = {}
+    for group in groups:   # each free now; distinct from one another and from the master port
+        port = free_port(store_addr)
+        while port in ports.values() or port == opts.master_port:
+            port = free_port(store_addr)
+        ports[group] = port
+    given = opts.extra_env.get(LIGHTHOUSE_ENV) or environ.get(LIGHTHOUSE_ENV)
+    if given:
+        return ReplicaGroups(count, size, store_addr, ports, lighthouse=given)
+    port = opts.master_port + 2 if opts.fixed_port and len(table.servers) > 1 else free_port(opts.master_addr)
+    host = f"[{opts.master_addr}]" if ":" in opts.master_addr else opts.master_addr
+    master = any(device.rank == 0 for device in server.devices)
+    return ReplicaGroups(count, size, store_addr, ports, lighthouse=f"http://{host}:{port}",
+                         lighthouse_port=port if master else None,
+                         lighthouse_binary=find_lighthouse(opts.python, environ.get("PATH", os.defpath)))
 
 
 def host_argv(args: LaunchRequest, opts) -> list[str]:

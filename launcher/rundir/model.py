@@ -67,10 +67,11 @@ class RankSpecFile(TypedDict, total=False):
     rank_dir: Path
     log_file: Path
     env_log: Path
-    ckpt_dir: Path
-    error_file: Path
+    ckpt_dir: Path | None     # None: the scheduler's, a TorchFT service's (no rank)
+    error_file: Path | None
     console: bool       # its output goes to the console too
     role: str
+    replica_group: Number | None   # --replica-groups: its TorchFT group
 
 
 class PeerFile(TypedDict, total=False):
@@ -114,6 +115,7 @@ class PlanFile(TypedDict, total=False):
     restart_policy: str
     warm_restarts: str | None
     reset_config: Path | None
+    reset_hold: float
     restarts_without_progress: Number
     max_failures_per_hour: Number | None
     device_release_timeout: float
@@ -126,6 +128,7 @@ class PlanFile(TypedDict, total=False):
     peers: list[PeerFile]
     is_master: bool
     scheduler: RankSpecFile | None
+    services: list[RankSpecFile]   # TorchFT's group stores and lighthouse (--replica-groups)
     prefix_host: bool
 
 

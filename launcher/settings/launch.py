@@ -124,13 +124,23 @@ _DECLARED: list[tuple[Option, tuple[str, ...]]] = [
                  "/dev/termination-log when dlaunch is PID 1 and it is writable"),
     _shared("--max-restarts", type=whole(0, 1000), default=0, metavar="K",
             help="restart all ranks up to K times after a failure (default 0)", to_hosts=True),
-    _shared("--restart-policy", choices=("job", "rank"), default="job",
+    _shared("--restart-policy", choices=("job", "rank", "group"),
             help="after a rank fails: 'job' stops every rank and restarts them all (default, as torchrun); 'rank' "
                  "starts only the failed rank again, same environment and ids, up to --max-restarts times per "
-                 "rank, the others running on (for MindSpore's, MindIO's and TorchFT's recovery)", to_hosts=True),
+                 "rank, the others running on (MindSpore's and MindIO's recovery); 'group' starts its TorchFT "
+                 "replica group again (the default with --replica-groups)", to_hosts=True),
+    _shared("--replica-groups", type=whole(1, 100000), metavar="N",
+            help="TorchFT: split the ranks into N replica groups, each with its own store and numbering "
+                 "(REPLICA_GROUP_ID, NUM_REPLICA_GROUPS), all reaching one lighthouse (TORCHFT_LIGHTHOUSE if set, "
+                 "else one dlaunch starts); a failed group restarts alone", to_hosts=True),
     _shared("--reset-config", metavar="FILE",
             help="MindCluster's reset file to follow (RestartFaultProcess, GracefulExit, FaultFlushing; default "
                  "in an AscendJob pod, MINDX_TASK_ID set: /user/restore/reset/config/reset.json)", to_hosts=True),
+    _shared("--reset-hold", type=seconds, metavar="SECONDS",
+            help="with MindCluster's reset file: a rank that fails is held this long, the others running on, for "
+                 "the file's order (restart it alone, or stop); default 60 when the operator enabled process "
+                 "recovery (PROCESS_RECOVER=on, ENABLE_RESTART_FAULT_PROCESS=on), else 0: stop at once",
+            to_hosts=True),
     _shared("--warm-restarts", metavar="MODULES",
             help="keep a standby interpreter per rank that has imported these modules (e.g. torch) for the next "
                  "attempt to run in, instead of a new process importing them again (default: cold restarts)",

@@ -50,9 +50,11 @@ class LaunchRequest:
     forward_signals: tuple[int, ...] | None
     termination_log: str | None
     max_restarts: int
-    restart_policy: str
+    restart_policy: str | None
+    replica_groups: int | None
     warm_restarts: str | None
     reset_config: str | None
+    reset_hold: float | None
     restarts_without_progress: int
     max_failures_per_hour: int | None
     device_release_timeout: float

@@ -1,5 +1,5 @@
-"""The processes of one attempt (ranks, and MindSpore's scheduler): each one's handle, exit watch and result, and
-the attempt's view of them (which are alive, whether it is stopping).
+"""The processes of one attempt (ranks, MindSpore's scheduler, TorchFT's services): each one's handle, exit
+watch and result, and the attempt's view of them (which are alive, whether it is stopping).
 """
 
 from __future__ import annotations
@@ -7,7 +7,10 @@ from __future__ import annotations
 import errno
 import os
 import selectors
+import signal
 
+from launcher.contract import Role
+from launcher.execute.local.reaper import own_groups
 from launcher.execute.local.spawn import Child
 from launcher.execute.results import AttemptResult, RankResult
 from launcher.plan.make import LaunchPlan, RankSpec
@@ -33,17 +36,23 @@ def killpg_quietly(pgid: int, sig: int) -> bool:
 
 
 class RankProcess:
-    """A process of the attempt (a rank or the scheduler): its Popen, exit watch and result."""
+    """A process of the attempt (a rank, the scheduler, a TorchFT service): its Popen, exit watch and result."""
 
     def __init__(self, spec: RankSpec, result: RankResult):
         self.spec, self.result = spec, result
         self.proc: Child | subprocess.Popen | None = None
         self.pidfd: int | None = None
-        self.restart_asked = False   # MindCluster marked it faulty: its exit starts it again (local/recovery.py)
+        self.restart_why: str | None = None   # killed to be started again (MindCluster, its replica group): why
+        self.waiting = False   # ended, to be started again once the rest of its replica group has ended too
 
     @property
     def alive(self) -> bool:
         return self.proc is not None and self.result.returncode is None
+
+    @property
+    def running(self) -> bool:
+        """Alive, or about to be started again with its group: not ended, as far as the attempt is concerned."""
+        return self.waiting or self.alive
 
     @property
     def popen(self) -> Child | subprocess.Popen:
@@ -61,6 +70,9 @@ class AttemptProcesses:
         self.result = AttemptResult(attempt=plan.attempt, ranks=[])
         self.ranks: list[RankProcess] = []
         self.scheduler: RankProcess | None = None
+        self.services: list[RankProcess] = []   # TorchFT's group stores and lighthouse (--replica-groups)
+        self.group_restarts: dict[int, int] = {}   # replica group -> times it was started again
+        self.held: dict[RankProcess, float] = {}   # --reset-hold: failed ranks awaiting MindCluster's order, until
         self.deadline: float | None = None   # when stopping: SIGKILL for whatever is left at this time
         self.grace = plan.policy.grace_period   # the grace that deadline gives (--signal-grace after a signal)
         self.window: SurvivorWindow | None = None   # the survivors' window while it runs, before the stop's signal
@@ -74,15 +86,16 @@ class AttemptProcesses:
 
     @property
     def processes(self) -> list[RankProcess]:
-        return self.ranks + ([self.scheduler] if self.scheduler else [])
+        return self.ranks + self.services + ([self.scheduler] if self.scheduler else [])
 
     @property
     def stopping(self) -> bool:
         return self.deadline is not None or self.window is not None
 
     def revived(self, process: RankProcess) -> None:
-        """``process`` was started again: ``ranks_done`` must look at it again."""
-        self._first_live = min(self._first_live, self.ranks.index(process))
+        """``process`` was started again: ``ranks_done`` must look at it again (a rank; a service is no rank)."""
+        if process.spec.role == Role.RANK:
+            self._first_live = min(self._first_live, self.ranks.index(process))
 
     def process_of(self, result: RankResult) -> RankProcess:
         return next(p for p in self.processes if p.result is result)
@@ -91,7 +104,7 @@ class AttemptProcesses:
         """Every rank has ended.  Asked on every wake-up of the loop (each chunk of console output): the ranks
         known to have ended are not looked at again, so 1,024 ranks cost O(1) per wake-up, not a scan."""
         ranks, first = self.ranks, self._first_live
-        while first < len(ranks) and not ranks[first].alive:
+        while first < len(ranks) and not ranks[first].running:
             first += 1
         self._first_live = first
         return first == len(ranks)
@@ -122,3 +135,14 @@ def watch_exits(processes: list[RankProcess], selector) -> list[RankProcess]:
             process.pidfd = None
             unwatched.append(process)
     return unwatched
+
+
+def kill_groups(processes: list[RankProcess]) -> None:
+    """SIGKILL each process's group. A leader not reaped yet holds its number; a reaped one's may be another
+    job's new session by now (pid_max wraps within seconds on a busy host: threads take pids too), so its
+    group is killed only while a process of this launcher's own tree (its leftover children) is in it."""
+    reaped = [p for p in processes if p.proc is not None and not p.alive]
+    ours = own_groups() if reaped else set()
+    for process in processes:
+        if process.proc is not None and (process.alive or process.proc.pid in ours):
+            killpg_quietly(process.proc.pid, signal.SIGKILL)

@@ -1,12 +1,15 @@
 """Restarting only what failed: one rank's process started again in place, while the others keep running.
 
-Two reasons to, both for the cheapest recovery there is (no other rank, no other host touched):
+Three reasons to, each the cheapest recovery there is (no other host touched, nothing else stopped):
 
 - ``--restart-policy rank``: a rank that exits non-zero is started again with the same environment and
   ids (its log goes on in the same file), up to ``--max-restarts`` times for each rank; past that, the
-  job stops as always. The ranks that kept running must cope with a peer that came back (MindSpore's and
-  TorchFT's recovery, MindIO's process-level restart); a plain torch job does not, so ``job`` (stop all,
+  job stops as always. The ranks that kept running must cope with a peer that came back (MindSpore's
+  recovery, MindIO's process-level restart); a plain torch job does not, so ``job`` (stop all,
   restart all) stays the default.
+- ``--restart-policy group`` (TorchFT's replica groups, ``plan/replicas.py``): a rank that fails stops the
+  rest of its group (its store included) and, once all have ended, the group starts again, store first, up
+  to ``--max-restarts`` times per group; the other groups step on and heal it.
 - MindCluster's reset file in an AscendJob pod (``host/mindcluster.py``): ranks of this node marked
   ``fault`` with ``RestartFaultProcess`` are killed and started again (not on node 0, which hosts the
   controller); a fault without it, or on node 0, stops this node with exit 1 so the operator reschedules
@@ -18,7 +21,11 @@ Two reasons to, both for the cheapest recovery there is (no other rank, no other
 
 from __future__ import annotations
 
+import time
+
+from launcher.base.console import say
 from launcher.contract import Role
+from launcher.execute.results import how_it_ended
 from launcher.host.mindcluster import ResetOrders
 
 TYPE_CHECKING = False   # typing's own flag, without importing typing on the launch path (docs/development.md)
@@ -29,13 +36,65 @@ GRACEFUL_EXIT_CODE = 143   # 128 + SIGTERM: what a pod stopped by its controller
 
 
 def restart_reason(attempt: AttemptProcesses, process: RankProcess) -> str | None:
-    """Why ``process``, which just exited, is started again alone; None when its exit stops the attempt."""
+    """Why ``process``, which just exited, is started again in place; None when its exit stops the attempt."""
     policy = attempt.plan.policy
-    if process.restart_asked:
-        return "MindCluster marked it faulty (reset.json RestartFaultProcess)"
-    done = len(process.result.restarts)
-    if policy.restart_policy == "rank" and process.spec.role == Role.RANK and done < policy.max_restarts:
-        return f"--restart-policy rank: restart {done + 1} of {policy.max_restarts}"
+    if process.restart_why:
+        return process.restart_why
+    if process.spec.role != Role.RANK:
+        return None
+    if policy.restart_policy == "rank":
+        done = len(process.result.restarts)
+        return f"--restart-policy rank: restart {done + 1} of {policy.max_restarts}" \
+            if done < policy.max_restarts else None
+    group = process.spec.replica_group
+    if policy.restart_policy == "group" and group is not None:
+        done = attempt.group_restarts.get(group, 0)
+        return f"--restart-policy group: replica group {group}'s restart {done + 1} of {policy.max_restarts}" \
+            if done < policy.max_restarts else None
+    return None
+
+
+def restarted_with(attempt: AttemptProcesses, process: RankProcess) -> list[RankProcess]:
+    """What starts again with ``process``: itself, or under ``--restart-policy group`` its whole TorchFT
+    replica group (ranks and store), whose live members the caller stops. Counts the group's restart once,
+    when its first member (the one that failed) asks."""
+    group = process.spec.replica_group
+    if attempt.plan.policy.restart_policy != "group" or group is None:
+        return [process]
+    members = [p for p in attempt.services + attempt.ranks if p.spec.replica_group == group]
+    if process.restart_why is None:   # the failure, not a member stopped for it
+        attempt.group_restarts[group] = attempt.group_restarts.get(group, 0) + 1
+        for member in members:
+            if member.alive:
+                member.restart_why = f"its replica group {group} restarts (rank {process.spec.rank} failed)"
+    return members
+
+
+def hold_for_orders(attempt: AttemptProcesses, process: RankProcess) -> bool:
+    """Whether ``process``, a rank that just failed, waits for MindCluster's order (``--reset-hold``, on by
+    default where the operator enabled process recovery) instead of stopping the attempt; it is then held
+    (``waiting``) from now on."""
+    policy = attempt.plan.policy
+    if attempt.reset is None or policy.reset_hold <= 0 or process.spec.role != Role.RANK:
+        return False
+    process.waiting = True
+    attempt.held[process] = time.monotonic() + policy.reset_hold
+    say(f"rank {process.spec.rank} {how_it_ended(process.result.to_dict())}; held up to {policy.reset_hold:g} s "
+        f"(--reset-hold) for MindCluster's order in {policy.reset_config}, the other ranks running on")
+    return True
+
+
+def service_ended(process: RankProcess) -> str:
+    """Why the attempt stops when a TorchFT service (a group's store, the lighthouse) ended by itself."""
+    return (f"TorchFT's {process.spec.role} ended ({how_it_ended(process.result.to_dict())}); "
+            f"its log: {process.spec.log_file}")
+
+
+def overdue(attempt: AttemptProcesses, now: float) -> RankProcess | None:
+    """A held rank whose hold ran out with no order for it, if any."""
+    for process, until in attempt.held.items():
+        if process.waiting and now >= until:
+            return process
     return None
 
 
@@ -52,7 +111,7 @@ def reset_actions(orders: ResetOrders, attempt: AttemptProcesses, node0: bool) -
         return [], {"why": f"MindCluster marked rank(s) {', '.join(map(str, unrecovered))} unrecovered: every rank "
                            f"stops and starts again once the rank table's version moves on and all are recovered",
                     "exit_code": 1, "cause": {"kind": "mindcluster", "order": "unrecovered", "ranks": unrecovered}}
-    live = {p.spec.rank: p for p in attempt.ranks if p.alive}
+    live = {p.spec.rank: p for p in attempt.ranks if p.running}   # a held rank's order is acted on too
     faulty = orders.local_faults(live)
     if not faulty:
         return [], None

@@ -147,3 +147,32 @@ class RankSpawner:
         if os.path.isdir(path) or not os.access(path, os.X_OK):
             raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), program)
         self._checked.add(key)
+
+
+def open_rank_files(spec, env_text: str) -> int:
+    """A process's files before its spawn: its checkpoint (or own) directory, ``env.log`` written whole, and
+    its log opened for appending (a restart's output goes on in the same file). Returns the log's fd; an
+    OSError (a full disk) means it cannot start with its files."""
+    _make_dir(spec.ckpt_dir or spec.rank_dir)
+    env_fd = os.open(spec.env_log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:   # bytes as given
+        data = env_text.encode("utf-8", "surrogateescape")
+        written = os.write(env_fd, data)
+        while written < len(data):   # a short write (a nearly full disk) goes on where it stopped
+            written += os.write(env_fd, data[written:])
+    finally:
+        os.close(env_fd)
+    return os.open(spec.log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+
+def _make_dir(path: str) -> None:
+    """A rank's checkpoint directory, inside its rank directory (made by ``rundir.create.create``): one mkdir.
+    ``os.makedirs`` stats every parent first, for every rank; a path whose parent is missing
+    (the scheduler's directory) still gets every level, and a restart finds its directory there."""
+    try:
+        os.mkdir(path)
+    except FileNotFoundError:
+        os.makedirs(path, exist_ok=True)
+    except FileExistsError:
+        if not os.path.isdir(path):
+            raise

@@ -22,13 +22,13 @@ import time
 
 from launcher.base.console import say
 from launcher.contract import LAUNCHER_ID_ENV, LAUNCHER_IDS_ENV, ExitCode, Role
+from launcher.execute.local import recovery
 from launcher.execute.local.hangs import HangWatch, check_hangs, dump_rank_stacks
 from launcher.execute.local.notice import SurvivorWindow, clear_notices, notice_cause
 from launcher.execute.local.peers import PeerWait
-from launcher.execute.local.processes import AttemptProcesses, RankProcess, killpg_quietly, watch_exits
-from launcher.execute.local.reaper import Reaper, become_subreaper, marker_chain, own_groups, sweep
-from launcher.execute.local.recovery import reset_actions, restart_reason
-from launcher.execute.local.spawn import RankSpawner
+from launcher.execute.local.processes import AttemptProcesses, RankProcess, kill_groups, killpg_quietly, watch_exits
+from launcher.execute.local.reaper import Reaper, become_subreaper, marker_chain, sweep
+from launcher.execute.local.spawn import RankSpawner, open_rank_files
 from launcher.execute.local.tee import ConsoleTee, close_pipe
 from launcher.execute.local.warm import Standbys
 from launcher.execute.results import AttemptResult, RankResult, how_it_ended
@@ -46,19 +46,6 @@ if TYPE_CHECKING:
     from launcher.execute.job.link import JobLink
 
 PIPE_DRAIN_SECONDS = 1.0
-
-
-def _make_dir(path: str) -> None:
-    """A rank's checkpoint directory, inside its rank directory (made by ``rundir.create.create``): one mkdir.
-    ``os.makedirs`` stats every parent first, for every rank; a path whose parent is missing
-    (the scheduler's directory) still gets every level, and a restart finds its directory there."""
-    try:
-        os.mkdir(path)
-    except FileNotFoundError:
-        os.makedirs(path, exist_ok=True)
-    except FileExistsError:
-        if not os.path.isdir(path):
-            raise
 
 
 class LocalWorkers:
@@ -127,6 +114,8 @@ class LocalWorkers:
                                                     spec.log_file, spec.error_file, role=spec.role))
                 if spec.role == Role.SCHEDULER:
                     attempt.scheduler, result.scheduler = process, process.result
+                elif spec.role != Role.RANK:   # TorchFT's store or lighthouse: no rank of the summary
+                    attempt.services.append(process)
                 else:
                     attempt.ranks.append(process)
                     result.ranks.append(process.result)
@@ -164,17 +153,17 @@ class LocalWorkers:
         while True:
             if attempt.ranks_done():
                 if rest_until is None:
-                    self._kill_groups(attempt.ranks)
+                    kill_groups(attempt.ranks + attempt.services)
                     patience = plan.policy.grace_period if attempt.scheduler and attempt.scheduler.alive else 0.0
                     rest_until = time.monotonic() + patience + PIPE_DRAIN_SECONDS
-                busy = (attempt.scheduler is not None and attempt.scheduler.alive) or self._pipes(selector)
+                busy = (attempt.scheduler is not None and attempt.scheduler.alive) or bool(self._pipe_keys(selector))
                 if not busy:
                     return
                 if time.monotonic() >= rest_until:
                     if attempt.scheduler and attempt.scheduler.alive:
                         say(f"the MindSpore scheduler did not leave within {plan.policy.grace_period:g} s of the last "
                             f"rank's end; killed it")
-                        self._kill_groups([attempt.scheduler])
+                        kill_groups([attempt.scheduler])
                         rest_until = time.monotonic() + PIPE_DRAIN_SECONDS
                         continue
                     return
@@ -206,7 +195,7 @@ class LocalWorkers:
                 if attempt.alive():
                     say(f"the grace period of {attempt.grace:g} s is over: killed "
                         f"{attempt.describe_alive()} still running (SIGKILL)")
-                self._kill_groups(attempt.processes)
+                kill_groups(attempt.processes)
                 attempt.killed = True
 
     def _watch(self, attempt: AttemptProcesses, hangs: HangWatch | None, peers: PeerWait | None) -> None:
@@ -228,27 +217,39 @@ class LocalWorkers:
     def _follow_reset(self, attempt: AttemptProcesses) -> None:
         """MindCluster's reset file, when due: its faulty ranks restarted alone, or this host stopped."""
         assert attempt.reset is not None
+        late = recovery.overdue(attempt, time.monotonic())
+        if late is not None:   # no order came for a held rank: it fails the pod, as without the hold
+            self._begin_stop(attempt, root_cause=late.result)
+            return
         orders = attempt.reset.check(time.monotonic()) if attempt.reset.due(time.monotonic()) else None
         if orders is None:
             return
-        restart, stop = reset_actions(orders, attempt, node0=attempt.plan.server_index == 0)
+        restart, stop = recovery.reset_actions(orders, attempt, node0=attempt.plan.server_index == 0)
         if stop is not None:
             say(f"stopping this host's {attempt.describe_alive()}: {stop['why']}")
             self._begin_stop(attempt, stopped_by=stop)
-        for process in restart:   # its exit (SIGKILL) starts it again: _on_event, restart_reason
-            process.restart_asked = True
-            killpg_quietly(process.popen.pid, signal.SIGKILL)
+        for process in restart:   # a live one's exit (SIGKILL) starts it again: _on_event, restart_reason
+            process.restart_why = "MindCluster marked it faulty (reset.json RestartFaultProcess)"
+            if process.alive:
+                killpg_quietly(process.popen.pid, signal.SIGKILL)
+            else:   # held since it failed: started again now
+                self._restart(attempt, process, process.restart_why)
 
     def _on_event(self, attempt: AttemptProcesses, kind: str, value) -> None:
         if kind == "launcher_error" and not attempt.stopping:
             self._begin_stop(attempt, launcher_error=value)
         elif kind == "exit" and not attempt.stopping and value.returncode != 0:
             process = attempt.process_of(value)
-            why = restart_reason(attempt, process)
-            if why is None:
-                self._begin_stop(attempt, root_cause=value)
+            why = recovery.restart_reason(attempt, process)
+            if why is not None:
+                self._restart(attempt, process, why)
+            elif recovery.hold_for_orders(attempt, process):
+                pass   # said there; the reset file's next order, or the hold's end, decides
+            elif process.spec.role != Role.RANK and process.spec.role != Role.SCHEDULER:
+                if not attempt.ranks_done():   # a TorchFT service killed once the ranks ended: as it should
+                    self._begin_stop(attempt, launcher_error=recovery.service_ended(process))
             else:
-                self._restart_alone(attempt, process, why)
+                self._begin_stop(attempt, root_cause=value)
         elif kind == "job_stop" and not attempt.stopping:
             say(f"stopping this host's {attempt.describe_alive()}: {value['why']}")
             if value["cause"].get("kind") == "hung":   # a hang elsewhere: where were this host's ranks?
@@ -264,21 +265,41 @@ class LocalWorkers:
                 self._on_signal(attempt, value)
             elif value in (signal.SIGINT, signal.SIGKILL) and not attempt.killed:   # a second Ctrl-C: no patience
                 say(f"{signal.Signals(value).name} again: killing {attempt.describe_alive()} now")
-                self._kill_groups(attempt.processes)
+                kill_groups(attempt.processes)
                 attempt.killed = True
 
-    def _restart_alone(self, attempt: AttemptProcesses, process: RankProcess, why: str) -> None:
-        """``process`` exited: start it again in place, same environment and ids; the others run on."""
+    def _restart(self, attempt: AttemptProcesses, process: RankProcess, why: str) -> None:
+        """``process`` exited: start it again in place, same environment and ids, alone or (its replica group's
+        restart) once the rest of its group, stopped now, has ended too; the others run on."""
         result = process.result
-        result.restarts.append({"pid": result.pid, "exit_code": result.exit_code, "end": result.end, "why": why})
-        say(f"rank {result.rank} {how_it_ended(result.to_dict())}; starting it again alone ({why})")
+        together = recovery.restarted_with(attempt, process)
+        if process.spec.role == Role.RANK:
+            result.restarts.append({"pid": result.pid, "exit_code": result.exit_code, "end": result.end,
+                                    "why": why})
+            if process.restart_why is None or len(together) == 1:
+                say(f"rank {result.rank} {how_it_ended(result.to_dict())}; starting "
+                    + (f"it again alone ({why})" if len(together) == 1 else f"its replica group again ({why})"))
+        process.waiting = True
+        for member in together:
+            if member.alive and member.restart_why is not None:
+                killpg_quietly(member.popen.pid, signal.SIGKILL)
+        if any(member.alive for member in together):
+            return   # the last member's exit starts them all
+        for member in together:   # in plan order: the group's store before its ranks
+            if member.waiting:
+                self._respawn(attempt, member)
+
+    def _respawn(self, attempt: AttemptProcesses, process: RankProcess) -> None:
+        result = process.result
+        process.waiting = False
         if process.pidfd is not None:   # the old process's exit watch (already unregistered by _dispatch)
             os.close(process.pidfd)
             process.pidfd = None
-        assert attempt.selector is not None and attempt.tee is not None and result.rank is not None
-        close_pipe(attempt.selector, attempt.tee, result.rank)
+        assert attempt.selector is not None and attempt.tee is not None
+        if result.rank is not None:
+            close_pipe(attempt.selector, attempt.tee, result.rank)
         result.returncode = result.end = None
-        process.restart_asked = False
+        process.restart_why = None
         self._spawn(process, attempt.selector, attempt.tee, attempt.plan.policy.prefix_host)
         self.reaper.flush()
         attempt.unwatched += watch_exits([process], attempt.selector)
@@ -309,6 +330,8 @@ class LocalWorkers:
         """The first failure, hang, launcher error, signal or stop from another host: record it, tell the
         other hosts (when it is ours) and every live process, start the one shared grace period."""
         result = attempt.result
+        for process in attempt.processes:   # nothing waiting for its group starts again: the attempt stops
+            process.waiting = False
         result.root_cause, result.launcher_error = root_cause, launcher_error
         result.interrupted_by, result.stopped_by = signal_, stopped_by
         result.stopped_at = time.time()
@@ -344,7 +367,7 @@ class LocalWorkers:
 
     def _finish(self, attempt: AttemptProcesses, selector, tee: ConsoleTee) -> None:
         """Whatever happened: no process of the attempt survives, every exit status is collected."""
-        self._kill_groups(attempt.processes)
+        kill_groups(attempt.processes)
         for process in attempt.processes:
             if process.alive:
                 process.result.returncode = process.popen.wait()
@@ -380,16 +403,7 @@ class LocalWorkers:
         spec, result = process.spec, process.result
         log_fd: int | None   # closed at the end unless the tee took it
         try:
-            _make_dir(spec.ckpt_dir or spec.rank_dir)
-            env_fd = os.open(spec.env_log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:   # bytes as given
-                data = self._env_log.text(spec.env).encode("utf-8", "surrogateescape")
-                written = os.write(env_fd, data)
-                while written < len(data):   # a short write (a nearly full disk) goes on where it stopped
-                    written += os.write(env_fd, data[written:])
-            finally:
-                os.close(env_fd)
-            log_fd = os.open(spec.log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            log_fd = open_rank_files(spec, self._env_log.text(spec.env))
         except OSError as exc:   # a full disk: this process cannot start with its files, so the job does not
             result.spawn_error = f"dlaunch could not prepare it: cannot write {describe_os_error(exc)}"
             result.returncode = 1
@@ -426,9 +440,6 @@ class LocalWorkers:
 
     def _pipe_keys(self, selector):
         return [key for key in selector.get_map().values() if key.data[0] == "pipe"]
-
-    def _pipes(self, selector) -> bool:
-        return bool(self._pipe_keys(selector))
 
     def _dispatch(self, selector, tee: ConsoleTee, unwatched: list[RankProcess], timeout):
         """Wait for one batch of events; returns ("exit", RankResult), ("signal", signum) and ("launcher_error",
@@ -478,13 +489,3 @@ class LocalWorkers:
         process.result.returncode = process.popen.wait()
         process.result.end = time.time()
         return process.result
-
-    def _kill_groups(self, processes: list[RankProcess]) -> None:
-        """SIGKILL each process's group. A leader not reaped yet holds its number; a reaped one's may be another
-        job's new session by now (pid_max wraps within seconds on a busy host: threads take pids too), so its
-        group is killed only while a process of this launcher's own tree (its leftover children) is in it."""
-        reaped = [p for p in processes if p.proc is not None and not p.alive]
-        ours = own_groups() if reaped else set()
-        for process in processes:
-            if process.proc is not None and (process.alive or process.proc.pid in ours):
-                killpg_quietly(process.proc.pid, signal.SIGKILL)

@@ -1,0 +1,65 @@
+"""TorchFT replica groups (``--replica-groups``, ``--restart-policy group``) with torchft's own DDP example
+(tests/clients/torchft/train_ddp.py, on CPU with gloo) and torchft's real lighthouse, which dlaunch starts:
+a rank of group 1 killed mid-run -> group 0's processes untouched, stepping on with fewer replicas; group 1
+(its ranks and its store) started again alone, healed from group 0; the job ends 0."""
+
+import json
+import os
+import re
+import signal
+import sys
+
+from tests.launching import ROOT, run_dlaunch, start_dlaunch, wait_until
+
+TRAIN_DDP = ROOT / "tests" / "clients" / "torchft" / "train_ddp.py"
+STEP = re.compile(r"^step=(\d+) group=(\d) rank=(\d) participants=(\d)", re.MULTILINE)
+
+
+def steps(log):
+    """(step, participants) of each step line of a rank's log."""
+    text = log.read_text(errors="replace") if log.exists() else ""
+    return [(int(m[1]), int(m[4])) for m in STEP.finditer(text)]
+
+
+def test_a_failed_replica_group_restarts_alone_and_heals_while_the_other_steps_on(tmp_path):
+    lighthouse = os.path.join(os.path.dirname(sys.executable), "torchft_lighthouse")
+    assert os.access(lighthouse, os.X_OK), "torchft (scripts/test.sh installs it) ships torchft_lighthouse"
+    runs = tmp_path / "runs"
+    env = {"TORCHFT_STEPS": "60", "TORCHFT_STEP_SLEEP": "0.1", "TORCHFT_LIGHTHOUSE": ""}
+    proc = start_dlaunch("run", TRAIN_DDP, "--ranks", "4", "--replica-groups", "2", "--max-restarts", "2",
+                         "--output-dir", runs, "--run-id", "ft", "--grace-period", "2", cwd=tmp_path, env=env)
+    run_dir = runs / "ft"
+    try:
+        logs = {rank: run_dir / f"rank_{rank:03d}" / "output.log" for rank in range(4)}
+        wait_until(lambda: len(steps(logs[3])) >= 8, timeout=120)   # group 1 is training
+        pids = {int(k): v["pid"] for k, v in json.loads((run_dir / "pids.json").read_text())["ranks"].items()} \
+            if (run_dir / "pids.json").exists() else None
+        assert pids, "pids.json names each rank's process"
+        status = run_dlaunch("status", run_dir, cwd=tmp_path).stdout   # the quorum, from the real lighthouse
+        assert re.search(r"TorchFT quorum \d+ \(http://127\.0\.0\.1:\d+\): 2 replica group\(s\): train_ddp_0 "
+                         r"step \d+, train_ddp_1 step \d+|train_ddp_1 step \d+, train_ddp_0 step \d+", status), status
+        os.kill(pids[3], signal.SIGKILL)
+        stdout, stderr = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, stderr[-3000:]
+    assert "starting its replica group again (--restart-policy group: replica group 1's restart 1 of 2)" in stderr
+    summary = json.loads((run_dir / "summary.json").read_text())
+    ranks = {r["rank"]: r for r in summary["ranks"]}
+    assert [ranks[r]["pid"] for r in (0, 1)] == [pids[0], pids[1]]   # group 0: the same processes throughout
+    assert not ranks[0].get("restarts") and not ranks[1].get("restarts")
+    assert [len(ranks[r]["restarts"]) for r in (2, 3)] == [1, 1]
+    assert ranks[3]["restarts"][0]["exit_code"] == 137 and ranks[2]["pid"] != pids[2]
+    assert "its replica group 1 restarts (rank 3 failed)" in ranks[2]["restarts"][0]["why"]
+    group0 = steps(logs[0])
+    assert any(participants == 1 for _, participants in group0), "group 0 stepped on alone meanwhile"
+    assert group0[-1][0] >= 60 and group0[-1][1] == 2, "and with group 1 again at the end"
+    healed = re.findall(r"^healed group=1 rank=0 step=(\d+)", logs[2].read_text(), re.MULTILINE)
+    assert healed and int(healed[-1]) > 8, "the restarted group took its state from group 0"
+    store = (run_dir / "torchft" / "store-group1.log").read_text()
+    assert store.count("store of replica group 1") == 2   # the group's store started again with it
+    assert (run_dir / "torchft" / "store-group0.log").read_text().count("store of replica group 0") == 1
+    status = run_dlaunch("status", run_dir, cwd=tmp_path).stdout
+    assert "restarted with its replica group 1x" in status, status

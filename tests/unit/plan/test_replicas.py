@@ -1,0 +1,85 @@
+"""TorchFT replica groups in the plan (``plan/replicas.py``): each group its own numbering, store and the one
+lighthouse, as torchft's own launch shapes (torchft/torchx.py: one torchrun per group) give them."""
+
+import json
+
+import pytest
+
+from launcher.cli import main
+from launcher.contract import Role
+from launcher.plan.replicas import ReplicaGroups, group_problem
+
+
+def _plan(tmp_path, monkeypatch, capsys, *flags, env=None):
+    monkeypatch.chdir(tmp_path)
+    for name, value in (env or {}).items():
+        monkeypatch.setenv(name, value)
+    rc = main(["run", "--output-dir", str(tmp_path / "runs"), "--dry-run", *flags, "train.py"])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_each_group_is_numbered_from_zero_with_its_own_store_and_the_one_lighthouse(tmp_path, monkeypatch):
+    groups = ReplicaGroups(count=2, size=2, store_addr="127.0.0.1", store_ports={0: 30001, 1: 30002},
+                           lighthouse="http://127.0.0.1:30100", lighthouse_port=30100)
+    env = {rank: groups.rank_environment(rank) for rank in range(4)}
+    assert [env[r]["RANK"] for r in range(4)] == ["0", "1", "0", "1"]
+    assert [env[r]["REPLICA_GROUP_ID"] for r in range(4)] == ["0", "0", "1", "1"]
+    assert {env[r]["WORLD_SIZE"] for r in range(4)} == {"2"} and env[3]["NUM_REPLICA_GROUPS"] == "2"
+    assert [env[r]["MASTER_PORT"] for r in range(4)] == ["30001", "30001", "30002", "30002"]
+    assert {env[r]["TORCHFT_LIGHTHOUSE"] for r in range(4)} == {"http://127.0.0.1:30100"}
+    assert env[0]["TORCHELASTIC_USE_AGENT_STORE"] == "True"   # the store is the group's own process
+    assert groups.store_argv("/py", 1)[-3:] == ["127.0.0.1", "30002", "1"]
+    assert "--min_replicas" in groups.lighthouse_argv() and "[::]:30100" in groups.lighthouse_argv()
+
+
+@pytest.mark.parametrize(("count", "world", "servers", "problem"), [
+    (3, 8, [8], "does not divide the job's 8 ranks"),
+    (1, 16, [8, 8], "would span hosts"),
+    (2, 8, [8], None),
+    (4, 16, [8, 8], None),
+])
+def test_groups_must_be_equal_and_each_on_one_host(count, world, servers, problem):
+    found = group_problem(count, world, servers)
+    assert (found is None) if problem is None else (problem in found), found
+
+
+def test_the_dry_run_shows_the_stores_the_lighthouse_and_each_ranks_group(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("TORCHFT_LIGHTHOUSE", raising=False)
+    rc, out, err = _plan(tmp_path, monkeypatch, capsys, "--ranks", "4", "--replica-groups", "2")
+    assert rc == 0, err
+    assert "TorchFT lighthouse" in out and "store of TorchFT replica group 1" in out
+    assert "REPLICA_GROUP_ID=1" in out and "NUM_REPLICA_GROUPS=2" in out
+    assert "restarts allowed: 0" in out
+
+
+def test_a_given_lighthouse_is_used_and_none_is_started(tmp_path, monkeypatch, capsys):
+    rc, out, err = _plan(tmp_path, monkeypatch, capsys, "--ranks", "2", "--replica-groups", "2",
+                         env={"TORCHFT_LIGHTHOUSE": "http://lh.example:29510"})
+    assert rc == 0, err
+    assert "TorchFT lighthouse" not in out and "TORCHFT_LIGHTHOUSE=http://lh.example:29510" in out
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--ranks", "4", "--replica-groups", "3"], "does not divide the job's 4 ranks"),
+    (["--ranks", "4", "--restart-policy", "group"], "--restart-policy group restarts a TorchFT replica group"),
+])
+def test_bad_groups_are_one_line_and_exit_2(tmp_path, monkeypatch, capsys, flags, message):
+    rc, out, err = _plan(tmp_path, monkeypatch, capsys, *flags)
+    assert rc == 2 and message in err and "Traceback" not in err, err
+
+
+def test_plan_json_keeps_the_services_in_start_order(tmp_path):
+    from launcher.plan.make import Command, Options, Policy, make_plan
+    from launcher.table.build import single_server_table
+
+    groups = ReplicaGroups(count=2, size=1, store_addr="127.0.0.1", store_ports={0: 30001, 1: 30002},
+                           lighthouse="http://127.0.0.1:30100", lighthouse_port=30100)
+    opts = Options(command=Command("train.py"), run_id="r1", output_dir=str(tmp_path), launch_dir=str(tmp_path),
+                   python="/py", policy=Policy(restart_policy="group"), replicas=groups)
+    plan = make_plan(single_server_table([0, 1], "127.0.0.1"), 0, opts, "rt.json", {})
+    assert [s.role for s in plan.processes()] == [Role.LIGHTHOUSE, Role.STORE, Role.STORE, Role.RANK, Role.RANK]
+    assert [s.replica_group for s in plan.ranks] == [0, 1]
+    data = json.loads(json.dumps(plan.to_dict()))
+    assert [s["role"] for s in data["services"]] == ["lighthouse", "store", "store"]
+    assert data["restart_policy"] == "group"
