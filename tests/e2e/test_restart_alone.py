@@ -18,6 +18,7 @@ RANK = """
 echo "$$ $(date +%s.%N)" >> "$DLAUNCH_RANK_DIR/runs.txt"
 env | grep -E '^(RANK|LOCAL_RANK|WORLD_SIZE|MASTER_PORT|DLAUNCH_RANK_DIR|TORCHELASTIC_RESTART_COUNT)=' | sort \
   >> "$DLAUNCH_RANK_DIR/env.txt"
+env | grep '^HCCL_ASYNC_ERROR_HANDLING=' >> "$DLAUNCH_RANK_DIR/env.txt"
 trap 'echo "$(date +%s.%N)" > "$DLAUNCH_RANK_DIR/sigterm.txt"; exit 143' TERM
 if [ "$RANK" = "$FAIL_RANK" ] && [ "$(wc -l < "$DLAUNCH_RANK_DIR/runs.txt")" = 1 ]; then sleep 0.5; exit 3; fi
 i=0; while [ $i -lt $((STEPS * 10)) ]; do sleep 0.1; i=$((i + 1)); done
@@ -62,7 +63,7 @@ def job_id(tmp_path):
     return "acjob-" + hashlib.sha1(str(tmp_path).encode()).hexdigest()[:8]
 
 
-def pods(tmp_path, reset, *extra):
+def pods(tmp_path, reset, *extra, env=None):
     """Two simulated AscendJob pods of 4 ranks each following ``reset``; returns their Popen objects."""
     table = write_rank_table(tmp_path / "hccl.json", hosts=HOSTS[:2], devices_per_host=4)
     port = free_port(HOSTS[0], span=2)
@@ -74,7 +75,7 @@ def pods(tmp_path, reset, *extra):
             "cluster", "--no-python", "/bin/sh", "--rank-table", table, "--rank-start", index * 4, "--run-id",
             job_id(tmp_path), "--master-port", port, "--profile", "structure", "--reset-config", reset,
             "--grace-period", "1", *extra, "--", "-c", RANK, cwd=cwd,
-            env={"FAIL_RANK": "none", "STEPS": "60", "MINDX_TASK_ID": "4b1d2a7e"}))
+            env={"FAIL_RANK": "none", "STEPS": "60", "MINDX_TASK_ID": "4b1d2a7e", **(env or {})}))
     return procs
 
 
@@ -137,6 +138,51 @@ def test_a_fault_without_restart_fault_process_stops_the_pod_non_zero(tmp_path, 
     assert codes[1] == 1, stderr[1]
     assert "MindCluster marked rank(s) 6 faulty without RestartFaultProcess: this node stops" in stderr[1]
     assert codes[0] != 0 and len(runs(rank_dir(tmp_path, 6))) == 1
+
+
+# What ascend-operator's env.go gives a pod whose job asks for process recovery (recover-in-place strategy).
+PROCESS_RECOVERY = {"PROCESS_RECOVER": "on", "ENABLE_RESTART_FAULT_PROCESS": "on",
+                    "ELASTIC_PROCESS_RECOVER_ENABLE": "1", "HCCL_ASYNC_ERROR_HANDLING": "0"}
+
+
+def test_with_process_recovery_a_failed_rank_waits_for_clusterds_order_and_restarts_alone(tmp_path):
+    reset = tmp_path / "reset.json"
+    write_reset(reset)
+    procs = pods(tmp_path, reset, env={**PROCESS_RECOVERY, "FAIL_RANK": "5"})
+    try:
+        assert wait_until(lambda: all((rank_dir(tmp_path, r) / "runs.txt").exists() for r in range(8)), timeout=30)
+        before = {r: runs(rank_dir(tmp_path, r)) for r in range(8)}
+        time.sleep(2)   # rank 5 failed (exit 3) meanwhile: held, nothing stopped
+        assert all(proc.poll() is None for proc in procs)
+        assert not any((rank_dir(tmp_path, r) / "sigterm.txt").exists() for r in range(8))
+        write_reset(reset, RankList=[{"RankId": 5, "Status": "fault", "Policy": "RestartRequest"}],
+                    RestartFaultProcess=True)
+        assert wait_until(lambda: len(runs(rank_dir(tmp_path, 5))) == 2, timeout=10)
+        assert all(runs(rank_dir(tmp_path, r)) == before[r] for r in range(8) if r != 5)
+        env = (rank_dir(tmp_path, 5) / "env.txt").read_text().split("DLAUNCH_RANK_DIR")
+        assert env[1] == env[2], "the same environment and ids"
+        assert "HCCL_ASYNC_ERROR_HANDLING=0" in env[2], "the operator's watchdog switch, never turned back on"
+        write_reset(reset, GracefulExit=1)
+        codes, stderr = ended(procs)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+        kill_run(job_id(tmp_path))
+    assert codes == [143, 143], stderr
+    assert "rank 5 exited with code 3; held up to 60 s (--reset-hold) for MindCluster's order" in stderr[1]
+
+
+def test_a_held_rank_with_no_order_fails_its_pod_when_the_hold_ends(tmp_path):
+    reset = tmp_path / "reset.json"
+    write_reset(reset)
+    procs = pods(tmp_path, reset, "--reset-hold", "1", env={**PROCESS_RECOVERY, "FAIL_RANK": "6"})
+    try:
+        codes, stderr = ended(procs)
+    finally:
+        kill_run(job_id(tmp_path))
+    assert codes[1] == 3, stderr[1]   # the held rank's own exit code, as without the hold
+    assert "held up to 1 s (--reset-hold)" in stderr[1] and codes[0] != 0
 
 
 def test_an_unrecovered_rank_stops_every_pod_until_the_table_moves_on_then_all_restart(tmp_path):
