@@ -106,6 +106,13 @@ def mindspore_scheduler_environment(*, world_size: int, master_addr: str, master
     return env
 
 
+def mindspore_recovery_environment(run_dir: str, inherited: dict) -> dict[str, str]:
+    """MindSpore's recovery (``MS_ENABLE_RECOVERY=1``): ``MS_RECOVERY_PATH`` one directory per run, the same for
+    every process and every restart (MindSpore up to 2.4 keeps its recovery metadata there; 2.10 reads none),
+    unless the user gave one."""
+    return {} if "MS_RECOVERY_PATH" in inherited else {"MS_RECOVERY_PATH": f"{run_dir}/ms_recovery"}
+
+
 def _mindspore_cluster(world_size: int, master_addr: str, master_port: int, topo_timeout: float) -> dict[str, str]:
     return {"MS_WORKER_NUM": str(world_size), "MS_SCHED_HOST": master_addr, "MS_SCHED_PORT": str(master_port),
             "MS_TOPO_TIMEOUT": f"{topo_timeout:g}"}

@@ -30,6 +30,7 @@ from launcher.host.devices import DeviceView
 from launcher.plan.environment import (
     masked,
     masked_argv,
+    mindspore_recovery_environment,
     mindspore_scheduler_environment,
     mindspore_worker_environment,
     rank_environment,
@@ -72,6 +73,8 @@ class Policy:
     signal_grace: float = 10.0     # after a signal to dlaunch (preemption): SIGTERM, this long, SIGKILL
     max_restarts: int = 0
     restart_policy: str = "job"    # "rank", "group": only the failed rank, its replica group (local/recovery.py)
+    restart_delay: float = 0.0     # rank, group: a failed one starts again only after this long
+    ms_recovery: bool = False      # MindSpore's recovery (MS_ENABLE_RECOVERY=1): a dead scheduler starts again too
     warm_restarts: str | None = None   # modules a standby interpreter per rank imports ahead (local/warm.py)
     reset_config: str | None = None   # MindCluster's reset.json, followed while the attempt runs
     reset_hold: float = 0.0   # a failed rank waits this long for the reset file's order, the others running on
@@ -225,6 +228,7 @@ def make_plan(table: RankTable, server_index: int, opts: Options, rank_table_fil
     # a rank's paths by f-string, not os.path.join (five a rank): run_dir ends with the run id, never a slash
     error_name, log_name, env_name = (attempt_name(stem, ext, attempt)
                                       for stem, ext in (("error", "json"), ("output", "log"), ("env", "log")))
+    ms_recovery = mindspore_recovery_environment(run_dir, inherited) if opts.policy.ms_recovery else {}
     for local_rank, dev in enumerate(devices):
         rank = dev.rank
         rank_dir = f"{run_dir}/{rank_dir_name(rank, world_size)}"
@@ -246,6 +250,8 @@ def make_plan(table: RankTable, server_index: int, opts: Options, rank_table_fil
             env.pop("RANK_TABLE_FILE")   # with it, MindSpore's init() takes the rank-table path, not the scheduler
             env.update(mindspore_worker_environment(rank=rank, world_size=world_size, master_addr=opts.master_addr,
                                                     master_port=opts.master_port, topo_timeout=opts.ms_topo_timeout))
+        if opts.policy.ms_recovery:
+            env.update(ms_recovery)
         env = {**opts.extra_env, **env}   # dlaunch's contract wins: --env RANK=5 cannot break the job
         if opts.replicas is not None:
             env.update(opts.replicas.rank_environment(rank))
@@ -270,6 +276,8 @@ def make_plan(table: RankTable, server_index: int, opts: Options, rank_table_fil
                                               master_port=opts.master_port, topo_timeout=opts.ms_topo_timeout,
                                               run_id=opts.run_id, run_dir=run_dir, scheduler_dir=sched_dir,
                                               inherited=inherited)
+        if opts.policy.ms_recovery:   # as MindSpore's recovery guide starts it; restarted under the same id
+            env.update(ms_recovery, MS_NODE_ID="sched")
         scheduler = RankSpec(
             rank=None, local_rank=None, device_id=None, server_id=str(server.server_id), argv=argv,
             cwd=sched_dir if opts.policy.cwd_mode == CWD_RANK else opts.launch_dir, env={**opts.extra_env, **env},

@@ -76,13 +76,17 @@ def launch_options(args: LaunchRequest, table, server_index: int, environ: Mappi
 
         run_id, resume_from, resume_note = slurm_requeue(run_id, output_dir, world, environ) or (
             run_id, None, "")
+    added = extra_env(args)
+    ms_recovery = bool(args.ms_scheduler or args.ms_scheduler_elsewhere or args.ms_scheduler_pod) and \
+        {**environ, **added}.get("MS_ENABLE_RECOVERY") == "1"
     reset_config = args.reset_config or (RESET_CONFIG if environ.get("MINDX_TASK_ID") else None)
     opts = Options(command=command, run_id=check_run_id(run_id) if run_id else new_run_id(),
                    output_dir=output_dir, launch_dir=os.getcwd(), python=sys.executable,
                    policy=Policy(cwd_mode=args.cwd, grace_period=args.grace_period,
                                  survivor_window=args.survivor_window, notice_signal=tuple(args.notice_signal or ()),
                                  signal_grace=args.grace_period if args.signal_grace is None else args.signal_grace,
-                                 max_restarts=args.max_restarts, restart_policy=restart_policy(args),
+                                 max_restarts=args.max_restarts, restart_policy=restart_policy(args, ms_recovery),
+                                 restart_delay=args.restart_delay or 0.0, ms_recovery=ms_recovery,
                                  warm_restarts=args.warm_restarts,
                                  reset_config=reset_config, reset_hold=reset_hold(args, reset_config, environ),
                                  restarts_without_progress=args.restarts_without_progress,
@@ -94,7 +98,7 @@ def launch_options(args: LaunchRequest, table, server_index: int, environ: Mappi
                    master_port=master_port,
                    host_files_suffix=host_suffix(table.servers[server_index].server_id) if cluster and not head
                    else "",
-                   extra_env=extra_env(args),
+                   extra_env=added,
                    ms_scheduler=args.ms_scheduler, ms_topo_timeout=args.ms_topo_timeout,
                    ms_scheduler_elsewhere=args.ms_scheduler_elsewhere, ms_scheduler_pod=args.ms_scheduler_pod,
                    forward_signals=args.forward_signals or (),
@@ -120,11 +124,12 @@ def reset_hold(args: LaunchRequest, reset_config: str | None, environ: Mapping[s
     return 60.0 if reset_config and process_recovery(environ) else 0.0
 
 
-def restart_policy(args: LaunchRequest) -> str:
-    """--restart-policy, by default 'group' for TorchFT's replica groups and 'job' (fail fast) otherwise."""
+def restart_policy(args: LaunchRequest, ms_recovery: bool) -> str:
+    """--restart-policy, by default 'group' for TorchFT's replica groups, 'rank' for MindSpore's recovery (a dead
+    worker is relaunched alone with its MS_NODE_ID, the survivors untouched) and 'job' (fail fast) otherwise."""
     if args.restart_policy == "group" and not args.replica_groups:
         raise UsageError("--restart-policy group restarts a TorchFT replica group: give --replica-groups N too")
-    return args.restart_policy or ("group" if args.replica_groups else "job")
+    return args.restart_policy or ("group" if args.replica_groups else "rank" if ms_recovery else "job")
 
 
 def replica_groups(count: int, table, server_index: int, opts, environ: Mapping[str, str]):

@@ -113,6 +113,8 @@ class PlanFile(TypedDict, total=False):
     signal_grace: float
     max_restarts: Number
     restart_policy: str
+    restart_delay: float
+    ms_recovery: bool
     warm_restarts: str | None
     reset_config: Path | None
     reset_hold: float

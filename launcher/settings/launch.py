@@ -129,6 +129,9 @@ _DECLARED: list[tuple[Option, tuple[str, ...]]] = [
                  "starts only the failed rank again, same environment and ids, up to --max-restarts times per "
                  "rank, the others running on (MindSpore's and MindIO's recovery); 'group' starts its TorchFT "
                  "replica group again (the default with --replica-groups)", to_hosts=True),
+    _shared("--restart-delay", type=seconds, metavar="SECONDS",
+            help="--restart-policy rank or group: start a failed rank (its group) again only after this long "
+                 "(default 0)", to_hosts=True),
     _shared("--replica-groups", type=whole(1, 100000), metavar="N",
             help="TorchFT: split the ranks into N replica groups, each with its own store and numbering "
                  "(REPLICA_GROUP_ID, NUM_REPLICA_GROUPS), all reaching one lighthouse (TORCHFT_LIGHTHOUSE if set, "

@@ -52,6 +52,7 @@ class LaunchRequest:
     max_restarts: int
     restart_policy: str | None
     replica_groups: int | None
+    restart_delay: float | None
     warm_restarts: str | None
     reset_config: str | None
     reset_hold: float | None

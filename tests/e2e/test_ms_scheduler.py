@@ -82,10 +82,10 @@ def test_msrun_line_forms_the_cluster_allreduces_and_averages_gradients(tmp_path
         kill_run("ms4")
 
 
-def _launch(tmp_path: Path, run_id: str, *script_args: str):
+def _launch(tmp_path: Path, run_id: str, *script_args: str, flags=(), env=None):
     return start_dlaunch("run", MS_RANK, "--ranks", "2", "--ms-scheduler", "--grace-period", "5",
-                         "--output-dir", tmp_path / "runs", "--run-id", run_id, "--", *script_args,
-                         cwd=tmp_path, env=QUIET)
+                         "--output-dir", tmp_path / "runs", "--run-id", run_id, *flags, "--", *script_args,
+                         cwd=tmp_path, env={**QUIET, **(env or {})})
 
 
 def _both_ready(run_dir: Path) -> bool:
@@ -130,6 +130,30 @@ def _scheduler_killed(tmp_path: Path) -> dict:
     return {**_finish(proc, "schedkill", run_dir), "ready": _both_ready(run_dir), "killed": killed}
 
 
+def _recovered(tmp_path: Path) -> dict:
+    """MindSpore's recovery (MS_ENABLE_RECOVERY=1): rank 1 kills itself after init() and is relaunched alone
+    (after --restart-delay 1) with its MS_NODE_ID, rejoining the cluster as rank 1; then the scheduler is killed
+    and relaunched as MS_NODE_ID=sched, the ranks running on; SIGTERM to dlaunch ends it."""
+    run_dir = tmp_path / "runs" / "recover"
+    proc = _launch(tmp_path, "recover", "--crash-once-rank", "1", "--sleep", "300",
+                   flags=("--max-restarts", "2", "--restart-delay", "1"), env={"MS_ENABLE_RECOVERY": "1"})
+    pids = run_dir / "pids.json"
+
+    def scheduler_pid():
+        return json.loads(pids.read_text()).get("scheduler", {}).get("pid") if pids.exists() else None
+
+    ready = wait_until(lambda: _both_ready(run_dir) or proc.poll() is not None, timeout=FORMING, interval=0.2)
+    killed = relaunched = None
+    if ready and proc.poll() is None:
+        killed = scheduler_pid()
+        os.kill(killed, signal.SIGKILL)
+        wait_until(lambda: scheduler_pid() not in (None, killed) or proc.poll() is not None, timeout=30)
+        relaunched = scheduler_pid()
+        proc.send_signal(signal.SIGTERM)
+    return {**_finish(proc, "recover", run_dir), "ready": _both_ready(run_dir), "killed": killed,
+            "relaunched": relaunched}
+
+
 def _msrun_two_nodes(tmp_path: Path) -> dict:
     """Two msrun nodes of one rank each, as two hosts would start them: node 0 brings the scheduler."""
     port = free_port("127.0.0.1")
@@ -150,7 +174,8 @@ def _msrun_two_nodes(tmp_path: Path) -> dict:
 def side_launches(tmp_path_factory):
     """Four 2-rank launches at once (three failures, two msrun nodes): one wait for MindSpore, not four."""
     tmp = tmp_path_factory.mktemp("ms-side")
-    return side_by_side(lambda run: run(tmp), _rank_fails_after_init, _ctrl_c, _scheduler_killed, _msrun_two_nodes)
+    return side_by_side(lambda run: run(tmp), _rank_fails_after_init, _ctrl_c, _scheduler_killed, _msrun_two_nodes,
+                        _recovered)
 
 
 def _nothing_left(outcome: dict) -> None:
@@ -206,3 +231,27 @@ def test_msrun_over_two_nodes_runs_each_share_and_the_scheduler_with_node_0(side
     assert "scheduler" in summary(run_dir, "summary.node0.json")
     assert "scheduler" not in summary(run_dir, "summary.node1.json")
     assert outcome["left"] == []
+
+
+def test_with_mindspore_recovery_a_dead_worker_and_the_scheduler_are_relaunched_alone(side_launches):
+    outcome = side_launches[_recovered]
+    run_dir = outcome["run_dir"]
+    assert outcome["ready"] and outcome["killed"], outcome["stderr"][-3000:]
+    inits = {rank: [e for e in records(run_dir / f"rank_{rank:03d}", "ms.jsonl") if e["what"] == "init"]
+             for rank in range(2)}
+    assert [e["ms_rank"] for e in inits[1]] == [1, 1], "relaunched with its MS_NODE_ID: MindSpore's rank 1 again"
+    assert len(inits[0]) == 1 and inits[1][0]["pid"] != inits[1][1]["pid"]   # rank 0 never restarted
+    assert "rank 1 died of SIGKILL (exit 137); starting it again alone in 1 s (--restart-delay) " \
+           "(--restart-policy rank: restart 1 of 2)" in outcome["stderr"], outcome["stderr"][-3000:]
+    done = summary(run_dir)
+    rank1 = next(r for r in done["ranks"] if r["rank"] == 1)
+    assert rank1["start"] - rank1["restarts"][0]["end"] >= 1.0   # not before --restart-delay
+    assert not next(r for r in done["ranks"] if r["rank"] == 0).get("restarts")
+    assert outcome["relaunched"] not in (None, outcome["killed"]), outcome["stderr"][-3000:]
+    assert "the MindSpore scheduler died of SIGKILL (exit 137); starting it again alone" in outcome["stderr"]
+    assert done["scheduler"]["restarts"][0]["pid"] == outcome["killed"]
+    scheduler_env = (run_dir / "scheduler" / "env.log").read_text()
+    assert "MS_NODE_ID=sched\n" in scheduler_env and f"MS_RECOVERY_PATH={run_dir}/ms_recovery\n" in scheduler_env
+    assert f"MS_RECOVERY_PATH={run_dir}/ms_recovery\n" in (run_dir / "rank_001" / "env.log").read_text()
+    assert outcome["code"] == 143 and done["interrupted_by"] == "SIGTERM"
+    _nothing_left(outcome)

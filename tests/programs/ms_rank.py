@@ -18,6 +18,8 @@ parser.add_argument("--train-step", action="store_true",
                     help="one DATA_PARALLEL step (GRAPH_MODE, gradients_mean) of a linear model; weights to ms.jsonl")
 parser.add_argument("--fail-rank", type=int, help="this rank exits with --code right after init()")
 parser.add_argument("--code", type=int, default=3)
+parser.add_argument("--crash-once-rank", type=int,
+                    help="this rank kills itself (SIGKILL) right after init(), in its first run only")
 parser.add_argument("--sleep", type=float, default=0.0, help="after the rest, sleep this long (ready.jsonl first)")
 args = parser.parse_args()
 
@@ -38,6 +40,10 @@ def note(name, data):
 rank = get_rank()
 note("ms.jsonl", {"what": "init", "ms_rank": rank, "ms_size": get_group_size(), "RANK": os.environ.get("RANK"),
                   "RANK_ID": os.environ.get("RANK_ID"), "pid": os.getpid()})
+if args.crash_once_rank == rank and not os.path.exists(os.path.join(rank_dir, "crashed")):
+    open(os.path.join(rank_dir, "crashed"), "w").close()
+    print(f"rank {rank} crashes now", flush=True)
+    os.kill(os.getpid(), 9)
 if args.fail_rank == rank:
     print(f"rank {rank} fails now with code {args.code}", flush=True)
     sys.exit(args.code)

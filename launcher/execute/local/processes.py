@@ -72,6 +72,7 @@ class AttemptProcesses:
         self.scheduler: RankProcess | None = None
         self.services: list[RankProcess] = []   # TorchFT's group stores and lighthouse (--replica-groups)
         self.group_restarts: dict[int, int] = {}   # replica group -> times it was started again
+        self.due: dict[RankProcess, float] = {}    # --restart-delay: ended, to be started again at this time
         self.held: dict[RankProcess, float] = {}   # --reset-hold: failed ranks awaiting MindCluster's order, until
         self.deadline: float | None = None   # when stopping: SIGKILL for whatever is left at this time
         self.grace = plan.policy.grace_period   # the grace that deadline gives (--signal-grace after a signal)

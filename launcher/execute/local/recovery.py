@@ -40,6 +40,10 @@ def restart_reason(attempt: AttemptProcesses, process: RankProcess) -> str | Non
     policy = attempt.plan.policy
     if process.restart_why:
         return process.restart_why
+    if process.spec.role == Role.SCHEDULER and policy.ms_recovery and not attempt.ranks_done():   # (not stopped last)
+        done = len(process.result.restarts)
+        return f"MindSpore's recovery (MS_ENABLE_RECOVERY=1): restart {done + 1} of {policy.max_restarts}" \
+            if done < policy.max_restarts else None
     if process.spec.role != Role.RANK:
         return None
     if policy.restart_policy == "rank":

@@ -23,9 +23,9 @@ import time
 from launcher.base.console import say
 from launcher.contract import LAUNCHER_ID_ENV, LAUNCHER_IDS_ENV, ExitCode, Role
 from launcher.execute.local import recovery
-from launcher.execute.local.hangs import HangWatch, check_hangs, dump_rank_stacks
+from launcher.execute.local.hangs import HangWatch, dump_rank_stacks
 from launcher.execute.local.notice import SurvivorWindow, clear_notices, notice_cause
-from launcher.execute.local.peers import PeerWait
+from launcher.execute.local.peers import PeerWait, watch_due
 from launcher.execute.local.processes import AttemptProcesses, RankProcess, kill_groups, killpg_quietly, watch_exits
 from launcher.execute.local.reaper import Reaper, become_subreaper, marker_chain, sweep
 from launcher.execute.local.spawn import RankSpawner, open_rank_files
@@ -178,9 +178,18 @@ class LocalWorkers:
                 timeout = min(watch.interval for watch in (hangs, peers, attempt.reset) if watch)
             else:
                 timeout = None
+            if attempt.due:   # --restart-delay: the next rank due to start again
+                soon = max(0.0, min(attempt.due.values()) - time.monotonic())
+                timeout = soon if timeout is None else min(timeout, soon)
             events = self._dispatch(selector, tee, attempt.unwatched, timeout)
+            for process in [p for p, at in attempt.due.items() if at <= time.monotonic()]:
+                del attempt.due[process]
+                if process.waiting and not attempt.stopping:
+                    self._respawn(attempt, process)
             if not attempt.stopping and not attempt.ranks_done():
-                self._watch(attempt, hangs, peers)
+                hung = watch_due(attempt.ranks, hangs, peers, plan.attempt)
+                if hung is not None:
+                    self._begin_stop(attempt, root_cause=hung)
                 if attempt.reset is not None and not attempt.stopping:
                     self._follow_reset(attempt)
             for kind, value in events:
@@ -197,22 +206,6 @@ class LocalWorkers:
                         f"{attempt.describe_alive()} still running (SIGKILL)")
                 kill_groups(attempt.processes)
                 attempt.killed = True
-
-    def _watch(self, attempt: AttemptProcesses, hangs: HangWatch | None, peers: PeerWait | None) -> None:
-        """The periodic watches, each when due (at most once an interval): the live ranks are listed only then,
-        not on every wake-up."""
-        peers_due, hangs_due = bool(peers and peers.due()), bool(hangs and hangs.due())
-        if not (peers_due or hangs_due):
-            return
-        live = [p for p in attempt.ranks if p.alive]
-        if peers and peers_due:
-            waiting = peers.check([p.spec for p in live])
-            if waiting:
-                say(waiting)
-        if hangs and hangs_due:
-            hung = check_hangs(hangs, live, attempt.plan.attempt)
-            if hung:
-                self._begin_stop(attempt, root_cause=hung)
 
     def _follow_reset(self, attempt: AttemptProcesses) -> None:
         """MindCluster's reset file, when due: its faulty ranks restarted alone, or this host stopped."""
@@ -273,12 +266,15 @@ class LocalWorkers:
         restart) once the rest of its group, stopped now, has ended too; the others run on."""
         result = process.result
         together = recovery.restarted_with(attempt, process)
-        if process.spec.role == Role.RANK:
+        delay = attempt.plan.policy.restart_delay
+        if process.spec.role in (Role.RANK, Role.SCHEDULER):
             result.restarts.append({"pid": result.pid, "exit_code": result.exit_code, "end": result.end,
                                     "why": why})
             if process.restart_why is None or len(together) == 1:
-                say(f"rank {result.rank} {how_it_ended(result.to_dict())}; starting "
-                    + (f"it again alone ({why})" if len(together) == 1 else f"its replica group again ({why})"))
+                who = f"rank {result.rank}" if result.rank is not None else "the MindSpore scheduler"
+                say(f"{who} {how_it_ended(result.to_dict())}; starting "
+                    + ("it again alone" if len(together) == 1 else "its replica group again")
+                    + (f" in {delay:g} s (--restart-delay)" if delay > 0 else "") + f" ({why})")
         process.waiting = True
         for member in together:
             if member.alive and member.restart_why is not None:
@@ -286,7 +282,9 @@ class LocalWorkers:
         if any(member.alive for member in together):
             return   # the last member's exit starts them all
         for member in together:   # in plan order: the group's store before its ranks
-            if member.waiting:
+            if member.waiting and delay > 0:
+                attempt.due[member] = time.monotonic() + delay
+            elif member.waiting:
                 self._respawn(attempt, member)
 
     def _respawn(self, attempt: AttemptProcesses, process: RankProcess) -> None:
