@@ -32,7 +32,8 @@ def describe(plan: LaunchPlan, port_chosen_at_start: bool = False) -> str:
              "on failure:    " + (f"survivors told and given {plan.policy.survivor_window:g} s to save "
                                   f"(--survivor-window), then " if plan.policy.survivor_window else "")
              + f"SIGTERM, {plan.policy.grace_period:g} s grace, SIGKILL; restarts allowed: "
-             f"{plan.policy.max_restarts}" + (restart_limits(plan.policy) if plan.policy.max_restarts else ""),
+             f"{plan.policy.max_restarts}" + (restart_limits(plan.policy) if plan.policy.max_restarts else "")
+             + POLICY_WORDS.get(plan.policy.restart_policy, ""),
              f"on a signal:   forwarded, {plan.policy.signal_grace:g} s grace (--signal-grace), SIGKILL",
              "hang check:    " + (f"stop after {plan.policy.hang_timeout:g} s without a sign of life (exit 124)"
                                   if plan.policy.hang_timeout else "off (--hang-timeout)")]
@@ -69,6 +70,10 @@ def describe(plan: LaunchPlan, port_chosen_at_start: bool = False) -> str:
             lines.append(f"  env: as rank {base.rank}'s, but" if changed or gone else f"  env: as rank {base.rank}'s")
             lines += [f"    {k}={v}" for k, v in changed] + [f"    (no {k})" for k in gone]
     return "\n".join(printable(line) for line in lines)
+
+
+POLICY_WORDS = {"rank": "; only the failed rank starts again (--restart-policy rank)",
+                "group": "; only the failed rank's replica group starts again (--restart-policy group)"}
 
 
 def restart_limits(policy) -> str:

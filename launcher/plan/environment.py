@@ -106,6 +106,22 @@ def mindspore_scheduler_environment(*, world_size: int, master_addr: str, master
     return env
 
 
+MINDIO_OPTIONS = ("TTP:1", "UCE:1", "ARF:1", "TSP:1", "HCCE:1")   # MS_ENABLE_TFT options that need MindIO
+MINDIO_PORT_OFFSET = 3   # MS_TFT_PORT by default: MASTER_PORT + 3 (+1 the job port, +2 TorchFT's lighthouse)
+
+
+def mindio_environment(master_addr: str, master_port: int, inherited: dict) -> dict[str, str]:
+    """Where MindIO's controller listens when ``MS_ENABLE_TFT`` asks for MindIO (mindspore/utils/utils.py reads
+    ``MS_TFT_IP`` and, without a default, ``MS_TFT_PORT``): rank 0's host, unless the user (or MindCluster)
+    said; nothing without such an option."""
+    wanted = inherited.get("MS_ENABLE_TFT", "")
+    if not any(option in wanted for option in MINDIO_OPTIONS):
+        return {}
+    return {name: value for name, value in (("MS_TFT_IP", master_addr),
+                                            ("MS_TFT_PORT", str(master_port + MINDIO_PORT_OFFSET)))
+            if name not in inherited}
+
+
 def mindspore_recovery_environment(run_dir: str, inherited: dict) -> dict[str, str]:
     """MindSpore's recovery (``MS_ENABLE_RECOVERY=1``): ``MS_RECOVERY_PATH`` one directory per run, the same for
     every process and every restart (MindSpore up to 2.4 keeps its recovery metadata there; 2.10 reads none),

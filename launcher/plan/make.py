@@ -30,6 +30,7 @@ from launcher.host.devices import DeviceView
 from launcher.plan.environment import (
     masked,
     masked_argv,
+    mindio_environment,
     mindspore_recovery_environment,
     mindspore_scheduler_environment,
     mindspore_worker_environment,
@@ -229,6 +230,7 @@ def make_plan(table: RankTable, server_index: int, opts: Options, rank_table_fil
     error_name, log_name, env_name = (attempt_name(stem, ext, attempt)
                                       for stem, ext in (("error", "json"), ("output", "log"), ("env", "log")))
     ms_recovery = mindspore_recovery_environment(run_dir, inherited) if opts.policy.ms_recovery else {}
+    mindio = mindio_environment(opts.master_addr, opts.master_port, inherited)
     for local_rank, dev in enumerate(devices):
         rank = dev.rank
         rank_dir = f"{run_dir}/{rank_dir_name(rank, world_size)}"
@@ -249,7 +251,8 @@ def make_plan(table: RankTable, server_index: int, opts: Options, rank_table_fil
         if opts.ms_scheduler or opts.ms_scheduler_elsewhere:
             env.pop("RANK_TABLE_FILE")   # with it, MindSpore's init() takes the rank-table path, not the scheduler
             env.update(mindspore_worker_environment(rank=rank, world_size=world_size, master_addr=opts.master_addr,
-                                                    master_port=opts.master_port, topo_timeout=opts.ms_topo_timeout))
+                                                    master_port=opts.master_port, topo_timeout=opts.ms_topo_timeout),
+                       **mindio)
         if opts.policy.ms_recovery:
             env.update(ms_recovery)
         env = {**opts.extra_env, **env}   # dlaunch's contract wins: --env RANK=5 cannot break the job

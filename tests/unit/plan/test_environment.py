@@ -39,3 +39,21 @@ def test_the_layout_is_worked_out_once_per_set_of_names(monkeypatch):
         log.text({"RANK": str(rank), "WORLD_SIZE": "100"})
     log.text({"RANK": "0", "EXTRA": "1"})
     assert len(calls) == 2
+
+
+def test_mindio_is_pointed_at_rank_0s_host_only_when_ms_enable_tft_asks_for_it():
+    from launcher.plan.environment import mindio_environment
+
+    assert mindio_environment("10.0.0.1", 29500, {"MS_ENABLE_TFT": "{TTP:1,UCE:1}"}) == {
+        "MS_TFT_IP": "10.0.0.1", "MS_TFT_PORT": "29503"}
+    assert mindio_environment("10.0.0.1", 29500, {"MS_ENABLE_TFT": "{RSC:1}"}) == {}   # a pod reschedule: no MindIO
+    assert mindio_environment("10.0.0.1", 29500, {}) == {}
+    given = {"MS_ENABLE_TFT": "{ARF:1}", "MS_TFT_IP": "10.9.9.9", "MS_TFT_PORT": "30051"}
+    assert mindio_environment("10.0.0.1", 29500, given) == {}   # what the user (or MindCluster) set stands
+
+
+def test_mindspore_recovery_keeps_one_recovery_path_per_run_unless_given():
+    from launcher.plan.environment import mindspore_recovery_environment
+
+    assert mindspore_recovery_environment("/runs/r1", {}) == {"MS_RECOVERY_PATH": "/runs/r1/ms_recovery"}
+    assert mindspore_recovery_environment("/runs/r1", {"MS_RECOVERY_PATH": "/shared/rec"}) == {}
