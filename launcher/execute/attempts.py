@@ -215,7 +215,7 @@ class Launch:
             return Decision.RESTART
         cause = result.root_cause   # a rank failed: the one failure a restart answers
         if result.interrupted_by is not None or result.launcher_error is not None or cause is None or last \
-                or self.opts.policy.restart_policy == "rank":   # its restarts were each rank's, in place
+                or self.opts.policy.restart_policy != "job":   # its restarts were each rank's (group's), in place
             return Decision.STOP
         self.next_resume = find_resume_point(self.plan.run_dir, self.table.device_count, log=say)
         self.no_restart = self.budget.refuses(self.next_resume.label if self.next_resume else None, time.time())

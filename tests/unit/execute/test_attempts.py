@@ -54,3 +54,11 @@ def test_the_environment_is_the_one_given(in_tmp):
     launch = a_launch(in_tmp, "--max-restarts", "1")
     assert launch.next_plan(1).ranks[0].env.get("KEPT") is None   # inherited at spawn, not copied into the plan
     assert launch.inherited == {"KEPT": "1"}
+
+
+def test_a_rank_or_group_policy_never_restarts_the_whole_job(in_tmp):
+    """Under 'rank' or 'group' the restarts happen in place; a rank (group) that used them up stops the job,
+    it is not the whole job's first restart."""
+    for flags in (("--restart-policy", "rank"), ("--replica-groups", "2")):
+        launch = a_launch(in_tmp, "--max-restarts", "3", *flags)
+        assert launch.decide(ended(launch.plan, 0, 3)) is Decision.STOP, flags
