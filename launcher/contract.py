@@ -53,6 +53,8 @@ class ExitCode:
     USAGE = 2           # bad usage, config or rank table, found before anything started
     HOST_LOST = 69      # EX_UNAVAILABLE: a host of a multi-host job was lost (killed, silent, never arrived)
     STOPPED_BY_PEER = 75   # EX_TEMPFAIL: this host was stopped because a rank on another host failed
+    UNHEALTHY = 92      # the health gate found this host unfit to start (a device, its network, storage, the
+                        # user's checker): run the job on other hosts
     NO_PROGRESS = 93    # restarts stopped: attempts failed without progress, or a crash loop (ft_launcher's
                         # "decided, do not requeue"; a scheduler should not run the job again as it is)
     HUNG = 124          # a rank showed no sign of life for --hang-timeout (as coreutils timeout)

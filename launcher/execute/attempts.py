@@ -173,6 +173,10 @@ class Launch:
     def run_attempt(self) -> AttemptResult | None:
         """The current plan's attempt, recorded; None when dlaunch itself failed (recorded too, so the run does
         not show "starting" forever)."""
+        unfit = self._health_gate() if self.opts.policy.health_gate else None
+        if unfit is not None:
+            self.attempts.append(unfit)
+            return unfit
         try:
             result = self.workers.run(self.plan)
         except Exception as exc:   # a dlaunch defect
@@ -309,6 +313,27 @@ class Launch:
                 return False
         self.version_seen = read_version(self.version_file)
         return True
+
+    def _health_gate(self) -> AttemptResult | None:
+        """This host checked before its ranks start (host/health.py): None when fit; else an attempt that
+        started nothing, stopped with exit 92, every finding said, and the other hosts told."""
+        from launcher.host.health import GateSettings, gate
+
+        policy, plan = self.opts.policy, self.plan
+        found = gate([spec.device_id for spec in plan.ranks if spec.device_id is not None], plan.run_dir,
+                     GateSettings(command=policy.health_check), self.inherited.get("PATH", os.defpath))
+        if not found:
+            return None
+        lines = [finding.line(plan.server_id) for finding in found]
+        say(f"the health gate found this host unfit to start (exit {ExitCode.UNHEALTHY}):", *lines)
+        result = AttemptResult(attempt=plan.attempt, ranks=[], stopped_by={
+            "why": f"the health gate found host {plan.server_id} unfit: {lines[0]}"
+                   + (f" (and {len(lines) - 1} more)" if len(lines) > 1 else ""),
+            "exit_code": ExitCode.UNHEALTHY, "cause": {"kind": "unhealthy", "host": plan.server_id,
+                                                       "findings": lines}})
+        if self.link is not None:
+            self.link.stopped(result)
+        return result
 
     def _wait_for_devices(self) -> None:
         """The last attempt's device memory released before the next attempt's ranks start (host/release.py)."""

@@ -81,6 +81,8 @@ class Policy:
     reset_hold: float = 0.0   # a failed rank waits this long for the reset file's order, the others running on
     restarts_without_progress: int = 3   # failed attempts in a row with no new complete step, then exit 93
     max_failures_per_hour: int | None = None   # a crash loop: failure N+1 within an hour, then exit 93
+    health_gate: bool = False   # check this host before every start (host/health.py)
+    health_check: str | None = None   # and run this external checker
     device_release_timeout: float = 15.0   # before a restart: wait for device memory to be released
     waiting_notice: float = 30.0  # silent ranks and missing peers this long: say so (0: never)
     hang_timeout: float | None = None   # stop the job (exit 124) after this long without a sign of life

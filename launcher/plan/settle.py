@@ -92,6 +92,8 @@ def launch_options(args: LaunchRequest, table, server_index: int, environ: Mappi
                                  restarts_without_progress=args.restarts_without_progress,
                                  max_failures_per_hour=args.max_failures_per_hour,
                                  device_release_timeout=args.device_release_timeout,
+                                 health_gate=args.health_gate or bool(args.health_check),
+                                 health_check=args.health_check,
                                  waiting_notice=args.waiting_notice, hang_timeout=args.hang_timeout,
                                  prefix_host=cluster),
                    console=console, master_addr=master_addr,

@@ -121,6 +121,8 @@ class PlanFile(TypedDict, total=False):
     restarts_without_progress: Number
     max_failures_per_hour: Number | None
     device_release_timeout: float
+    health_gate: bool
+    health_check: str | None
     attempt: Number
     host_files_suffix: str
     hang_timeout: float | None

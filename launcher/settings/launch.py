@@ -161,6 +161,13 @@ _DECLARED: list[tuple[Option, tuple[str, ...]]] = [
             help="stop the job as failed (exit 124) when a rank shows no sign of life (output, "
                  "launcher.heartbeat.beat(), a checkpoint) for this long; every rank's stack is saved first "
                  "(py-spy)", to_hosts=True),
+    _shared("--health-gate", kind=FLAG, default=False,
+            help="before the first start and every restart, check this host: storage (the run directory "
+                 "writable), npu-smi's device health, nvidia-smi, hccn_tool's link and net health (each where the "
+                 "tool is), --health-check; an unfit host does not start (exit 92)", to_hosts=True),
+    _shared("--health-check", metavar="COMMAND",
+            help="an external health checker run by the gate (implies --health-gate): its output's "
+                 "{\"fail_count\": N}, N > 0 or a failure, makes the host unfit", to_hosts=True),
     _shared("--hccn-conf", default="/etc/hccn.conf", metavar="FILE",
             help="device NIC addresses for generated rank tables (default /etc/hccn.conf)"),
     _shared("--waiting-notice", type=seconds, default=30.0, metavar="SECONDS",

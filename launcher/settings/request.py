@@ -61,6 +61,8 @@ class LaunchRequest:
     device_release_timeout: float
     hang_timeout: float | None
     hccn_conf: str
+    health_gate: bool
+    health_check: str | None
     waiting_notice: float
     ms_scheduler: bool
     ms_topo_timeout: float

@@ -1,0 +1,157 @@
+"""The health gate: is this host fit to start its ranks? Asked before the first attempt and before every restart.
+
+A restart on a broken device or link fails again; NVIDIA's ft_launcher checks each node before every
+rendezvous, and the seeds' own checks on Ascend (``npu-smi info``, ``hccn_tool -i N -link -g`` and
+``-net_health -g``) are such gates. Each check here is bounded in time and in output (``hccn.run``) and
+reports what failed with a one-line fix; a check whose tool this host does not have is skipped (a CPU
+host has no npu-smi), the storage check never is:
+
+- storage: a file written, synced and removed in the run directory within ``timeout`` (a hung NFS mount
+  blocks a save for ever: better found before the ranks start);
+- npu: ``npu-smi info``'s Health of each of this host's devices (OK and Warning pass);
+- gpu: ``nvidia-smi`` answers (a GPU fallen off the bus makes it fail);
+- link, net_health: ``hccn_tool`` says each device's link is UP and its net health is not ``Fault``;
+- external: a command of the user's (``--health-check``), whose output is NVIDIA's node-health answer
+  ``{"fail_count": N}``: N > 0, a non-zero exit or no such answer fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import threading
+from dataclasses import dataclass
+
+from launcher.host import hccn
+from launcher.host.hccn import ToolError
+
+NVIDIA_SMI = "nvidia-smi"
+PROBE = ".dlaunch-health-probe"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One failed check: which, on which device (None: the host), what was seen, what to do."""
+
+    check: str
+    detail: str
+    fix: str
+    device: int | None = None
+
+    def line(self, host: str) -> str:
+        where = f"host {host}" + (f", device {self.device}" if self.device is not None else "")
+        return f"{where}: {self.check}: {self.detail}; {self.fix}"
+
+
+@dataclass(frozen=True)
+class GateSettings:
+    timeout: float = 10.0              # each tool call, and the storage probe
+    hccn_tool: str | None = None       # found on PATH (or the driver's directory) when None
+    command: str | None = None         # --health-check: the external checker
+
+
+def check_storage(directory: str, timeout: float) -> list[Finding]:
+    """A small file written, synced and removed in ``directory`` within ``timeout`` (in a thread: a hung
+    filesystem blocks the call itself, and the thread is left to it)."""
+    done: list[BaseException | None] = []
+
+    def probe() -> None:
+        path = os.path.join(directory, f"{PROBE}.{os.getpid()}")
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                os.write(fd, b"ok\n")
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.unlink(path)
+            done.append(None)
+        except OSError as exc:
+            done.append(exc)
+
+    thread = threading.Thread(target=probe, name="dlaunch-health-storage", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if not done:
+        return [Finding("storage", f"writing in {directory} took over {timeout:g} s",
+                        "check the filesystem (a hung network mount?)")]
+    if done[0] is not None:
+        return [Finding("storage", f"cannot write in {directory}: {done[0]}", "free space, fix permissions or the "
+                                                                             "mount")]
+    return []
+
+
+def check_npus(devices: list[int], npu_smi: str, timeout: float, run=hccn.run) -> list[Finding]:
+    try:
+        health = hccn.parse_npu_health(run([npu_smi, "info"], timeout))
+    except ToolError as exc:
+        return [Finding("npu", f"npu-smi info failed: {exc}", "check the NPU driver (npu-smi info)")]
+    return [Finding("npu", f"npu-smi says Health {health.get(device, 'missing')}",
+                    "check the device (npu-smi info -t health -i N) or exclude this host", device)
+            for device in devices if health.get(device) not in ("OK", "Warning")]
+
+
+def check_gpus(nvidia_smi: str, timeout: float, run=hccn.run) -> list[Finding]:
+    try:
+        run([nvidia_smi, "--query-gpu=index", "--format=csv,noheader"], timeout)
+    except ToolError as exc:
+        return [Finding("gpu", f"nvidia-smi failed: {exc}", "check the GPUs and the driver (nvidia-smi)")]
+    return []
+
+
+def check_network(devices: list[int], tool: str, timeout: float, run=hccn.run) -> list[Finding]:
+    found = []
+    for device in devices:
+        try:
+            link = hccn.parse_link(run([tool, "-i", str(device), "-link", "-g"], timeout))
+            if link != "UP":
+                found.append(Finding("link", f"link status {link}", f"check the cable and port "
+                                     f"(hccn_tool -i {device} -link -g)", device))
+                continue
+            health = hccn.parse_health(run([tool, "-i", str(device), "-net_health", "-g"], timeout))
+            if health == "Fault":
+                found.append(Finding("net_health", "net health status Fault", f"check the device's network "
+                                     f"(hccn_tool -i {device} -net_health -g; dlaunch check-network)", device))
+        except ToolError as exc:
+            found.append(Finding("network", f"hccn_tool failed: {exc}", "check the NPU driver", device))
+    return found
+
+
+def check_external(command: str, timeout: float, run=hccn.run) -> list[Finding]:
+    """The user's checker: its output holds NVIDIA's node-health answer, ``{"fail_count": N}``."""
+    try:
+        text = run(shlex.split(command), timeout)
+    except (ToolError, ValueError) as exc:
+        return [Finding("external", f"{command!r} failed: {exc}", "see what the checker reports")]
+    answer = None
+    for line in reversed(text.strip().splitlines()):
+        try:
+            answer = json.loads(line)
+            break
+        except ValueError:
+            continue
+    count = answer.get("fail_count") if isinstance(answer, dict) else None
+    if not isinstance(count, int) or isinstance(count, bool):
+        return [Finding("external", f"{command!r} gave no {{\"fail_count\": N}} answer", "fix the checker")]
+    return [Finding("external", f"{command!r} says fail_count {count}", "see what the checker reports")] \
+        if count > 0 else []
+
+
+def gate(devices: list[int], run_dir: str, settings: GateSettings, path: str) -> list[Finding]:
+    """Every check this host can make, in order; the failures (an empty list: fit to start)."""
+    found = check_storage(run_dir, settings.timeout)
+    tool = settings.hccn_tool or shutil.which(hccn.TOOL_NAME, path=path) or shutil.which(hccn.TOOL_NAME,
+                                                                                          path=hccn.DRIVER_TOOLS)
+    npu_smi = shutil.which(hccn.NPU_SMI, path=path) or (hccn.find_npu_smi(tool) if tool else None)
+    if npu_smi:
+        found += check_npus(devices, npu_smi, settings.timeout)
+    nvidia_smi = shutil.which(NVIDIA_SMI, path=path)
+    if nvidia_smi:
+        found += check_gpus(nvidia_smi, settings.timeout)
+    if tool:
+        found += check_network(devices, tool, settings.timeout)
+    if settings.command:
+        found += check_external(settings.command, settings.timeout)
+    return found

@@ -1,0 +1,88 @@
+"""The health gate (--health-gate, --health-check; launcher/host/health.py) with the suite's stand-in tools:
+npu-smi reporting a device's Health, hccn_tool reporting net health Fault, an external checker answering
+NVIDIA's {"fail_count": N}. An unfit host starts no rank and exits 92, before the first attempt and before
+a restart; a fit one runs as without the gate."""
+
+import json
+import shutil
+import stat
+import sys
+
+from tests.launching import ROOT, run_dlaunch
+
+PROGRAMS = ROOT / "tests" / "programs"
+RANK = ('echo ran >> "$DLAUNCH_RANK_DIR/ran.txt"; '
+        '[ -n "$FAIL" ] && [ "$RANK" = 1 ] && touch "$FAIL" && exit 3; exit 0')
+
+
+def stand_ins(tmp_path, npu_health=None, net_health=None):
+    """A bin directory with npu-smi and hccn_tool stand-ins for devices 0 and 1; returns the env to run with."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in ("npu-smi", "hccn_tool"):
+        path = bin_dir / name
+        path.write_text(f"#!{sys.executable} -S\n" + (PROGRAMS / name).read_text())
+        path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    npu_state = tmp_path / "npu.json"
+    npu_state.write_text(json.dumps({"hbm": {"0": 0, "1": 0}, "health": npu_health or {}}))
+    devices = {str(d): {"ip": f"10.0.0.{d + 1}", "link": "UP", "health": (net_health or {}).get(str(d), "Success")}
+               for d in (0, 1)}
+    hccn_state = tmp_path / "hccn.json"
+    hccn_state.write_text(json.dumps({"hosts": {"local": {"devices": devices}}}))
+    return {"PATH": f"{bin_dir}:/usr/bin:/bin", "NPU_SMI_STATE": str(npu_state), "HCCN_FAKE_STATE": str(hccn_state),
+            "HCCN_FAKE_HOST": "local"}
+
+
+def launch(tmp_path, *flags, env=None):
+    return run_dlaunch("run", "--no-python", "/bin/sh", "--ranks", "2", "--profile", "structure", "--output-dir",
+                       tmp_path / "runs", "--run-id", "gate", *flags, "--", "-c", RANK, cwd=tmp_path, env=env)
+
+
+def ran(tmp_path):
+    return sorted(p.parent.name for p in (tmp_path / "runs" / "gate").glob("rank_*/ran.txt"))
+
+
+def test_a_fit_host_runs_as_without_the_gate(tmp_path):
+    result = launch(tmp_path, "--health-gate", env=stand_ins(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert ran(tmp_path) == ["rank_000", "rank_001"]
+    calls = (tmp_path / "npu.json.calls").read_text()
+    assert '"info"' in calls   # npu-smi was asked
+
+
+def test_a_device_npu_smi_calls_unhealthy_keeps_every_rank_from_starting(tmp_path):
+    result = launch(tmp_path, "--health-gate", env=stand_ins(tmp_path, npu_health={"1": "Alarm"}))
+    assert result.returncode == 92, result.stderr
+    assert "host 127.0.0.1, device 1: npu: npu-smi says Health Alarm" in result.stderr
+    assert ran(tmp_path) == []
+    summary = json.loads((tmp_path / "runs" / "gate" / "summary.json").read_text())
+    assert summary["exit_code"] == 92
+
+
+def test_net_health_fault_keeps_the_host_from_starting(tmp_path):
+    result = launch(tmp_path, "--health-gate", env=stand_ins(tmp_path, net_health={"0": "Fault"}))
+    assert result.returncode == 92, result.stderr
+    assert "device 0: net_health: net health status Fault; check the device's network" in result.stderr
+    assert ran(tmp_path) == []
+
+
+def test_the_external_checker_decides_before_the_first_start_and_before_a_restart(tmp_path):
+    checker = tmp_path / "checker.sh"
+    marker = tmp_path / "rank1-failed"
+    checker.write_text(f'if [ -e {marker} ]; then echo \'{{"fail_count": 1}}\'; '
+                       f'else echo \'{{"fail_count": 0}}\'; fi\n')
+    sh = shutil.which("sh")
+    result = launch(tmp_path, "--health-check", f"{sh} {checker}", "--max-restarts", "2",
+                    env={"FAIL": str(marker)})
+    assert result.returncode == 92, result.stderr   # attempt 0 ran; rank 1 failed; the restart found the host unfit
+    assert f"external: '{sh} {checker}' says fail_count 1" in result.stderr
+    assert ran(tmp_path) == ["rank_000", "rank_001"]
+    assert all((tmp_path / "runs" / "gate" / r / "ran.txt").read_text().count("ran") == 1 for r in ran(tmp_path))
+    summary = json.loads((tmp_path / "runs" / "gate" / "summary.json").read_text())
+    assert len(summary["attempts"]) == 2 and summary["exit_code"] == 92
+
+
+def test_a_checker_without_an_answer_is_a_failure_not_a_pass(tmp_path):
+    result = launch(tmp_path, "--health-check", "/bin/echo all good")
+    assert result.returncode == 92, result.stderr
+    assert "gave no {\"fail_count\": N} answer" in result.stderr
