@@ -86,3 +86,22 @@ def test_a_checker_without_an_answer_is_a_failure_not_a_pass(tmp_path):
     result = launch(tmp_path, "--health-check", "/bin/echo all good")
     assert result.returncode == 92, result.stderr
     assert "gave no {\"fail_count\": N} answer" in result.stderr
+
+
+def test_an_unfit_host_of_a_job_stops_the_other_hosts_too(tmp_path):
+    """Two hosts started by hand: host 1's checker fails; host 0, which started its rank, is stopped."""
+    from tests.e2e.test_job_hosts import HOSTS, Job
+    from tests.launching import free_port
+
+    job = Job(tmp_path, 2, free_port(HOSTS[0], span=2), "gatejob")
+    try:
+        job.start(0, "--sleep", "60")
+        job.start(1, "--sleep", "60", extra=("--health-check", """/bin/echo '{"fail_count": 3}'"""))
+        code1, err1 = job.wait(1)
+        code0, err0 = job.wait(0)
+    finally:
+        job.cleanup()
+    assert code1 == 92, err1
+    assert "says fail_count 3" in err1
+    assert code0 != 0 and "the health gate found host 127.0.0.3 unfit" in err0, err0
+    assert job.summary(0)["job"]["root_cause"]["kind"] == "unhealthy"
