@@ -5,7 +5,6 @@ instead of /user/restore/reset/config/reset.json)."""
 
 import hashlib
 import json
-import signal
 import time
 
 import pytest
@@ -90,6 +89,15 @@ def write_reset(path, **fields):
     path.with_suffix(".tmp").rename(path)   # as the kubelet swaps a ConfigMap's files
 
 
+def stop_pods(tmp_path, procs):
+    """Whatever a test left running: its pods' dlaunch processes, then every process of its run."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    kill_run(job_id(tmp_path))
+
+
 @pytest.fixture
 def acjob(tmp_path):
     """The two pods running, every rank started once, the reset file as ClusterD first writes it; cleaned up."""
@@ -100,11 +108,7 @@ def acjob(tmp_path):
         assert wait_until(lambda: all((rank_dir(tmp_path, r) / "runs.txt").exists() for r in range(8)), timeout=30)
         yield reset, procs
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGKILL)
-                proc.wait()
-        kill_run(job_id(tmp_path))
+        stop_pods(tmp_path, procs)
 
 
 def ended(procs):
@@ -165,10 +169,7 @@ def test_with_process_recovery_a_failed_rank_waits_for_clusterds_order_and_resta
         write_reset(reset, GracefulExit=1)
         codes, stderr = ended(procs)
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-        kill_run(job_id(tmp_path))
+        stop_pods(tmp_path, procs)
     assert codes == [143, 143], stderr
     assert "rank 5 exited with code 3; held up to 60 s (--reset-hold) for MindCluster's order" in stderr[1]
 
@@ -207,10 +208,7 @@ def test_an_unrecovered_rank_stops_every_pod_until_the_table_moves_on_then_all_r
         write_reset(reset, GracefulExit=1)
         codes, stderr = ended(procs)
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-        kill_run(job_id(tmp_path))
+        stop_pods(tmp_path, procs)
     assert codes == [143, 143], stderr
     assert "MindCluster marked rank(s) 2 unrecovered" in stderr[0] + stderr[1]
     env = (rank_dir(tmp_path, 5) / "env.txt").read_text()
