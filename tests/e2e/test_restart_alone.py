@@ -163,7 +163,9 @@ def test_with_process_recovery_a_failed_rank_waits_for_clusterds_order_and_resta
                     RestartFaultProcess=True)
         assert wait_until(lambda: len(runs(rank_dir(tmp_path, 5))) == 2, timeout=10)
         assert all(runs(rank_dir(tmp_path, r)) == before[r] for r in range(8) if r != 5)
-        env = (rank_dir(tmp_path, 5) / "env.txt").read_text().split("DLAUNCH_RANK_DIR")
+        env_file = rank_dir(tmp_path, 5) / "env.txt"   # written by the restarted rank just after runs.txt
+        assert wait_until(lambda: env_file.read_text().count("HCCL_ASYNC_ERROR_HANDLING") == 2, timeout=10)
+        env = env_file.read_text().split("DLAUNCH_RANK_DIR")
         assert env[1] == env[2], "the same environment and ids"
         assert "HCCL_ASYNC_ERROR_HANDLING=0" in env[2], "the operator's watchdog switch, never turned back on"
         write_reset(reset, GracefulExit=1)
