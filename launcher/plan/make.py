@@ -255,8 +255,7 @@ def make_plan(table: RankTable, server_index: int, opts: Options, rank_table_fil
             env.update(mindspore_worker_environment(rank=rank, world_size=world_size, master_addr=opts.master_addr,
                                                     master_port=opts.master_port, topo_timeout=opts.ms_topo_timeout),
                        **mindio)
-        if opts.policy.ms_recovery:
-            env.update(ms_recovery)
+        env.update(ms_recovery)   # {} without MindSpore's recovery
         env = {**opts.extra_env, **env}   # dlaunch's contract wins: --env RANK=5 cannot break the job
         if opts.replicas is not None:
             env.update(opts.replicas.rank_environment(rank))

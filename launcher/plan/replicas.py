@@ -65,8 +65,11 @@ class ReplicaGroups:
 
     def lighthouse_argv(self) -> list[str]:
         """torchft's lighthouse: a quorum from one live group on (the others heal into it), stragglers awaited
-        a few seconds at most, not torchft's minute, so a restarted group is back in the next quorum."""
-        return [self.lighthouse_binary, "--min_replicas", "1", "--bind", f"[::]:{self.lighthouse_port}",
+        a few seconds at most, not torchft's minute, so a restarted group is back in the next quorum. It listens
+        on every address of the master address's family: torchft's own ``[::]`` cannot bind where IPv6 is
+        off (many pods)."""
+        any_address = "[::]" if self.lighthouse.startswith("http://[") else "0.0.0.0"
+        return [self.lighthouse_binary, "--min_replicas", "1", "--bind", f"{any_address}:{self.lighthouse_port}",
                 "--join_timeout_ms", "5000"]
 
 

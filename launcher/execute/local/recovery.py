@@ -41,21 +41,22 @@ def restart_reason(attempt: AttemptProcesses, process: RankProcess) -> str | Non
     if process.restart_why:
         return process.restart_why
     if process.spec.role == Role.SCHEDULER and policy.ms_recovery and not attempt.ranks_done():   # (not stopped last)
-        done = len(process.result.restarts)
-        return f"MindSpore's recovery (MS_ENABLE_RECOVERY=1): restart {done + 1} of {policy.max_restarts}" \
-            if done < policy.max_restarts else None
+        return _within(len(process.result.restarts), policy.max_restarts,
+                       "MindSpore's recovery (MS_ENABLE_RECOVERY=1): ")
     if process.spec.role != Role.RANK:
         return None
     if policy.restart_policy == "rank":
-        done = len(process.result.restarts)
-        return f"--restart-policy rank: restart {done + 1} of {policy.max_restarts}" \
-            if done < policy.max_restarts else None
+        return _within(len(process.result.restarts), policy.max_restarts, "--restart-policy rank: ")
     group = process.spec.replica_group
     if policy.restart_policy == "group" and group is not None:
-        done = attempt.group_restarts.get(group, 0)
-        return f"--restart-policy group: replica group {group}'s restart {done + 1} of {policy.max_restarts}" \
-            if done < policy.max_restarts else None
+        return _within(attempt.group_restarts.get(group, 0), policy.max_restarts,
+                       f"--restart-policy group: replica group {group}'s ")
     return None
+
+
+def _within(done: int, allowed: int, policy: str) -> str | None:
+    """``<policy>restart N of M`` while restarts are left (``done`` so far), else None."""
+    return f"{policy}restart {done + 1} of {allowed}" if done < allowed else None
 
 
 def restarted_with(attempt: AttemptProcesses, process: RankProcess) -> list[RankProcess]:

@@ -30,7 +30,10 @@ def test_each_group_is_numbered_from_zero_with_its_own_store_and_the_one_lightho
     assert {env[r]["TORCHFT_LIGHTHOUSE"] for r in range(4)} == {"http://127.0.0.1:30100"}
     assert env[0]["TORCHELASTIC_USE_AGENT_STORE"] == "True"   # the store is the group's own process
     assert groups.store_argv("/py", 1)[-3:] == ["127.0.0.1", "30002", "1"]
-    assert "--min_replicas" in groups.lighthouse_argv() and "[::]:30100" in groups.lighthouse_argv()
+    assert "--min_replicas" in groups.lighthouse_argv() and "0.0.0.0:30100" in groups.lighthouse_argv()
+    over_ipv6 = ReplicaGroups(count=2, size=2, store_addr="::1", store_ports={0: 1, 1: 2},
+                              lighthouse="http://[::1]:30100", lighthouse_port=30100)
+    assert "[::]:30100" in over_ipv6.lighthouse_argv()   # an IPv6 master address: the lighthouse on IPv6
 
 
 @pytest.mark.parametrize(("count", "world", "servers", "problem"), [
