@@ -41,9 +41,29 @@ def cmd_cluster(args: LaunchRequest, control=None, on_started=None, environ=None
     table, server_index, _, view = launch_table(args, environ)
     if checking:
         check_before_launch(args, "", table, server_index)
+    if args.spares:   # the table is the pool; the job runs the table of its active servers
+        roster = spare_roster(args, table, server_index)
+        job = roster.table()
+        opts = launch_options(args, table, server_index, environ, view=view, world=job.device_count)
+        return launch(job, roster.slot, opts, dry_run=args.dry_run, environ=environ, on_started=on_started,
+                      control=control, roster=roster)
+    opts = launch_options(args, table, server_index, environ, view=view)
     reread = replace(TableSource.of(args), text=None) if args.rank_table else None   # the file, read again
-    return launch(table, server_index, launch_options(args, table, server_index, environ, view=view),
+    return launch(table, server_index, opts,
                   dry_run=args.dry_run, environ=environ, on_started=on_started, control=control, reread=reread)
+
+
+def spare_roster(args: LaunchRequest, pool, own: int):
+    """--spares K: the table's last K servers stand by; the job's table (the others') must keep the rules."""
+    from launcher.table.rules import require_valid
+    from launcher.table.spares import Roster
+
+    if args.replica_groups or (args.restart_policy or "job") != "job":
+        raise UsageError("--spares restarts the whole job with a spare in a lost host's place: not with "
+                         "--replica-groups or --restart-policy rank/group")
+    roster = Roster.first(pool, args.spares, own, args.profile)
+    require_valid(roster.table(), args.profile, f"the rank table without its {args.spares} spare(s)")
+    return roster
 
 
 def cmd_from_head(announce: bool = False) -> int:

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from launcher.execute.job.link import JobLink
     from launcher.plan.share import TableSource
     from launcher.rundir.model import PidsFile
+    from launcher.table.spares import Roster
 
 
 class Decision(Enum):
@@ -81,17 +82,26 @@ def first_resume_point(opts: Options, world_size: int) -> ResumePoint | None:
     return resume
 
 
-def launch(table: RankTable, server_index: int, opts: Options, *, dry_run: bool, environ: Mapping[str, str],
-           on_started: Callable | None = None, control=None, reread: TableSource | None = None) -> int:
+def launch(table: RankTable, server_index: int | None, opts: Options, *, dry_run: bool, environ: Mapping[str, str],
+           on_started: Callable | None = None, control=None, reread: TableSource | None = None,
+           roster: Roster | None = None) -> int:
     """Run this host's share of ``table`` to the end; returns dlaunch's exit code.
 
     ``environ`` is the environment the ranks inherit. ``opts.resume_from`` is an earlier run directory whose
     newest complete checkpoint step the ranks resume from; after a failure, restarts resume from this run's
     own newest complete step. ``reread`` lets a restart use a rank table an operator rewrote meanwhile.
+    With spares, ``roster`` says which servers run the job (``table`` is their table) and ``server_index`` is
+    None while this host stands by.
     """
     rank_table_file = os.path.join(opts.output_dir, opts.run_id, f"rank_table{opts.host_files_suffix}.json")
     resume = first_resume_point(opts, table.device_count)
-    plan = make_plan(table, server_index, opts, rank_table_file, dict(environ), resume=resume)
+    if roster is not None:
+        from launcher.execute.job.spares import plan_for
+
+        plan = plan_for(roster, opts, rank_table_file, environ, attempt=0, resume=resume)
+    else:
+        assert server_index is not None   # only a spare has none
+        plan = make_plan(table, server_index, opts, rank_table_file, dict(environ), resume=resume)
     if dry_run:
         from launcher.plan.describe import describe
 
@@ -99,16 +109,17 @@ def launch(table: RankTable, server_index: int, opts: Options, *, dry_run: bool,
         return 0
     check_command(opts)
     return Launch(table, server_index, opts, plan, environ=environ, control=control, on_started=on_started,
-                  reread=reread).run()
+                  reread=reread, roster=roster).run()
 
 
 class Launch:
     """One host's launch once its first plan is made: the attempts, the decisions between them, the summary."""
 
-    def __init__(self, table: RankTable, server_index: int, opts: Options, plan: LaunchPlan, *,
+    def __init__(self, table: RankTable, server_index: int | None, opts: Options, plan: LaunchPlan, *,
                  environ: Mapping[str, str], control=None, on_started: Callable | None = None,
-                 reread: TableSource | None = None):
+                 reread: TableSource | None = None, roster: Roster | None = None):
         self.table, self.server_index, self.opts, self.plan = table, server_index, opts, plan
+        self.roster = roster              # --spares: which servers run the job, and whether this host does
         self.inherited = dict(environ)
         self.control = control            # (fd, pending bytes) of a head's control channel (--ssh), or None
         self.on_started = on_started      # told the ranks once every process of an attempt runs
@@ -169,6 +180,10 @@ class Launch:
         self.workers = LocalWorkers(self.signals, self.inherited, job=self.link, on_started=self._publish_pids)
         self.zombies = ZombieCollector(lambda: {*self.workers.reaper.groups, self.workers.reaper.pid}).start() \
             if is_pid1() else None
+        if self.roster is not None and self.link is not None and self.link.joined(self.signals.fd,
+                                                                                  self.opts.join_timeout):
+            if self.link.active is not None and tuple(self.link.active) != self.roster.active:
+                self._follow_roster(self.link.active, self.plan.attempt)   # the job moved on before this host came
 
     def run_attempt(self) -> AttemptResult | None:
         """The current plan's attempt, recorded; None when dlaunch itself failed (recorded too, so the run does
@@ -177,6 +192,13 @@ class Launch:
         if unfit is not None:
             self.attempts.append(unfit)
             return unfit
+        if self.plan.standby:
+            from launcher.execute.job.spares import stand_by
+
+            assert self.link is not None   # a spare stands by on the job's link
+            result = stand_by(self.link, self.signals, self.plan)
+            self.attempts.append(result)
+            return result
         try:
             result = self.workers.run(self.plan)
         except Exception as exc:   # a dlaunch defect
@@ -193,10 +215,12 @@ class Launch:
         after a rank failed while restarts are left, never after a signal or a launcher error."""
         last = self.plan.attempt == self.opts.policy.max_restarts
         restart = f"restart {self.plan.attempt + 1} of {self.opts.policy.max_restarts}"
+        if self.plan.standby and result.stopped_by is not None:   # an unfit spare leaves the job
+            return Decision.STOP
         if self.link is not None:
             from launcher.execute.job import hosts as job
 
-            self.verdict = job.settle(self.link, self.plan, result, self.signals.fd)
+            self.verdict = job.settle(self.link, self.plan, result, self.signals.fd, self.roster)
             if self.verdict.get("restart") and not self._pod_back(self.verdict.get("root_cause")):
                 return Decision.STOP
             if self.verdict.get("late"):
@@ -237,6 +261,9 @@ class Launch:
         self._wait_for_devices()
         port = opts.master_port if opts.fixed_port else free_port(opts.master_addr)
         rank_table_file = plan.rank_table_file
+        if self.roster is not None:
+            return self._follow_roster(self.verdict.get("active"), attempt)
+        assert self.server_index is not None   # only a spare (with a roster) has none
         if self.reread is not None:
             from launcher.execute.job.restarts import next_table
 
@@ -250,6 +277,32 @@ class Launch:
             self.resume = self.next_resume or self.resume
         return make_plan(self.table, self.server_index, replace(opts, master_port=port), rank_table_file,
                          self.inherited, attempt=attempt, resume=self.resume)
+
+    def _follow_roster(self, active, attempt: int) -> LaunchPlan:
+        """--spares: the plan of ``attempt`` as the job's ``active`` hosts stand (the same ones when None):
+        this host's slot's ranks with the job's table rewritten and written for them, resuming from the step
+        the job agreed on (found in this host's files of those ranks), or no rank while it stands by."""
+        from launcher.execute.job import hosts as job
+        from launcher.execute.job import spares
+
+        roster = self.roster
+        assert roster is not None
+        if active is not None and tuple(active) != roster.active:
+            roster = self.roster = roster.moved(active)
+            spares.say_moves(self.verdict)
+        self.table, self.server_index = roster.table(), roster.slot
+        rank_table_file = self.plan.rank_table_file
+        if roster.slot is not None and roster.active != tuple(range(len(roster.active))):
+            rank_table_file = spares.job_table_file(roster, self.plan, attempt)
+        plan = spares.plan_for(roster, self.opts, rank_table_file, self.inherited, attempt=attempt, resume=None)
+        self.resume = job.resume_point(plan, self.verdict) if self.verdict.get("resume_step") else self.resume
+        if self.resume is not None and not plan.standby:
+            plan = spares.plan_for(roster, self.opts, rank_table_file, self.inherited, attempt=attempt,
+                                   resume=self.resume)
+        if plan.ranks != self.plan.ranks or plan.standby != self.plan.standby:
+            spares.record_plan(plan)
+        self.plan = plan
+        return plan
 
     def conclude(self) -> int:
         """The launch's summary written and said; its exit code."""
@@ -320,7 +373,10 @@ class Launch:
         from launcher.host.health import GateSettings, gate
 
         policy, plan = self.opts.policy, self.plan
-        found = gate([spec.device_id for spec in plan.ranks if spec.device_id is not None], plan.run_dir,
+        devices = [spec.device_id for spec in plan.ranks if spec.device_id is not None]
+        if plan.standby and self.roster is not None:   # a spare is checked for the devices it would run
+            devices = [placed.device for placed in self.roster.pool.servers[self.roster.own].placed()]
+        found = gate(devices, plan.run_dir,
                      GateSettings(command=policy.health_check), self.inherited.get("PATH", os.defpath))
         if not found:
             return None
@@ -331,7 +387,7 @@ class Launch:
                    + (f" (and {len(lines) - 1} more)" if len(lines) > 1 else ""),
             "exit_code": ExitCode.UNHEALTHY, "cause": {"kind": "unhealthy", "host": plan.server_id,
                                                        "findings": lines}})
-        if self.link is not None:
+        if self.link is not None and not plan.standby:   # an unfit spare only leaves: the job runs on
             self.link.stopped(result)
         return result
 
@@ -346,11 +402,11 @@ class Launch:
             wait_for_release(devices, reader, timeout, say)
 
     def _open_link(self) -> JobLink | None:
-        if self.plan.server_count < 2:
+        if self.plan.server_count < 2 and self.roster is None:
             return None
         from launcher.execute.job import hosts as job
 
-        return job.open_link(self.plan, self.opts, self.table, self.control, self.inherited)
+        return job.open_link(self.plan, self.opts, self.table, self.control, self.inherited, self.roster)
 
     def _publish_pids(self, ranks, scheduler) -> None:
         """pids.json once every process of an attempt runs (status and logs find live ranks there)."""

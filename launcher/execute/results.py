@@ -218,6 +218,7 @@ def summarize(plan: LaunchPlan, attempts: list[AttemptResult], started: float, w
         "attempts": [{"attempt": a.attempt, "exit_code": a.exit_code, "root_cause": _root_cause(a),
                       "ranks": entries} for a, entries in zip(attempts, ranks)],
         **({"warnings": list(warnings)} if warnings else {}),
+        **({"standby": True} if plan.standby else {}),   # --spares: this host stood by in the last attempt
     }
 
 
@@ -228,6 +229,9 @@ def closing_lines(summary: dict, summary_path: str) -> list[str]:
     cause = summary["root_cause"]
     restarts = len(summary.get("attempts") or [None]) - 1
     restarted = f" after {restarts} restart(s)" if restarts > 0 else ""
+    if summary["status"] == "succeeded" and summary.get("standby"):
+        return [f"the job succeeded{restarted} in {took:.1f} s with this host standing by as a spare; run "
+                f"directory {summary['run_dir']}"]
     if summary["status"] == "succeeded":
         return [f"all {count} rank(s) exited 0{restarted} in {took:.1f} s; run directory {summary['run_dir']}"]
     lines = []

@@ -213,6 +213,9 @@ class Observer:
         snap = {"run_id": run.run_id, "run_dir": run.run_dir, "time": now, **self._overall(run, refs, rows),
                 "hosts": sorted({ref.host for ref in run.ranks}), "world_size": run.world_size, "ranks": rows,
                 "missing_hosts": run.missing_hosts}
+        roster = run.roster()
+        if roster:   # --spares: active, standing by, replaced
+            snap["roster"] = roster
         lighthouse = lighthouse_of(run.plans.values())
         if lighthouse and not snap["finished"]:   # --replica-groups: the quorum, as the lighthouse sees it
             snap["torchft"] = quorum(lighthouse)

@@ -54,6 +54,8 @@ def headline(snap: dict) -> list[str]:
     lines = [line]
     if snap.get("torchft"):
         lines.append(quorum_line(snap["torchft"]))
+    if snap.get("roster"):
+        lines.append(roster_line(snap["roster"]))
     if missing:
         names = ", ".join(f"{h['host']} (ranks {h['ranks']})" for h in missing)
         lines.append(f"never reported: {names}: no plan or summary of theirs in this run directory")
@@ -69,6 +71,22 @@ def headline(snap: dict) -> list[str]:
         how = how_it_ended(cause)
         lines.append(f"root cause: {who(cause)} {how}")
     return lines
+
+
+def roster_line(roster: dict) -> str:
+    """--spares: ``hosts: active a, b; standing by c; replaced d (by c: why)``."""
+    def names(hosts) -> str:
+        return ", ".join(hosts) if hosts else "none"
+
+    replaced = [f"{host}" + (f" (by {move['by']}: {move.get('why', '')})" if move.get("by") else "")
+                for host, move in (roster.get("replaced") or {}).items()]
+    line = f"hosts: active {names(roster.get('active'))}; standing by {names(roster.get('standing_by'))}"
+    if replaced:
+        line += f"; replaced {'; '.join(replaced)}"
+    excluded = roster.get("excluded") or {}
+    if excluded:
+        line += f"; excluded until their cooldown ends: {names(sorted(excluded))}"
+    return line
 
 
 def finished_code(snap: dict) -> int:

@@ -122,6 +122,8 @@ class Options:
     join_timeout: float = 180.0      # cluster: every host must have joined the job within this long
     host_argv: tuple[str, ...] = ()   # cluster --ssh's head: every host launcher's arguments (options.host_argv)
     replicas: ReplicaGroups | None = None   # --replica-groups: TorchFT's groups, their stores and lighthouse
+    spares: int = 0                  # cluster --spares: the rank table's last K servers stand by (table/spares.py)
+    exclude_cooldown: float = 600.0  # a host replaced by a spare may stand by again only after this long
 
 
 @dataclass(frozen=True)
@@ -166,6 +168,7 @@ class LaunchPlan:
     is_master: bool = True                            # this host runs rank 0
     scheduler: RankSpec | None = None                 # MindSpore's scheduler, on the master host only
     services: list[RankSpec] = field(default_factory=list)   # TorchFT: this host's group stores, the lighthouse
+    standby: bool = False                             # --spares: this host stands by (no rank) this attempt
 
     def host_file(self, name: str, ext: str) -> str:
         """This host's own file in the run directory (plan, summary): distinct per host on a shared filesystem."""

@@ -33,13 +33,14 @@ def extra_env(args: LaunchRequest) -> dict[str, str]:
 
 
 def launch_options(args: LaunchRequest, table, server_index: int, environ: Mapping[str, str], view=None,
-                   head: bool = False):
+                   head: bool = False, world: int | None = None):
     """Every setting of this host's launch, as the plan takes it.
 
     ``run`` picks a free master port unless one was given and shares a run directory only when --run-id
     names one; ``cluster`` hosts agree on port 29500 and one run directory, and prefix their console lines
     with the host. ``head`` is ``cluster --ssh``'s head node, which starts no rank itself. A job Slurm
-    requeued resumes without --resume (``resume.slurm_requeue``).
+    requeued resumes without --resume (``resume.slurm_requeue``). ``world``: the job's ranks when ``table``
+    holds spares too.
     """
     from launcher.host.devices import DeviceView, free_port
     from launcher.host.mindcluster import RESET_CONFIG
@@ -55,7 +56,7 @@ def launch_options(args: LaunchRequest, table, server_index: int, environ: Mappi
     command = Command(target=args.script if args.module or args.no_python else os.path.abspath(args.script),
                       args=tuple(args.script_args), module=args.module, no_python=args.no_python)
     console = args.console.strip().lower()
-    world = table.device_count   # counted once: it walks every server (once per rank was quadratic)
+    world = world or table.device_count   # the job's (with spares, fewer than the table's); counted once
     beyond = [r for r in console_ranks(console, world) if r >= world]
     if beyond:
         raise UsageError(f"--console names rank {beyond[0]} but the job has {world} ranks")
@@ -85,7 +86,7 @@ def launch_options(args: LaunchRequest, table, server_index: int, environ: Mappi
                    policy=Policy(cwd_mode=args.cwd, grace_period=args.grace_period,
                                  survivor_window=args.survivor_window, notice_signal=tuple(args.notice_signal or ()),
                                  signal_grace=args.grace_period if args.signal_grace is None else args.signal_grace,
-                                 max_restarts=args.max_restarts, restart_policy=restart_policy(args, ms_recovery),
+                                 max_restarts=max_restarts(args), restart_policy=restart_policy(args, ms_recovery),
                                  restart_delay=args.restart_delay or 0.0, ms_recovery=ms_recovery,
                                  warm_restarts=args.warm_restarts,
                                  reset_config=reset_config, reset_hold=reset_hold(args, reset_config, environ),
@@ -109,10 +110,18 @@ def launch_options(args: LaunchRequest, table, server_index: int, environ: Mappi
                    fixed_port=cluster or args.master_port is not None, resume_from=resume_from,
                    resume_note=resume_note, job_port=args.job_port, job_addr=args.job_addr,   # run: None
                    host_timeout=args.host_timeout, join_timeout=args.join_timeout,   # run: the defaults
+                   spares=args.spares, exclude_cooldown=args.exclude_cooldown,
                    devices=view if view is not None else DeviceView())
     if args.replica_groups and not head:
         opts = replace(opts, replicas=replica_groups(args.replica_groups, table, server_index, opts, environ))
     return replace(opts, host_argv=tuple(host_argv(args, opts))) if head else opts
+
+
+def max_restarts(args: LaunchRequest) -> int:
+    """--max-restarts; with --spares K and no --max-restarts given, K: each spare taking a place is a restart."""
+    if args.spares and args.source("max_restarts") == "default":
+        return max(args.max_restarts, args.spares)
+    return args.max_restarts
 
 
 def reset_hold(args: LaunchRequest, reset_config: str | None, environ: Mapping[str, str]) -> float:

@@ -134,6 +134,7 @@ class PlanFile(TypedDict, total=False):
     scheduler: RankSpecFile | None
     services: list[RankSpecFile]   # TorchFT's group stores and lighthouse (--replica-groups)
     prefix_host: bool
+    standby: bool   # --spares: the host stood by (no rank) when it wrote this plan
 
 
 # ---------------------------------------------------------------- summary[.<host>].json
@@ -192,6 +193,23 @@ class JobCauseFile(RankEntryFile, total=False):
     rank_exit_code: Code | None
 
 
+class ReplacedFile(TypedDict, total=False):
+    """A host a spare replaced (``cluster --spares``)."""
+
+    by: str
+    why: str
+
+
+class RosterFile(TypedDict, total=False):
+    """With spares: the hosts of the job's last attempt, the spares standing by, the hosts excluded (until,
+    seconds since the epoch) and every replacement so far."""
+
+    active: list[str]
+    standing_by: list[str]
+    excluded: dict[str, float]
+    replaced: dict[str, ReplacedFile]
+
+
 class JobVerdictFile(TypedDict, total=False):
     """The verdict the hosts of one job agreed on; every host's summary carries the same one."""
 
@@ -201,6 +219,7 @@ class JobVerdictFile(TypedDict, total=False):
     host_exit_codes: dict[str, Code | None]
     lost_hosts: dict[str, str]
     absent_hosts: list[str]
+    roster: RosterFile
 
 
 class StoppedByFile(TypedDict, total=False):
@@ -236,6 +255,7 @@ class SummaryFile(TypedDict, total=False):
     job: JobVerdictFile
     stopped_by: StoppedByFile
     no_restart: str        # why restarts stopped before they ran out (exit 93, execute/budget.py)
+    standby: bool          # --spares: this host stood by in the last attempt
 
 
 class HeadHostFile(TypedDict, total=False):

@@ -63,6 +63,8 @@ class Run:
     head: HeadSummaryFile | None = None                         # summary.head.json of a cluster --ssh job
     problems: list[str] = field(default_factory=list)           # one line per damaged file: what was ignored
     damaged: set[str] = field(default_factory=set)              # host suffixes whose plan could not be read
+    replaced: set[str] = field(default_factory=set)   # --spares: hosts whose every rank a newer plan runs
+    standby: set[str] = field(default_factory=set)    # --spares: hosts whose latest plan stands by
     # host suffix -> rank -> its summary entry, made on first use (a list searched per rank is quadratic)
     _entries: dict[str, dict] = field(default_factory=dict, repr=False, compare=False)
 
@@ -73,8 +75,23 @@ class Run:
 
     @property
     def finished(self) -> bool:
-        """Every host whose plan is here has written its summary."""
-        return bool(self.plans) and all(suffix in self.summaries for suffix in self.plans)
+        """Every host whose plan is here has written its summary (but a host a spare replaced, which may be
+        gone for good)."""
+        return bool(self.plans) and all(suffix in self.summaries for suffix in self.plans
+                                        if suffix not in self.replaced)
+
+    def roster(self) -> dict | None:
+        """--spares: the job's hosts as its verdict last said (any host's summary), else as the plans say."""
+        for _, summ in sorted(self.summaries.items()):
+            roster = (summ.get("job") or {}).get("roster")
+            if roster:
+                return dict(roster)
+        if not self.replaced and not self.standby:
+            return None
+        host = {suffix: plan.get("server_id", suffix) for suffix, plan in self.plans.items()}
+        return {"active": sorted(host[s] for s in self.plans if s not in self.replaced | self.standby),
+                "standing_by": sorted(host[s] for s in self.standby),
+                "replaced": {host[s]: {} for s in sorted(self.replaced)}}
 
 
 def _suffix(path: str, stem: str) -> str:
@@ -130,11 +147,18 @@ def load_run(run_dir: str) -> Run:
     run.head = cast("HeadSummaryFile | None", head)
     problems += [problem] if problem else []
     seen: set[int] = set()
-    for suffix, plan in sorted(plans.items()):
+    # the newest attempt's plan first: a spare that took a host's place runs its ranks now (--spares)
+    for suffix, plan in sorted(plans.items(), key=lambda item: (-item[1].get("attempt", 0), item[0])):
         run.run_id = plan.get("run_id", run.run_id)
-        run.world_size = max(run.world_size, plan.get("world_size", 0))
+        run.world_size = max(run.world_size, plan.get("world_size", 0)) if not plan.get("standby") else \
+            run.world_size
+        owned = len(seen)
         for spec in plan.get("ranks", []):
             _add_rank(run, seen, suffix, spec, spec.get("server_id", plan.get("server_id", "")), spec.get("rank_dir"))
+        if plan.get("standby"):
+            run.standby.add(suffix)
+        elif plan.get("ranks") and len(seen) == owned and suffix not in summaries:
+            run.replaced.add(suffix)
     for suffix, summ in summaries.items():  # a summary without its plan (copied runs): ranks from the summary
         if suffix in plans:
             continue

@@ -226,6 +226,14 @@ _DECLARED: list[tuple[Option, tuple[str, ...]]] = [
                                  "(default 180)", type=positive_seconds, default=180.0, metavar="SECONDS",
             to_hosts=True),
      ("cluster",)),
+    (Option(("--spares",), "the last K servers of the rank table stand by: when a host of the job is lost or its "
+                           "health gate finds it unfit, a spare takes its place (its slot and ranks) in a rewritten "
+                           "table and the job restarts from its newest complete step (default 0; implies "
+                           "--max-restarts K unless given)", type=whole(0, 10**5), default=0, metavar="K",
+            to_hosts=True), ("cluster",)),
+    (Option(("--exclude-cooldown",), "with --spares: a host replaced for being lost or unfit may join again as a "
+                                     "spare only after this long (default 600)", type=seconds, default=600.0,
+            metavar="SECONDS", to_hosts=True), ("cluster",)),
     (SSH, ("cluster",)),
     (SSH_CONFIG, ("cluster",)),
     (TRUST_NEW_HOSTS, ("cluster",)),

@@ -50,6 +50,8 @@ class LaunchRequest:
     forward_signals: tuple[int, ...] | None
     termination_log: str | None
     max_restarts: int
+    spares: int
+    exclude_cooldown: float
     restart_policy: str | None
     replica_groups: int | None
     restart_delay: float | None

@@ -33,7 +33,7 @@ from launcher.contract import ExitCode
 from launcher.execute.budget import RestartBudget
 from launcher.execute.job import protocol
 from launcher.execute.job.protocol import Channel
-from launcher.execute.job.restarts import common_step
+from launcher.execute.job.restarts import common_step, spare_swap
 from launcher.execute.job.strangers import Strangers, Tally
 
 STACKS_TOTAL = 64 << 20   # characters of stacks gathered from every host after a hang; the rest stay on their hosts
@@ -60,7 +60,7 @@ class Coordinator:
     def __init__(self, listener: socket.socket, secret: bytes, run_id: str, hosts: list[str], *, max_restarts: int,
                  host_timeout: float, join_timeout: float, log: Callable[[str], None] = lambda line: None,
                  master_index: int = 0, report_timeout: float | None = None, stranger_cap: int | None = None,
-                 budget: RestartBudget | None = None):
+                 budget: RestartBudget | None = None, active: list[int] | None = None, cooldown: float = 600.0):
         self.listener, self.secret, self.run_id, self.hosts = listener, secret, run_id, hosts
         self.max_restarts, self.host_timeout, self.log = max_restarts, host_timeout, log
         self.report_timeout = report_timeout if report_timeout is not None else 2 * host_timeout + 60
@@ -87,6 +87,12 @@ class Coordinator:
         self.stack_chars = 0
         self.lost: dict[int, str] = {}
         self.finished = False                   # the final verdict went out
+        # --spares: the hosts that run the job, in slot order (None: every host), the others standing by; a host
+        # a spare replaced may stand by again once its cooldown ends (time.time() -> ``excluded``)
+        self.active = list(active) if active is not None else None
+        self.cooldown = cooldown
+        self.excluded: dict[int, float] = {}
+        self.replaced: dict[str, dict] = {}     # host -> {"by", "why", "attempt"}: every replacement so far
 
     # ---------------------------------------------------------------- the selector
 
@@ -117,7 +123,7 @@ class Coordinator:
                     self._lose(index, f"sent nothing for {now - peer.heard:.1f} s (--host-timeout "
                                       f"{self.host_timeout:g}): its dlaunch is stopped or its machine unreachable")
             if now >= self.join_deadline:
-                for index in range(len(self.hosts)):
+                for index in self._running():
                     if index not in self.ever_joined and index not in self.lost:
                         self._lose(index, f"never joined the job within {self.join_timeout:g} s (--join-timeout)")
             if self.stop is not None and now - self.stop_at > self.report_timeout:
@@ -135,7 +141,7 @@ class Coordinator:
                 self._send(peer, {"t": "hb"})
         self.tally.flush(now)
         waits = [self._next_beat - now, self.tally.period_end - now]
-        if not self.finished and len(self.ever_joined) < len(self.hosts):
+        if not self.finished and not set(self._running()) <= self.ever_joined:
             waits.append(self.join_deadline - now)
         if self.stop is not None and not self.finished:
             waits.append(self.stop_at + self.report_timeout - now)
@@ -312,7 +318,14 @@ class Coordinator:
             self._maybe_verdict()
 
     def _attempt_message(self) -> dict:
-        return {"t": "attempt", "attempt": self.attempt, "resume_step": self.resume_step}
+        return {"t": "attempt", "attempt": self.attempt, "resume_step": self.resume_step, **self._active_said()}
+
+    def _active_said(self) -> dict:
+        return {"active": self.active} if self.active is not None else {}
+
+    def _running(self) -> list[int]:
+        """The hosts that run the job's ranks now (every host, without spares)."""
+        return list(range(len(self.hosts))) if self.active is None else self.active
 
     def _stopping(self, cause: dict, skip: int | None = None) -> None:
         """The attempt's first stop: every other host is told; the report deadline starts."""
@@ -339,6 +352,9 @@ class Coordinator:
             self._refuse(peer, f"run id {message.get('run_id')!r} is not this job's ({self.run_id!r})")
         elif not isinstance(index, int) or not 0 <= index < len(self.hosts) or index in self.lost:
             self._refuse(peer, f"server index {index!r} is not a host this job waits for")
+        elif self.excluded.get(index, 0.0) > time.time():
+            self._refuse(peer, f"host {self.hosts[index]} was replaced by a spare; it may stand by again in "
+                               f"{self.excluded[index] - time.time():.0f} s (--exclude-cooldown)")
         elif self.finished:
             self._refuse(peer, "the job has already ended")
         elif index in self.peers:
@@ -350,7 +366,7 @@ class Coordinator:
             self.ever_joined.add(index)
             self._send(peer, {"t": "welcome", "proof": protocol.proof(self.secret, "welcome", peer.nonce,
                                                                           message["nonce"]),
-                              "attempt": self.attempt, "resume_step": self.resume_step})
+                              "attempt": self.attempt, "resume_step": self.resume_step, **self._active_said()})
             peer.channel.key = protocol.session_key(self.secret, peer.nonce, message["nonce"])
             if self.stop is not None:   # it arrived after the job began to stop: it stops at once
                 self._send(peer, {"t": "stop", "attempt": self.attempt, "cause": self.stop})
@@ -361,10 +377,16 @@ class Coordinator:
                 self._send(peer, message)
 
     def _lose(self, index: int, why: str) -> None:
-        self.lost[index] = why
         peer = self.peers.get(index)
         if peer is not None:
             self._drop(peer)
+        if index not in self._running():   # a spare: one fewer to take a place, nothing stops
+            self.ever_joined.discard(index)
+            self.results.pop(index, None)
+            self.log(f"job coordinator: spare host {self.hosts[index]} left: {why}")
+            self._maybe_verdict()
+            return
+        self.lost[index] = why
         self.log(f"job coordinator: lost host {self.hosts[index]}: {why}")
         if self.stop is None:
             self._stopping({"kind": "lost", "host": self.hosts[index], "why": why, "exit_code": ExitCode.HOST_LOST,
@@ -372,13 +394,17 @@ class Coordinator:
         self._maybe_verdict()
 
     def _maybe_verdict(self) -> None:
-        if self.finished or any(i not in self.results and i not in self.lost for i in self.ever_joined):
+        running = self._running()
+        if self.finished or any(i not in self.results and i not in self.lost for i in self.ever_joined
+                                if i in running):
             return
-        if not self.results and not self.lost:
+        if self.stop is not None and any(i not in self.results for i in self.peers if i not in running):
+            return   # the spares report what they could take over once the job stops (at once)
+        results = {i: r for i, r in self.results.items() if i in running}
+        if not results and not self.lost:
             return
-        verdict = job_verdict(self.stop, self.results, self.lost, self.hosts)
-        verdict["absent_hosts"] = [self.hosts[i] for i in range(len(self.hosts))
-                                   if i not in self.ever_joined and i not in self.lost]
+        verdict = job_verdict(self.stop, results, self.lost, self.hosts)
+        verdict["absent_hosts"] = [self.hosts[i] for i in running if i not in self.ever_joined and i not in self.lost]
         stop = self.stop or {}
         verdict["restart"] = (verdict["status"] == "failed" and not self.lost and self.attempt < self.max_restarts
                               and (stop.get("kind") in ("failed", "hung") or stop.get("order") == "unrecovered"))
@@ -388,18 +414,56 @@ class Coordinator:
             for rank, entry in sorted(self.stacks.items(), key=lambda item: int(item[0])):
                 for part in protocol.stack_parts({rank: entry["text"]}, self.attempt):
                     self._send(master, {**part, "host": entry["host"]})
+        swap = self._replacements(verdict) if self.active is not None else None
+        if swap:
+            verdict.update(restart=True, replaced=swap["replaced"])
+        if self.active is not None:
+            verdict.update(active=swap["active"] if swap else self.active, roster=self._roster(swap))
         if verdict["restart"]:
-            verdict["resume_step"] = common_step([r.get("steps") or [] for _, r in sorted(self.results.items())])
+            verdict["resume_step"] = common_step(swap["steps"] if swap else
+                                                 [r.get("steps") or [] for _, r in sorted(results.items())])
             refused = self.budget.refuses(verdict["resume_step"], time.time())
             if refused:   # restarts left, but they would loop: every host exits "do not requeue"
                 verdict.update(restart=False, no_restart=refused, exit_code=ExitCode.NO_PROGRESS)
         self._broadcast(verdict)
+        if verdict["restart"] and swap:
+            self._exclude(swap)
         if verdict["restart"]:
             self.attempt += 1
             self.resume_step = verdict["resume_step"]
             self.stop, self.results, self.stacks, self.stack_chars = None, {}, {}, 0
         else:
             self.finished = True
+
+
+    def _replacements(self, verdict: dict) -> dict | None:
+        """--spares: the spares that take the places of the hosts lost or found unfit (``restarts.spare_swap``);
+        None while restarts are spent or no replacement can be made."""
+        if verdict["status"] != "failed" or self.attempt >= self.max_restarts:
+            return None
+        return spare_swap(self._running(), self.results, self.lost, [i for i in sorted(self.peers)], self.hosts,
+                          excluded=self.excluded, master=self.master_index)
+
+    def _roster(self, swap: dict | None) -> dict:
+        """For every host's summary and status: the hosts of the next attempt (or the last), the spares that
+        stand by, the hosts excluded (until when) and every replacement so far."""
+        active = swap["active"] if swap else self.active
+        assert active is not None
+        excluded = {**self.excluded, **({i: time.time() + self.cooldown for i in swap["unfit"]} if swap else {})}
+        return {"active": [self.hosts[i] for i in active],
+                "standing_by": [self.hosts[i] for i in sorted(self.peers) if i not in active and i not in excluded],
+                "excluded": {self.hosts[i]: round(until, 3) for i, until in excluded.items() if until > time.time()},
+                "replaced": {**self.replaced, **(swap["replaced"] if swap else {})}}
+
+    def _exclude(self, swap: dict) -> None:
+        """After a restart with spares: the replaced hosts wait out their cooldown; the lost ones are forgotten,
+        so that they may join again (as spares) once it ends."""
+        until = time.time() + self.cooldown
+        for index in swap["unfit"]:
+            self.excluded[index] = until
+            self.ever_joined.discard(index)
+        self.replaced.update(swap["replaced"])
+        self.active, self.lost = swap["active"], {}
 
 
 def job_verdict(stop: dict | None, results: dict[int, dict], lost: dict[int, str], hosts: list[str]) -> dict:

@@ -17,21 +17,26 @@ from launcher.execute.job.restarts import complete_steps, host_resume_point
 STACK_TEXT_LIMIT = 256 << 10   # of one rank's stack sent to the master host (py-spy's are a few KiB)
 
 
-def open_link(plan, opts, table, control, environ) -> JobLink | None:
+def open_link(plan, opts, table, control, environ, roster=None) -> JobLink | None:
     """A job of several hosts started per host (by hand, Slurm, an operator) talks over the master address;
     under ``cluster --ssh`` the head already ties the hosts together, except for restarts, which the hosts
-    agree on among themselves."""
-    if plan.server_count < 2 or (control is not None and not opts.policy.max_restarts):
+    agree on among themselves. With spares (``roster``) every server of the pool is on the link."""
+    if (plan.server_count < 2 and roster is None) or (control is not None and not opts.policy.max_restarts):
         return None
-    link = JobLink.for_plan(plan, opts, table, environ)
+    link = JobLink.for_plan(plan, opts, table, environ, roster=roster)
     link.start()
     return link
 
 
-def settle(link: JobLink, plan, result, signal_fd: int) -> dict:
+def settle(link: JobLink, plan, result, signal_fd: int, roster=None) -> dict:
     """Report the attempt to the job and wait for its verdict; on the master host, write the stacks of a hang
-    that every host sent."""
-    verdict = link.finish(result, signal_fd, steps=complete_steps(plan), stacks=_stack_texts(result))
+    that every host sent. A spare reports the steps it sees of every active host's ranks."""
+    slots = None
+    if plan.standby and roster is not None:
+        from launcher.execute.job.spares import slot_steps
+
+        slots = slot_steps(roster, plan.run_dir)
+    verdict = link.finish(result, signal_fd, steps=complete_steps(plan), stacks=_stack_texts(result), slots=slots)
     if link.stacks:
         _write_job_stacks(plan, link.stacks)
         link.stacks = {}
@@ -54,6 +59,8 @@ def add_verdict(summary: dict, verdict: dict) -> None:
     in a job that failed elsewhere exits with the code that says so (``job.protocol``)."""
     job = {key: verdict.get(key) for key in ("status", "exit_code", "root_cause", "host_exit_codes", "lost_hosts",
                                              "absent_hosts")}
+    if verdict.get("roster"):   # --spares: who ran the job's last attempt, who stood by, who was replaced
+        job["roster"] = verdict["roster"]
     summary["job"] = job
     if verdict.get("no_restart"):   # the job stopped restarting: every host says "do not requeue"
         summary.update(exit_code=ExitCode.NO_PROGRESS, no_restart=verdict["no_restart"])

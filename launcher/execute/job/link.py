@@ -56,6 +56,8 @@ def describe(cause: dict) -> str:
         return f"dlaunch on host {host} failed: {cause.get('why')}"
     if kind == "late":
         return str(cause.get("why"))
+    if kind == "unhealthy":
+        return str(cause.get("why"))
     if kind == "mindcluster":
         return f"host {host} stopped: {cause.get('why')}"
     return f"host {host} was lost: {cause.get('why')}"
@@ -74,8 +76,10 @@ class JobLink:
 
     def __init__(self, *, hosts: list[str], index: int, master_index: int, address: str, port: int, secret: bytes,
                  run_id: str, host_timeout: float, join_timeout: float, max_restarts: int,
-                 report_timeout: float | None = None, budget=None):
+                 report_timeout: float | None = None, budget=None, active: list[int] | None = None,
+                 cooldown: float = 600.0):
         self.hosts, self.index, self.attempt = hosts, index, 0
+        self.active: list[int] | None = None   # --spares: the job's active hosts, as the coordinator last said
         self.stacks: dict = {}   # on the master host, after a hang: global rank -> {"host", "text"}
         self.behind: dict | None = None   # the job's attempt, when it restarted before this host joined
         self._events: collections.deque = collections.deque()
@@ -90,14 +94,18 @@ class JobLink:
             self.coordinator = Coordinator(protocol.bind_address(address, port), secret, run_id, hosts,
                                            max_restarts=max_restarts, host_timeout=host_timeout,
                                            join_timeout=join_timeout, log=say, master_index=master_index,
-                                           report_timeout=report_timeout, budget=budget)
+                                           report_timeout=report_timeout, budget=budget, active=active,
+                                           cooldown=cooldown)
         self.member = Member(address, port, secret, run_id, index, host_timeout=host_timeout,
                              join_timeout=join_timeout, deliver=self._deliver, master_name=hosts[master_index])
         self._thread = threading.Thread(target=self._serve, name="dlaunch-job", daemon=True)
 
     @classmethod
-    def for_plan(cls, plan, opts, table, environ: Mapping[str, str]) -> JobLink:
-        """The link of a multi-host plan: the coordinator on the master host's ``--job-port``."""
+    def for_plan(cls, plan, opts, table, environ: Mapping[str, str], roster=None) -> JobLink:
+        """The link of a multi-host plan: the coordinator on the master host's ``--job-port``. With spares
+        (a ``table.spares.Roster``), every server of the pool is a host of the link, active or standing by."""
+        if roster is not None:
+            table = roster.pool
         hosts = [str(s.server_id) for s in table.servers]
         # the job's name every host agrees on: the run id when it is shared, else the master address and port
         # (hosts started without --run-id, e.g. one dlaunch torchrun per node, each make their own run id)
@@ -110,14 +118,16 @@ class JobLink:
         # a host reports once its ranks stopped: the survivors' window, the grace period, the stacks of a hang,
         # and a host timeout
         report_timeout = opts.policy.survivor_window + 2 * opts.policy.grace_period + opts.host_timeout + 60
-        return cls(hosts=hosts, index=plan.server_index, master_index=master, address=address, port=port,
+        index = roster.own if roster is not None else plan.server_index
+        return cls(hosts=hosts, index=index, master_index=master, address=address, port=port,
                    secret=protocol.job_secret(environ, job_identity(table), job_id),
                    run_id=job_id, host_timeout=opts.host_timeout, join_timeout=opts.join_timeout,
                    # --restart-policy rank restarts ranks in place, each host its own: never the whole job
                    max_restarts=opts.policy.max_restarts if opts.policy.restart_policy == "job" else 0,
                    report_timeout=report_timeout,
                    budget=RestartBudget(without_progress=opts.policy.restarts_without_progress,
-                                        per_hour=opts.policy.max_failures_per_hour))
+                                        per_hour=opts.policy.max_failures_per_hour),
+                   active=list(roster.active) if roster is not None else None, cooldown=opts.exclude_cooldown)
 
     def start(self) -> None:
         self._thread.start()
@@ -153,12 +163,39 @@ class JobLink:
                 found.append(("job_stop", {"why": describe(cause), "exit_code": code, "cause": cause}))
         return found
 
+    def joined(self, signal_fd: int, timeout: float) -> bool:
+        """Wait until the coordinator welcomed this host (and said the job's active hosts, with spares); False
+        when it refused or was lost, a signal came, or ``timeout`` passed."""
+        selector = selectors.DefaultSelector()
+        selector.register(self._main_r, selectors.EVENT_READ)
+        selector.register(signal_fd, selectors.EVENT_READ)
+        deadline = time.monotonic() + timeout
+        try:
+            while True:
+                self._drain(self._main_r)
+                if any(e["t"] == "lost" for e in self._events):
+                    return False
+                if any(e["t"] == "attempt" for e in self._events):   # the welcome (or a catch-up after it)
+                    break
+                left = deadline - time.monotonic()
+                if left <= 0 or any(key.fd == signal_fd for key, _ in selector.select(left)):
+                    return False
+            self._take_attempts()
+            return True
+        finally:
+            selector.close()
+
+    def news(self) -> bool:
+        """A spare's question: has the job stopped its attempt, ended, or been lost (events that wait)?"""
+        self._drain(self._main_r)
+        return any(e["t"] in ("stop", "verdict", "lost", "attempt") for e in self._events) or self.behind is not None
+
     def stopped(self, result) -> None:
         """This host stopped its attempt for a reason of its own: every other host stops too."""
         self._send({"t": "stop", "attempt": self.attempt, "cause": cause_of(result)})
 
     def finish(self, result, signal_fd: int | None = None, steps: list[str] | None = None,
-               stacks: dict | None = None) -> dict:
+               stacks: dict | None = None, slots: dict | None = None) -> dict:
         """Report this host's attempt and wait for the job's verdict (every host's attempt over, or a host
         lost); a signal to dlaunch meanwhile ends the wait with this host's own verdict."""
         if result.exit_code == 0 and self.member.state in ("waiting", "connecting"):
@@ -171,7 +208,8 @@ class JobLink:
             for part in protocol.stack_parts(stacks or {}, self.attempt):
                 self._send(part)
             self._send({"t": "result", "attempt": self.attempt, "exit_code": result.exit_code,
-                        "status": "succeeded" if result.exit_code == 0 else "failed", "steps": steps or []})
+                        "status": "succeeded" if result.exit_code == 0 else "failed", "steps": steps or [],
+                        **({"slots": slots} if slots is not None else {})})
         selector = selectors.DefaultSelector()
         selector.register(self._main_r, selectors.EVENT_READ)
         if signal_fd is not None:
@@ -224,6 +262,8 @@ class JobLink:
         for event in [e for e in self._events if e["t"] == "attempt"]:
             self._events.remove(event)
             attempt = event.get("attempt")
+            if isinstance(event.get("active"), list):
+                self.active = event["active"]
             if isinstance(attempt, int) and attempt > self.attempt:
                 self.behind = {"attempt": attempt, "resume_step": event.get("resume_step")}
 

@@ -177,7 +177,8 @@ class Member:
                 self.channel.key = protocol.session_key(self.secret, self.server_nonce, self.nonce)
                 self.state = "joined"
                 self.deliver({"t": "attempt", "attempt": message.get("attempt"),
-                              "resume_step": message.get("resume_step")})
+                              "resume_step": message.get("resume_step"),
+                              **({"active": message["active"]} if "active" in message else {})})
                 for queued in self.queue:
                     self._write(queued)
                 self.queue = []

@@ -18,16 +18,22 @@ if TYPE_CHECKING:
     from launcher.plan.share import TableSource
 
 
-def _own_steps(plan: LaunchPlan) -> list[Step]:
-    """This host's steps that every one of its ranks has (its own file, or a replica's), files filled in."""
-    own = {spec.rank: os.path.join(spec.rank_dir, CKPT_DIR) for spec in plan.ranks if spec.rank is not None}
+def steps_covering(dirs: dict[int, str]) -> list[Step]:
+    """The steps every rank of ``dirs`` (rank -> checkpoint directory) has (its own file, or a replica's),
+    files filled in, oldest first."""
     steps = []
-    for step in collect(own):
-        covered = step.covering(set(own))
+    for step in collect(dirs):
+        covered = step.covering(set(dirs))
         if covered is not None:
             step.files = covered
             steps.append(step)
     return steps
+
+
+def _own_steps(plan: LaunchPlan) -> list[Step]:
+    """This host's steps that every one of its ranks has."""
+    return steps_covering({spec.rank: os.path.join(spec.rank_dir, CKPT_DIR) for spec in plan.ranks
+                           if spec.rank is not None})
 
 
 def complete_steps(plan: LaunchPlan) -> list[str]:
@@ -41,6 +47,37 @@ def common_step(reported: list[list[str]]) -> str | None:
         return None
     others = [set(steps) for steps in reported[1:]]
     return next((label for label in reversed(reported[0]) if all(label in steps for steps in others)), None)
+
+
+def spare_swap(running: list[int], results: dict[int, dict], lost: dict[int, str], connected: list[int],
+               hosts: list[str], *, excluded: dict[int, float], master: int) -> dict | None:
+    """--spares: after a failed attempt, each host of ``running`` (slot order) that was lost or found unfit
+    (exit 92) swapped, in its slot, for a spare that is ``connected``, reported the attempt (its ``slots``: the
+    steps it sees of each slot's ranks) and is past any cooldown in ``excluded``. Returns the new active list,
+    who replaced whom, the steps every slot of the new job has (for ``common_step``) and the unfit hosts; None
+    when nothing is to replace, too few spares stand by, or the master host (the coordinator's own) is unfit."""
+    import time
+
+    from launcher.contract import ExitCode
+    from launcher.table.spares import replace_hosts
+
+    unfit = [i for i in running if i in lost or results.get(i, {}).get("exit_code") == ExitCode.UNHEALTHY]
+    if not unfit or master in unfit:
+        return None
+    now = time.time()
+    candidates = [i for i in connected if i not in running and results.get(i, {}).get("exit_code") == 0
+                  and excluded.get(i, 0.0) <= now]
+    active = replace_hosts(running, unfit, candidates)
+    if active is None:
+        return None
+    replaced, steps = {}, []
+    for old, index in zip(running, active):
+        if old == index:
+            steps.append(results[index].get("steps") or [])
+            continue
+        steps.append((results[index].get("slots") or {}).get(str(old)) or [])
+        replaced[hosts[old]] = {"by": hosts[index], "why": lost.get(old) or "its health gate found it unfit"}
+    return {"active": active, "replaced": replaced, "steps": steps, "unfit": unfit}
 
 
 def host_resume_point(plan: LaunchPlan, label: str) -> ResumePoint | None:

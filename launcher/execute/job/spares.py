@@ -1,0 +1,115 @@
+"""A host of a job with spares (``cluster --spares K``): its plan as the job's active hosts stand, its wait
+while it stands by, and what it tells the job when the job stops.
+
+The coordinator (``coordinator.py``, ``restarts.spare_swap``) decides who runs; each host only follows: the
+``table.spares.Roster`` it holds moves with every verdict, and its plan is made from the job's table the
+roster gives (ranks in its slot) or, standing by, a plan with no rank at all. A spare that takes a place needs
+the replaced host's checkpoints: on storage both hosts see (the same --output-dir on a shared filesystem), the
+steps it reports for each slot are the ones it can resume from.
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+from dataclasses import replace
+
+from launcher.base.console import say
+from launcher.execute.results import AttemptResult
+
+TYPE_CHECKING = False   # typing's own flag, without importing typing on the launch path (docs/development.md)
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from launcher.checkpoint.resume import ResumePoint
+    from launcher.execute.job.link import JobLink
+    from launcher.execute.signals import SignalWatch
+    from launcher.plan.make import LaunchPlan, Options
+    from launcher.table.spares import Roster
+
+
+def plan_for(roster: Roster, opts: Options, rank_table_file: str, environ: Mapping[str, str], *, attempt: int,
+             resume: ResumePoint | None) -> LaunchPlan:
+    """This host's plan: its slot's ranks in the job's table, or, standing by, none (its run directory, its
+    host files and the job's link only)."""
+    from launcher.plan.make import make_plan
+
+    slot = roster.slot
+    if slot is None:
+        plan = make_plan(roster.pool, roster.own, opts, rank_table_file, dict(environ), attempt=attempt)
+        return replace(plan, ranks=[], services=[], scheduler=None, standby=True, is_master=False, peers=[])
+    return make_plan(roster.table(), slot, opts, rank_table_file, dict(environ), attempt=attempt, resume=resume)
+
+
+def job_table_file(roster: Roster, plan: LaunchPlan, attempt: int) -> str:
+    """The job's table after spares took places, checked by dlaunch's own rules and written in the run
+    directory (``rank_table.<host>.attempt-N.json``): RANK_TABLE_FILE of the attempt's ranks."""
+    from launcher.base.atomic import write_atomically
+    from launcher.rundir.paths import attempt_file
+    from launcher.table.model import dumps
+    from launcher.table.rules import require_valid
+
+    table = roster.table()
+    require_valid(table, roster.profile, "the job's rank table with spares in it")
+    written = attempt_file(plan.run_dir, f"rank_table{plan.host_files_suffix}", "json", attempt)
+    write_atomically(written, lambda fh: fh.write(dumps(table)))
+    return written
+
+
+def record_plan(plan: LaunchPlan) -> None:
+    """A host whose part changed (a spare that takes a place, a host now standing by): its rank directories
+    made (on a shared run directory, the replaced host's are there already, checkpoints and all) and its
+    ``plan.<host>.json`` written again, so that ``status`` and ``logs`` find its ranks."""
+    from launcher.rundir.create import write_json
+    from launcher.rundir.paths import LAYOUT_VERSION
+
+    for spec in plan.ranks:
+        os.makedirs(spec.rank_dir, exist_ok=True)
+    write_json(plan.host_file("plan", "json"), {"layout": LAYOUT_VERSION, **plan.to_dict()})
+
+
+def say_moves(verdict: dict) -> None:
+    """One line per host a spare replaced."""
+    for host, move in (verdict.get("replaced") or {}).items():
+        say(f"spare host {move['by']} takes host {host}'s place: {move['why']}")
+
+
+def stand_by(link: JobLink, signals: SignalWatch, plan: LaunchPlan) -> AttemptResult:
+    """A spare's attempt: no rank; it ends when the job stops (the spare then reports what it could take
+    over), the job ends, the master host is lost, or dlaunch is signalled."""
+    say(f"host {plan.server_id} stands by as a spare (attempt {plan.attempt}): it takes the place of a host the "
+        f"job loses or finds unfit")
+    selector = selectors.DefaultSelector()
+    selector.register(link.fd, selectors.EVENT_READ)
+    selector.register(signals.fd, selectors.EVENT_READ)
+    if signals.control_fd is not None:
+        selector.register(signals.control_fd, selectors.EVENT_READ, "control")
+    try:
+        while not link.news():
+            for key, _ in selector.select():
+                if key.data == "control":
+                    signals.received.extend(signals.read_control())
+                    if signals.control_fd is None:
+                        selector.unregister(key.fd)
+            stops = [sig for sig in signals.drain() if sig not in signals.pass_through]
+            if stops:
+                return AttemptResult(attempt=plan.attempt, ranks=[], interrupted_by=stops[0])
+    finally:
+        selector.close()
+    link.stop_events()   # the stop is this attempt's end: taken, so the next attempt does not see it
+    return AttemptResult(attempt=plan.attempt, ranks=[], extra={"standby": True})
+
+
+def slot_steps(roster: Roster, run_dir: str) -> dict[str, list[str]]:
+    """For each active host (by pool index): the steps this host sees complete on every rank of its slot."""
+    from launcher.contract import CKPT_DIR
+    from launcher.execute.job.restarts import steps_covering
+    from launcher.rundir.paths import rank_dir_name
+
+    table = roster.table()
+    world = table.device_count
+    seen = {}
+    for index, server in zip(roster.active, table.servers):
+        dirs = {p.rank: os.path.join(run_dir, rank_dir_name(p.rank, world), CKPT_DIR) for p in server.placed()}
+        seen[str(index)] = [step.label for step in steps_covering(dirs)]
+    return seen

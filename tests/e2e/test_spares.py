@@ -1,0 +1,158 @@
+"""Spare hosts (``cluster --spares K``): a lost or unfit host's place taken by a spare, the job's rank table
+rewritten for it, training resumed from the newest complete step.
+
+Three hosts on 127.0.0.2-4 started by hand (as Slurm or a person would), two ranks each, real gloo training
+(tests/programs/spare_train.py) on one output directory all hosts share (as a cluster's shared filesystem):
+the third host stands by. Short --host-timeout and grace periods keep the file fast.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from launcher.contract import ExitCode
+from tests.e2e.test_health_gate import stand_ins
+from tests.launching import ROOT, free_port, kill_run, processes_of_run, run_dlaunch, start_dlaunch, wait_until
+
+HOSTS = ("127.0.0.2", "127.0.0.3", "127.0.0.4")
+TRAIN = ROOT / "tests" / "programs" / "spare_train.py"
+STEPS, PAUSE = 30, 0.2
+
+
+def write_pool(path):
+    servers = [{"server_id": host, "host_nic_ip": "reserve",
+                "device": [{"device_id": str(d), "device_ip": f"192.0.2.{10 * index + d + 10}",
+                            "rank_id": str(2 * index + d)} for d in (0, 1)]}
+               for index, host in enumerate(HOSTS)]
+    path.write_text(json.dumps({"version": "1.0", "server_count": "3", "server_list": servers,
+                                "status": "completed"}))
+    return path
+
+
+class SpareJob:
+    def __init__(self, tmp_path, run_id):
+        self.tmp_path, self.run_id = tmp_path, run_id
+        self.table = write_pool(tmp_path / "rt.json")
+        self.port = free_port(HOSTS[0], span=2)
+        self.out = tmp_path / "runs"   # every host's: the shared filesystem
+        self.procs: dict[int, subprocess.Popen] = {}
+
+    @property
+    def run_dir(self):
+        return self.out / self.run_id
+
+    def start(self, index, *flags, env=None):
+        cwd = self.tmp_path / f"host{index}"
+        cwd.mkdir(exist_ok=True)
+        self.procs[index] = start_dlaunch(
+            "cluster", TRAIN, "--rank-table", self.table, "--rank-start", 2 * index, "--run-id", self.run_id,
+            "--output-dir", self.out, "--master-port", self.port, "--profile", "structure", "--spares", "1",
+            "--grace-period", "1", "--host-timeout", "1", "--join-timeout", "30", *flags, "--", STEPS, PAUSE,
+            cwd=cwd, env=env)
+
+    def wait(self, index, timeout=90):
+        _, stderr = self.procs[index].communicate(timeout=timeout)
+        return self.procs[index].returncode, stderr
+
+    def steps(self, rank):
+        path = self.run_dir / f"rank_{rank:03d}" / "steps.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+    def cleanup(self):
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+        kill_run(self.run_id)
+
+
+@pytest.fixture
+def spare_jobs():
+    made = []
+    yield lambda *a: made.append(SpareJob(*a)) or made[-1]
+    for job in made:
+        job.cleanup()
+
+
+def check_rewritten_table(job, spare_host):
+    """The table the spare's ranks read: the two active servers, ranks 0-3 in server order, valid."""
+    table_file = job.run_dir / f"rank_table.{spare_host}.1.json"
+    table = json.loads(table_file.read_text())
+    assert [s["server_id"] for s in table["server_list"]] == [HOSTS[0], spare_host]
+    assert [d["rank_id"] for s in table["server_list"] for d in s["device"]] == ["0", "1", "2", "3"]
+    assert table["server_count"] == "2" and table["status"] == "completed"
+    spare_ips = [d["device_ip"] for d in table["server_list"][1]["device"]]
+    assert spare_ips == ["192.0.2.30", "192.0.2.31"]   # the spare's own device addresses, from its block
+    checked = run_dlaunch("validate-ranktable", table_file, "--profile", "structure", cwd=job.tmp_path)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_a_spare_takes_a_killed_hosts_place_and_training_resumes_from_the_newest_complete_step(tmp_path,
+                                                                                               spare_jobs):
+    job = spare_jobs(tmp_path, "sparekill")
+    for index in range(3):
+        job.start(index)
+    assert wait_until(lambda: len(job.steps(2)) >= 5, timeout=60), "host 1's ranks never trained"
+    lost_at = time.time()
+    os.kill(job.procs[1].pid, signal.SIGKILL)
+    results = {index: job.wait(index) for index in (0, 2)}
+    for code, stderr in results.values():
+        assert code == 0, stderr
+    code0, err0 = results[0]
+    assert "host 127.0.0.3 was lost" in err0 and "restarting the job on every host (restart 1 of 1)" in err0
+    assert "spare host 127.0.0.4 takes host 127.0.0.3's place" in err0
+    assert "stands by as a spare (attempt 0)" in results[2][1]
+    check_rewritten_table(job, HOSTS[2])
+    for rank in range(4):
+        steps = job.steps(rank)
+        assert steps[-1]["step"] == STEPS and steps[-1]["value"] == STEPS * 4, steps[-1]   # nothing lost or twice
+        resumed = [entry for entry in steps if entry["resumed"]]
+        assert resumed, f"rank {rank} never resumed"
+        step = int(resumed[0]["resumed"].split("_")[1])
+        assert resumed[0]["step"] == step + 1 and step >= 5
+        before = [entry["step"] for entry in steps if not entry["resumed"]]
+        assert step in before   # the newest step every rank completed, not an older one
+    took = min(entry["time"] for entry in job.steps(2) if entry["resumed"]) - lost_at
+    print(f"the spare's ranks trained again {took:.2f} s after host 127.0.0.3's dlaunch was SIGKILLed")
+    assert took < 20   # the issue's goal is 5 s on a quiet 2-core machine (benchmarks measure it, not this test)
+    summary = json.loads((job.run_dir / f"summary.{HOSTS[0]}.json").read_text())
+    roster = summary["job"]["roster"]
+    assert roster["active"] == [HOSTS[0], HOSTS[2]] and roster["replaced"][HOSTS[1]]["by"] == HOSTS[2]
+    assert HOSTS[1] in roster["excluded"]
+    status = run_dlaunch("status", job.run_dir, cwd=tmp_path).stdout
+    assert "succeeded, exit code 0" in status, status
+    assert f"replaced {HOSTS[1]} (by {HOSTS[2]}" in status and f"active {HOSTS[0]}, {HOSTS[2]}" in status
+    assert wait_until(lambda: processes_of_run("sparekill") == [], timeout=10)
+
+
+def test_a_host_whose_device_network_is_faulty_never_starts_and_a_spare_takes_it(tmp_path, spare_jobs):
+    """Host 1's stand-in hccn_tool says device 1's net health is Fault: its gate keeps its ranks from starting,
+    the job restarts with the spare in its slot, and host 1 (still unfit) leaves with exit 92."""
+    job = spare_jobs(tmp_path, "sparegate")
+    envs = {}
+    for index in range(3):
+        tools = tmp_path / f"tools{index}"
+        tools.mkdir()
+        envs[index] = stand_ins(tools, net_health={"1": "Fault"} if index == 1 else None)
+    for index in range(3):
+        job.start(index, "--health-gate", env=envs[index])
+    results = {index: job.wait(index) for index in range(3)}
+    code1, err1 = results[1]
+    assert code1 == ExitCode.UNHEALTHY, err1
+    assert "device 1: net_health: net health status Fault" in err1
+    for index in (0, 2):
+        assert results[index][0] == 0, results[index][1]
+    assert "spare host 127.0.0.4 takes host 127.0.0.3's place: its health gate found it unfit" in results[0][1]
+    check_rewritten_table(job, HOSTS[2])
+    for rank in (2, 3):   # host 1 never ran them: every step is the spare's
+        steps = job.steps(rank)
+        assert steps and steps[-1]["step"] == STEPS and steps[-1]["value"] == STEPS * 4
+        assert not [entry for entry in steps if entry["resumed"]]   # nothing was saved before: a fresh start
+    plan = json.loads((job.run_dir / f"plan.{HOSTS[2]}.json").read_text())
+    assert [spec["rank"] for spec in plan["ranks"]] == [2, 3]
+    assert not (job.run_dir / "rank_002" / "output.log").exists()   # no attempt-0 process of host 1's ever ran
+    assert wait_until(lambda: processes_of_run("sparegate") == [], timeout=10)

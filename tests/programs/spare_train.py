@@ -1,0 +1,39 @@
+"""A training loop for the spare-host tests (tests/e2e/test_spares.py): a gloo all_reduce every step, each
+rank saving its step checkpoint as launcher.checkpoint names them (``ckpt-0_N.pt``, written then renamed),
+and resuming from DLAUNCH_RESUME_FROM / DLAUNCH_RESUME_STEP when dlaunch gives them.
+
+Usage: spare_train.py STEPS SECONDS_PER_STEP. Each step appends {"step", "time", "value", "resumed"} to
+``steps.jsonl`` in DLAUNCH_RANK_DIR (the rank's directory on the host that runs it). ``value`` is the sum of
+every all_reduce so far: a rank that resumed from the right file ends with the same value as one that never
+stopped (STEPS x WORLD_SIZE).
+"""
+
+import json
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+steps, pause = int(sys.argv[1]), float(sys.argv[2])
+dist.init_process_group("gloo")
+ckpt_dir = os.environ["DLAUNCH_CKPT_DIR"]
+resumed = os.environ.get("DLAUNCH_RESUME_STEP")
+value = torch.zeros(1)
+first = 1
+if resumed:
+    state = torch.load(os.environ["DLAUNCH_RESUME_FROM"])
+    value, first = state["value"], state["step"] + 1
+with open(os.path.join(os.environ["DLAUNCH_RANK_DIR"], "steps.jsonl"), "a") as log:
+    for step in range(first, steps + 1):
+        total = torch.ones(1)
+        dist.all_reduce(total)
+        value += total
+        path = os.path.join(ckpt_dir, f"ckpt-0_{step}.pt")
+        torch.save({"step": step, "value": value}, path + ".part")
+        os.replace(path + ".part", path)
+        log.write(json.dumps({"step": step, "time": time.time(), "value": value.item(), "resumed": resumed}) + "\n")
+        log.flush()
+        time.sleep(pause)
+dist.destroy_process_group()
