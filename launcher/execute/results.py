@@ -315,3 +315,19 @@ def cluster_verdict(causes: list[dict], interrupted_by: int | None, host_exit_co
     failed = [code for code in host_exit_codes if code not in (0, None)]
     return {"status": "failed" if failed else "succeeded", "exit_code": failed[0] if failed else 0,
             "root_cause": None}
+
+
+def roster_line(roster: dict) -> str:
+    """--spares: ``hosts: active a, b; standing by c; replaced d (by c: why)``."""
+    def names(hosts) -> str:
+        return ", ".join(hosts) if hosts else "none"
+
+    replaced = [f"{host}" + (f" (by {move['by']}: {move.get('why', '')})" if move.get("by") else "")
+                for host, move in (roster.get("replaced") or {}).items()]
+    line = f"hosts: active {names(roster.get('active'))}; standing by {names(roster.get('standing_by'))}"
+    if replaced:
+        line += f"; replaced {'; '.join(replaced)}"
+    excluded = roster.get("excluded") or {}
+    if excluded:
+        line += f"; excluded until their cooldown ends: {names(sorted(excluded))}"
+    return line

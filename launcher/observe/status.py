@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from launcher.base.console import printable
 from launcher.contract import Role
-from launcher.execute.results import how_it_ended, who
+from launcher.execute.results import how_it_ended, roster_line, who
 from launcher.observe.processes import Observer
 from launcher.observe.torchft import quorum_line
 from launcher.rundir.read import run_directory
@@ -71,22 +71,6 @@ def headline(snap: dict) -> list[str]:
         how = how_it_ended(cause)
         lines.append(f"root cause: {who(cause)} {how}")
     return lines
-
-
-def roster_line(roster: dict) -> str:
-    """--spares: ``hosts: active a, b; standing by c; replaced d (by c: why)``."""
-    def names(hosts) -> str:
-        return ", ".join(hosts) if hosts else "none"
-
-    replaced = [f"{host}" + (f" (by {move['by']}: {move.get('why', '')})" if move.get("by") else "")
-                for host, move in (roster.get("replaced") or {}).items()]
-    line = f"hosts: active {names(roster.get('active'))}; standing by {names(roster.get('standing_by'))}"
-    if replaced:
-        line += f"; replaced {'; '.join(replaced)}"
-    excluded = roster.get("excluded") or {}
-    if excluded:
-        line += f"; excluded until their cooldown ends: {names(sorted(excluded))}"
-    return line
 
 
 def finished_code(snap: dict) -> int:

@@ -184,7 +184,7 @@ def host_argv(args: LaunchRequest, opts) -> list[str]:
     """
     settled = {**vars(args), "run_id": opts.run_id, "master_addr": opts.master_addr, "master_port": opts.master_port,
                "output_dir": opts.output_dir, "console": opts.console, "module": opts.command.module,
-               "no_python": opts.command.no_python}
+               "no_python": opts.command.no_python, "max_restarts": opts.policy.max_restarts}
     words = [opts.command.target]
     for option in options_for("cluster"):
         if option.to_hosts:

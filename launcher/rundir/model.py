@@ -289,6 +289,7 @@ class HeadSummaryFile(TypedDict, total=False):
     hosts_started_within_s: float | None
     hccl_connect_timeout_default_s: float
     hosts: list[HeadHostFile]
+    roster: RosterFile   # --spares: the hosts of the last attempt, as the job link last said
 
 
 # ---------------------------------------------------------------- pids[.<host>].json

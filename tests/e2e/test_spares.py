@@ -10,13 +10,28 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
-from launcher.contract import ExitCode
-from tests.e2e.test_health_gate import stand_ins
-from tests.launching import ROOT, free_port, kill_run, processes_of_run, run_dlaunch, start_dlaunch, wait_until
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # tests/: sshd_hosts
+
+from sshd_hosts import cluster_fixture  # noqa: E402
+
+from launcher.contract import ExitCode  # noqa: E402
+from tests.e2e.test_health_gate import stand_ins  # noqa: E402
+from tests.e2e.test_job_hosts_ssh import remote_python  # noqa: E402
+from tests.launching import (  # noqa: E402
+    ROOT,
+    free_port,
+    kill_run,
+    processes_of_run,
+    run_dlaunch,
+    start_dlaunch,
+    wait_until,
+)
 
 HOSTS = ("127.0.0.2", "127.0.0.3", "127.0.0.4")
 TRAIN = ROOT / "tests" / "programs" / "spare_train.py"
@@ -156,3 +171,41 @@ def test_a_host_whose_device_network_is_faulty_never_starts_and_a_spare_takes_it
     assert [spec["rank"] for spec in plan["ranks"]] == [2, 3]
     assert not (job.run_dir / "rank_002" / "output.log").exists()   # no attempt-0 process of host 1's ever ran
     assert wait_until(lambda: processes_of_run("sparegate") == [], timeout=10)
+
+
+ssh_cluster = cluster_fixture(3)
+
+
+def test_under_ssh_a_spare_takes_the_place_of_a_host_whose_dlaunch_is_killed(ssh_cluster, tmp_path):
+    """The head starts all three hosts (the third standing by) and only watches: the hosts' job link swaps
+    the spare in, and the head's verdict is the job's."""
+    out = tmp_path / "runs"
+    table = write_pool(tmp_path / "rt.json")
+    head = start_dlaunch(
+        "cluster", TRAIN, "--rank-table", table, "--ssh", "--ssh-config", ssh_cluster.ssh_config, "--output-dir", out,
+        "--profile", "structure", "--master-port", free_port(HOSTS[0]), "--run-id", "sparessh", "--spares", "1",
+        "--grace-period", "1", "--host-timeout", "1", "--remote-python", remote_python(tmp_path), "--", STEPS, PAUSE,
+        cwd=tmp_path)
+    try:
+        run_dir = out / "sparessh"
+        steps = run_dir / "rank_002" / "steps.jsonl"
+        assert wait_until(lambda: steps.exists() and len(steps.read_text().splitlines()) >= 5, timeout=60), \
+            "host 1's ranks never trained"
+        launcher = json.loads((run_dir / f"pids.{HOSTS[1]}.json").read_text())["launcher_pid"]
+        os.kill(launcher, signal.SIGKILL)
+        _, stderr = head.communicate(timeout=90)
+    finally:
+        if head.poll() is None:
+            head.kill()
+            head.communicate()
+        kill_run("sparessh")
+    assert head.returncode == 0, stderr
+    assert "spare host 127.0.0.4 takes host 127.0.0.3's place" in stderr
+    assert f"hosts: active {HOSTS[0]}, {HOSTS[2]}" in stderr and f"replaced {HOSTS[1]} (by {HOSTS[2]}" in stderr
+    head_summary = json.loads((run_dir / "summary.head.json").read_text())
+    assert head_summary["status"] == "succeeded" and head_summary["roster"]["active"] == [HOSTS[0], HOSTS[2]]
+    for rank in range(4):
+        entries = [json.loads(line) for line in (run_dir / f"rank_{rank:03d}" / "steps.jsonl").read_text().splitlines()]
+        assert entries[-1]["step"] == STEPS and entries[-1]["value"] == STEPS * 4
+        assert any(entry["resumed"] for entry in entries)
+    assert wait_until(lambda: processes_of_run("sparessh") == [], timeout=10)

@@ -7,7 +7,7 @@ import signal
 import sys
 import time
 
-from launcher.execute.results import cluster_verdict, how_it_ended
+from launcher.execute.results import cluster_verdict, how_it_ended, roster_line
 from launcher.execute.ssh.plan import SshPlan
 from launcher.execute.ssh.session import HostRun
 
@@ -56,6 +56,10 @@ def _host_status(run: HostRun, cause: dict | None) -> str:
 def head_summary(plan: SshPlan, runs: list[HostRun], interrupted_by: int | None, started: float) -> dict:
     """summary.head.json: per host status, exit code and start; the root cause; the spread of host starts."""
     verdict = cluster_verdict(host_causes(runs), interrupted_by, [run.exit_code for run in runs])
+    job = _job_verdict(plan, runs) if interrupted_by is None else None
+    if job is not None:   # --spares: the job's own verdict, which knows a lost host's place was taken
+        verdict = {"status": job.get("status"), "exit_code": job.get("exit_code"),
+                   "root_cause": verdict["root_cause"] if job.get("status") != "succeeded" else None}
     cause, exit_code, status = verdict["root_cause"], verdict["exit_code"], verdict["status"]
     starts = [run.started_at for run in runs if run.started_at is not None]
     spread = max(starts) - min(starts) if len(starts) == len(runs) and starts else None
@@ -64,12 +68,20 @@ def head_summary(plan: SshPlan, runs: list[HostRun], interrupted_by: int | None,
         "exit_code": exit_code, "started": started, "ended": time.time(),
         "interrupted_by": signal.Signals(interrupted_by).name if interrupted_by else None,
         "root_cause": cause, "hosts_started_within_s": spread,
+        **({"roster": job["roster"]} if job and job.get("roster") else {}),
         "hccl_connect_timeout_default_s": HCCL_CONNECT_TIMEOUT_DEFAULT,
         "hosts": [{"host": run.server_id, "target": str(run.host.target), "ranks": list(run.host.ranks),
                    "status": _host_status(run, cause), "exit_code": run.exit_code, "started_at": run.started_at,
                    "ended_at": run.ended_at, "told": signal.Signals(run.told).name if run.told else None,
                    "reason": run.lost, "summary": run.summary_path} for run in runs],
     }
+
+
+def _job_verdict(plan: SshPlan, runs: list[HostRun]) -> dict | None:
+    """With spares: the verdict the hosts' job link gave (in every host's summary that reported one)."""
+    if not plan.spares:
+        return None
+    return next((run.summary["job"] for run in runs if run.summary and run.summary.get("job")), None)
 
 
 def report(summary: dict, path: str, out=None) -> None:
@@ -83,6 +95,11 @@ def report(summary: dict, path: str, out=None) -> None:
     elif started:
         print(f"dlaunch: only {len(started)} of {len(hosts)} host(s) started their ranks", file=out)
     cause, others = summary["root_cause"], len(hosts) - 1
+    if summary.get("roster"):
+        print(f"dlaunch: {roster_line(summary['roster'])}", file=out)
+    if summary["status"] == "succeeded" and summary.get("roster"):
+        print(f"dlaunch: the job succeeded in {summary['ended'] - summary['started']:.1f} s; summary {path}", file=out)
+        return
     if summary["status"] == "succeeded":
         print(f"dlaunch: all {summary['world_size']} rank(s) on {len(hosts)} host(s) exited 0 in "
               f"{summary['ended'] - summary['started']:.1f} s; summary {path}", file=out)

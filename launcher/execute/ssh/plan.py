@@ -90,6 +90,7 @@ class SshPlan:
     trust_new_hosts: bool
     hosts: tuple[HostLaunch, ...]
     forward_signals: tuple = ()   # --forward-signals: passed on to every host's ranks, beside SIGUSR1/2
+    spares: int = 0               # --spares: the hosts' job link replaces a failed host; the head only watches
 
     @property
     def run_dir(self) -> str:
@@ -126,7 +127,7 @@ def make_ssh_plan(args: LaunchRequest, text: str, table, opts, environ: Mapping[
                    target=command.target, remote_command=remote_command(python, cwd, kind, command.target),
                    grace_period=opts.policy.grace_period,
                    connect_timeout=args.connect_timeout, trust_new_hosts=args.trust_new_hosts, hosts=tuple(hosts),
-                   forward_signals=tuple(opts.forward_signals))
+                   forward_signals=tuple(opts.forward_signals), spares=opts.spares)
 
 
 def _server_ids(table) -> list[str]:

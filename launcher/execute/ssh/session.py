@@ -117,8 +117,8 @@ class Session:
         for run in self.runs:
             if not run.reading and not run.done and run.channel.exit_status_ready():
                 self._ended(run)
-        for run in self.runs:
-            if self._failed_on_its_own(run) and self.stop_deadline is None:
+        for run in self.runs:   # with spares, the hosts' job link decides: a spare may take the failed host's place
+            if self._failed_on_its_own(run) and self.stop_deadline is None and not self.plan.spares:
                 self._stop_all(signal.SIGTERM)
         if self.stop_deadline is not None and time.monotonic() >= self.stop_deadline:
             self._abandon_stragglers()

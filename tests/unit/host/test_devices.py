@@ -116,9 +116,12 @@ def test_a_taken_port_is_never_chosen(monkeypatch):
 
     from launcher.host import devices
 
-    with socket.socket() as taken:
+    with socket.socket() as taken, socket.socket() as spare:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         busy = taken.getsockname()[1]
-        monkeypatch.setattr(devices, "_candidates", lambda low, high, count: [busy, busy + 1])   # taken first
-        assert devices.free_port("127.0.0.1") == busy + 1
+        spare.bind(("127.0.0.1", 0))   # a port known free a moment ago (busy + 1 was once some other test's)
+        free = spare.getsockname()[1]
+        spare.close()
+        monkeypatch.setattr(devices, "_candidates", lambda low, high, count: [busy, free])   # taken first
+        assert devices.free_port("127.0.0.1") == free

@@ -73,7 +73,7 @@ def test_the_heads_summary_reads_back_whole():
         else:
             run.summary, run.summary_path = {"status": "succeeded", "exit_code": 0}, "/runs/job/summary.x.json"
         runs.append(run)
-    plan = types.SimpleNamespace(run_id="job", run_dir="/runs/job", world_size=4)   # what head_summary reads
+    plan = types.SimpleNamespace(run_id="job", run_dir="/runs/job", world_size=4, spares=0)   # what head_summary reads
     written = json.loads(json.dumps(head_summary(plan, runs, None, 99.0)))
     read, problem = checked(written, HeadSummaryFile, "summary.head.json")
     assert problem is None and not _lost(written, read), _lost(written, read)

@@ -55,11 +55,11 @@ def test_the_secret_comes_from_the_environment_else_from_the_table_and_run_id():
 
 
 @contextlib.contextmanager
-def serving(secret=SECRET, **options):
-    """A coordinator of hosts h0 and h1 on 127.0.0.1, served by a thread of its own: (it, its port)."""
+def serving(secret=SECRET, hosts=("h0", "h1"), **options):
+    """A coordinator of ``hosts`` (h0 and h1) on 127.0.0.1, served by a thread of its own: (it, its port)."""
     listener = protocol.bind_address("127.0.0.1", 0)
     options = {"max_restarts": 0, "host_timeout": 5, "join_timeout": 30, **options}
-    served = Coordinator(listener, secret, "run", ["h0", "h1"], **options)
+    served = Coordinator(listener, secret, "run", list(hosts), **options)
     done = threading.Event()
     thread = threading.Thread(target=served.serve_forever, args=(done.is_set,), daemon=True)
     thread.start()
