@@ -167,6 +167,10 @@ class Launch:
         dlaunch, the workers, and as PID 1 the collector of zombies."""
         self.link = self._open_link()
         try:
+            if self.roster is not None and self.link is not None and self.link.joined(None, self.opts.join_timeout):
+                if self.link.active is not None and tuple(self.link.active) != self.roster.active:
+                    # the job moved on before this host came (a replaced host back as a spare): its part now
+                    self._follow_roster(self.link.active, self.plan.attempt, record=False)
             create_run_dir(self.plan, dumps(self.table), shared=self.opts.shared_run_dir)
         except BaseException:
             if self.link:
@@ -180,10 +184,6 @@ class Launch:
         self.workers = LocalWorkers(self.signals, self.inherited, job=self.link, on_started=self._publish_pids)
         self.zombies = ZombieCollector(lambda: {*self.workers.reaper.groups, self.workers.reaper.pid}).start() \
             if is_pid1() else None
-        if self.roster is not None and self.link is not None and self.link.joined(self.signals.fd,
-                                                                                  self.opts.join_timeout):
-            if self.link.active is not None and tuple(self.link.active) != self.roster.active:
-                self._follow_roster(self.link.active, self.plan.attempt)   # the job moved on before this host came
 
     def run_attempt(self) -> AttemptResult | None:
         """The current plan's attempt, recorded; None when dlaunch itself failed (recorded too, so the run does
@@ -278,10 +278,11 @@ class Launch:
         return make_plan(self.table, self.server_index, replace(opts, master_port=port), rank_table_file,
                          self.inherited, attempt=attempt, resume=self.resume)
 
-    def _follow_roster(self, active, attempt: int) -> LaunchPlan:
+    def _follow_roster(self, active, attempt: int, record: bool = True) -> LaunchPlan:
         """--spares: the plan of ``attempt`` as the job's ``active`` hosts stand (the same ones when None):
         this host's slot's ranks with the job's table rewritten and written for them, resuming from the step
-        the job agreed on (found in this host's files of those ranks), or no rank while it stands by."""
+        the job agreed on (found in this host's files of those ranks), or no rank while it stands by.
+        ``record``: its plan file written again (not before the run directory is made)."""
         from launcher.execute.job import hosts as job
         from launcher.execute.job import spares
 
@@ -292,14 +293,20 @@ class Launch:
             spares.say_moves(self.verdict)
         self.table, self.server_index = roster.table(), roster.slot
         rank_table_file = self.plan.rank_table_file
-        if roster.slot is not None and roster.active != tuple(range(len(roster.active))):
+        if not record:   # joining a job that moved on: this host's earlier life may have left its table file
+            from launcher.rundir.paths import attempt_file
+
+            behind = self.link.behind if self.link is not None else None
+            rank_table_file = attempt_file(self.plan.run_dir, f"rank_table{self.plan.host_files_suffix}", "json",
+                                           behind["attempt"] if behind else attempt)
+        elif roster.slot is not None and roster.active != tuple(range(len(roster.active))):
             rank_table_file = spares.job_table_file(roster, self.plan, attempt)
         plan = spares.plan_for(roster, self.opts, rank_table_file, self.inherited, attempt=attempt, resume=None)
         self.resume = job.resume_point(plan, self.verdict) if self.verdict.get("resume_step") else self.resume
         if self.resume is not None and not plan.standby:
             plan = spares.plan_for(roster, self.opts, rank_table_file, self.inherited, attempt=attempt,
                                    resume=self.resume)
-        if plan.ranks != self.plan.ranks or plan.standby != self.plan.standby:
+        if record and (plan.ranks != self.plan.ranks or plan.standby != self.plan.standby):
             spares.record_plan(plan)
         self.plan = plan
         return plan

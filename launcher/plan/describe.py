@@ -21,8 +21,11 @@ def describe(plan: LaunchPlan, port_chosen_at_start: bool = False) -> str:
     import shlex
 
     port = "a free port, chosen at start" if port_chosen_at_start else str(plan.master_port)
-    lines = [f"run {plan.run_id}: {len(plan.ranks)} rank(s) on server {plan.server_id} "
-             f"(server {plan.server_index + 1} of {plan.server_count}), world size {plan.world_size}",
+    head = (f"run {plan.run_id}: server {plan.server_id} stands by as a spare (--spares): no rank until it takes "
+            f"the place of a host the job loses or finds unfit" if plan.standby else
+            f"run {plan.run_id}: {len(plan.ranks)} rank(s) on server {plan.server_id} "
+            f"(server {plan.server_index + 1} of {plan.server_count}), world size {plan.world_size}")
+    lines = [head,
              f"run directory: {plan.run_dir}",
              f"rank table:    {plan.rank_table_file}",
              f"master:        {plan.master_addr}:{plan.master_port}" if not port_chosen_at_start else

@@ -35,7 +35,7 @@ from tests.launching import (  # noqa: E402
 
 HOSTS = ("127.0.0.2", "127.0.0.3", "127.0.0.4")
 TRAIN = ROOT / "tests" / "programs" / "spare_train.py"
-STEPS, PAUSE = 30, 0.2
+STEPS, PAUSE = 40, 0.2
 
 
 def write_pool(path):
@@ -110,10 +110,17 @@ def test_a_spare_takes_a_killed_hosts_place_and_training_resumes_from_the_newest
                                                                                                spare_jobs):
     job = spare_jobs(tmp_path, "sparekill")
     for index in range(3):
-        job.start(index)
+        job.start(index, "--exclude-cooldown", "1")
     assert wait_until(lambda: len(job.steps(2)) >= 5, timeout=60), "host 1's ranks never trained"
     lost_at = time.time()
     os.kill(job.procs[1].pid, signal.SIGKILL)
+    job.procs[1].communicate()
+    assert wait_until(lambda: any(entry["resumed"] for entry in job.steps(2)), timeout=60)
+    time.sleep(0.5)   # past host 1's cooldown (1 s from the restart's verdict): started again, it stands by
+    job.start(1, "--exclude-cooldown", "1")
+    back, back_err = job.wait(1)
+    assert back == 0, back_err
+    assert "stands by as a spare (attempt 1)" in back_err and "with this host standing by as a spare" in back_err
     results = {index: job.wait(index) for index in (0, 2)}
     for code, stderr in results.values():
         assert code == 0, stderr
@@ -137,7 +144,7 @@ def test_a_spare_takes_a_killed_hosts_place_and_training_resumes_from_the_newest
     summary = json.loads((job.run_dir / f"summary.{HOSTS[0]}.json").read_text())
     roster = summary["job"]["roster"]
     assert roster["active"] == [HOSTS[0], HOSTS[2]] and roster["replaced"][HOSTS[1]]["by"] == HOSTS[2]
-    assert HOSTS[1] in roster["excluded"]
+    assert roster["standing_by"] == [HOSTS[1]] and roster["excluded"] == {}   # back as a spare after its cooldown
     status = run_dlaunch("status", job.run_dir, cwd=tmp_path).stdout
     assert "succeeded, exit code 0" in status, status
     assert f"replaced {HOSTS[1]} (by {HOSTS[2]}" in status and f"active {HOSTS[0]}, {HOSTS[2]}" in status

@@ -449,10 +449,12 @@ class Coordinator:
         stand by, the hosts excluded (until when) and every replacement so far."""
         active = swap["active"] if swap else self.active
         assert active is not None
-        excluded = {**self.excluded, **({i: time.time() + self.cooldown for i in swap["unfit"]} if swap else {})}
+        now = time.time()
+        excluded = {i: until for i, until in {**self.excluded, **({i: now + self.cooldown for i in swap["unfit"]}
+                                                                 if swap else {})}.items() if until > now}
         return {"active": [self.hosts[i] for i in active],
                 "standing_by": [self.hosts[i] for i in sorted(self.peers) if i not in active and i not in excluded],
-                "excluded": {self.hosts[i]: round(until, 3) for i, until in excluded.items() if until > time.time()},
+                "excluded": {self.hosts[i]: round(until, 3) for i, until in excluded.items()},
                 "replaced": {**self.replaced, **(swap["replaced"] if swap else {})}}
 
     def _exclude(self, swap: dict) -> None:

@@ -163,12 +163,13 @@ class JobLink:
                 found.append(("job_stop", {"why": describe(cause), "exit_code": code, "cause": cause}))
         return found
 
-    def joined(self, signal_fd: int, timeout: float) -> bool:
+    def joined(self, signal_fd: int | None, timeout: float) -> bool:
         """Wait until the coordinator welcomed this host (and said the job's active hosts, with spares); False
-        when it refused or was lost, a signal came, or ``timeout`` passed."""
+        when it refused or was lost, a signal came (on ``signal_fd``), or ``timeout`` passed."""
         selector = selectors.DefaultSelector()
         selector.register(self._main_r, selectors.EVENT_READ)
-        selector.register(signal_fd, selectors.EVENT_READ)
+        if signal_fd is not None:
+            selector.register(signal_fd, selectors.EVENT_READ)
         deadline = time.monotonic() + timeout
         try:
             while True:
