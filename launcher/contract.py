@@ -55,6 +55,9 @@ class ExitCode:
     STOPPED_BY_PEER = 75   # EX_TEMPFAIL: this host was stopped because a rank on another host failed
     UNHEALTHY = 92      # the health gate found this host unfit to start (a device, its network, storage, the
                         # user's checker): run the job on other hosts
+    UNHEALTHY_RESCHEDULE = 192   # the same in an operator's pod: >= 128 is what the ExitCode restart policy of
+                                 # ascend-operator and Kubeflow reschedules (kubeflow common's IsRetryableExitCode),
+                                 # and 129-191 are deaths by a signal
     NO_PROGRESS = 93    # restarts stopped: attempts failed without progress, or a crash loop (ft_launcher's
                         # "decided, do not requeue"; a scheduler should not run the job again as it is)
     HUNG = 124          # a rank showed no sign of life for --hang-timeout (as coreutils timeout)

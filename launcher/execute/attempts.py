@@ -69,6 +69,11 @@ def check_command(opts: Options) -> None:
         raise UsageError(f"script not found: {command.target}")
 
 
+def policy_reschedules(opts: Options) -> bool:
+    """An unfit pod exits for its operator to start it elsewhere (``settle.unfit_exit_code``)."""
+    return opts.policy.unfit_exit_code != ExitCode.UNHEALTHY
+
+
 def first_resume_point(opts: Options, world_size: int) -> ResumePoint | None:
     """``--resume`` (or a Slurm requeue): the newest step every rank completed in the earlier run, said once."""
     if opts.resume_from is None:
@@ -215,12 +220,14 @@ class Launch:
         after a rank failed while restarts are left, never after a signal or a launcher error."""
         last = self.plan.attempt == self.opts.policy.max_restarts
         restart = f"restart {self.plan.attempt + 1} of {self.opts.policy.max_restarts}"
-        if self.plan.standby and result.stopped_by is not None:   # an unfit spare leaves the job
+        if self.plan.standby and result.extra.get("unfit"):   # an unfit spare leaves the job
             return Decision.STOP
         if self.link is not None:
             from launcher.execute.job import hosts as job
 
             self.verdict = job.settle(self.link, self.plan, result, self.signals.fd, self.roster)
+            if self.roster is None and result.extra.get("unfit") and policy_reschedules(self.opts):
+                return Decision.STOP   # this pod is unfit: its operator starts it again elsewhere
             if self.verdict.get("restart") and not self._pod_back(self.verdict.get("root_cause")):
                 return Decision.STOP
             if self.verdict.get("late"):
@@ -359,7 +366,8 @@ class Launch:
         False when that has not happened within --join-timeout, or a signal came."""
         from launcher.host.mindcluster import recovered
 
-        if not cause or cause.get("order") != "unrecovered" or self.version_file is None:
+        if not cause or not (cause.get("order") == "unrecovered" or cause.get("reschedule")) \
+                or self.version_file is None:
             return True
         reset = self.opts.policy.reset_config
         assert reset is not None   # version_file is set only with it
@@ -388,12 +396,16 @@ class Launch:
         if not found:
             return None
         lines = [finding.line(plan.server_id) for finding in found]
-        say(f"the health gate found this host unfit to start (exit {ExitCode.UNHEALTHY}):", *lines)
+        code = policy.unfit_exit_code
+        rescheduled = policy_reschedules(self.opts)
+        say(f"the health gate found this host unfit to start (exit {code}"
+            + (", which an operator's ExitCode restart policy reschedules elsewhere" if rescheduled else "") + "):",
+            *lines)
         result = AttemptResult(attempt=plan.attempt, ranks=[], stopped_by={
             "why": f"the health gate found host {plan.server_id} unfit: {lines[0]}"
                    + (f" (and {len(lines) - 1} more)" if len(lines) > 1 else ""),
-            "exit_code": ExitCode.UNHEALTHY, "cause": {"kind": "unhealthy", "host": plan.server_id,
-                                                       "findings": lines}})
+            "exit_code": code, "cause": {"kind": "unhealthy", "host": plan.server_id, "reschedule": rescheduled,
+                                         "findings": lines}}, extra={"unfit": True})
         if self.link is not None and not plan.standby:   # an unfit spare only leaves: the job runs on
             self.link.stopped(result)
         return result

@@ -83,6 +83,7 @@ class Policy:
     max_failures_per_hour: int | None = None   # a crash loop: failure N+1 within an hour, then exit 93
     health_gate: bool = False   # check this host before every start (host/health.py)
     health_check: str | None = None   # and run this external checker
+    unfit_exit_code: int = 92   # an unfit host's exit: 192 in an operator's pod, which reschedules it elsewhere
     device_release_timeout: float = 15.0   # before a restart: wait for device memory to be released
     waiting_notice: float = 30.0  # silent ranks and missing peers this long: say so (0: never)
     hang_timeout: float | None = None   # stop the job (exit 124) after this long without a sign of life

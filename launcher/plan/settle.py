@@ -94,7 +94,7 @@ def launch_options(args: LaunchRequest, table, server_index: int, environ: Mappi
                                  max_failures_per_hour=args.max_failures_per_hour,
                                  device_release_timeout=args.device_release_timeout,
                                  health_gate=args.health_gate or bool(args.health_check),
-                                 health_check=args.health_check,
+                                 health_check=args.health_check, unfit_exit_code=unfit_exit_code(environ),
                                  waiting_notice=args.waiting_notice, hang_timeout=args.hang_timeout,
                                  prefix_host=cluster),
                    console=console, master_addr=master_addr,
@@ -122,6 +122,16 @@ def max_restarts(args: LaunchRequest) -> int:
     if args.spares and args.source("max_restarts") == "default":
         return max(args.max_restarts, args.spares)
     return args.max_restarts
+
+
+def unfit_exit_code(environ: Mapping[str, str]) -> int:
+    """What an unfit host exits with: 92, or in an operator's pod 192, so that its ExitCode restart policy
+    deletes the pod and creates it again elsewhere (ascend-operator's checkPodStatus, kubeflow common)."""
+    from launcher.contract import ExitCode
+    from launcher.host.pods import detect
+
+    in_pod = detect(environ) is not None or bool(environ.get("MINDX_TASK_ID"))
+    return ExitCode.UNHEALTHY_RESCHEDULE if in_pod else ExitCode.UNHEALTHY
 
 
 def reset_hold(args: LaunchRequest, reset_config: str | None, environ: Mapping[str, str]) -> float:

@@ -123,6 +123,7 @@ class PlanFile(TypedDict, total=False):
     device_release_timeout: float
     health_gate: bool
     health_check: str | None
+    unfit_exit_code: Code
     attempt: Number
     host_files_suffix: str
     hang_timeout: float | None

@@ -215,3 +215,56 @@ def test_an_unrecovered_rank_stops_every_pod_until_the_table_moves_on_then_all_r
     assert "MindCluster marked rank(s) 2 unrecovered" in stderr[0] + stderr[1]
     env = (rank_dir(tmp_path, 5) / "env.txt").read_text()
     assert "TORCHELASTIC_RESTART_COUNT=1" in env, env
+
+
+def test_an_unfit_pod_exits_192_and_the_job_restarts_once_its_rescheduled_pod_is_in_the_table(tmp_path):
+    """AscendJob pods (MINDX_TASK_ID) with --health-gate: pod 1's stand-in hccn_tool says device 1's net
+    health is Fault. Pod 1 starts no rank and exits 192, which ascend-operator's ExitCode restart policy
+    reschedules (>= 128: kubeflow common's IsRetryableExitCode, called in its checkPodStatus); pod 0 stops its
+    ranks and waits for the table's version file to move on; then the rescheduled pod (a fresh dlaunch with
+    healthy tools) joins and the job runs again, attempt 1 on both."""
+    from tests.e2e.test_health_gate import stand_ins
+
+    version = tmp_path / "version"
+    version.write_text("1\n")
+    reset = tmp_path / "reset.json"
+    write_reset(reset)
+    table = write_rank_table(tmp_path / "hccl.json", hosts=HOSTS[:2], devices_per_host=2)
+    port = free_port(HOSTS[0], span=2)
+    procs = []
+
+    def start(index, name, **faults):
+        cwd = tmp_path / name
+        cwd.mkdir()
+        (tmp_path / f"tools-{name}").mkdir()
+        tools = stand_ins(tmp_path / f"tools-{name}", **faults)
+        procs.append(start_dlaunch(
+            "cluster", "--no-python", "/bin/sh", "--rank-table", table, "--rank-start", index * 2, "--run-id",
+            job_id(tmp_path), "--master-port", port, "--profile", "structure", "--reset-config", reset,
+            "--grace-period", "1", "--max-restarts", "1", "--health-gate", "--", "-c", RANK, cwd=cwd,
+            env={"FAIL_RANK": "none", "STEPS": "2", "MINDX_TASK_ID": "4b1d2a7e", **tools}))
+        return procs[-1]
+
+    def ranks_of(name, rank):
+        return tmp_path / name / "dlaunch_runs" / job_id(tmp_path) / f"rank_{rank:03d}"
+
+    try:
+        pod0 = start(0, "pod0")
+        pod1 = start(1, "pod1", net_health={"1": "Fault"})
+        assert pod1.wait(timeout=30) == 192, pod1.stderr.read()
+        unfit = pod1.stderr.read()
+        assert "exit 192, which an operator's ExitCode restart policy reschedules elsewhere" in unfit
+        assert not (ranks_of("pod1", 2) / "runs.txt").exists()   # the unfit pod started no rank
+        time.sleep(2.5)   # pod 0's ranks are stopped; the table has not moved on: pod 0 waits, nothing starts again
+        assert pod0.poll() is None
+        assert not any((ranks_of("pod0", r) / "output.1.log").exists() for r in (0, 1))
+        version.write_text("2\n")   # the operator rewrote hccl.json for the rescheduled pod
+        pod1b = start(1, "pod1-rescheduled")
+        codes = [pod0.wait(timeout=60), pod1b.wait(timeout=60)]
+        stderr = [pod0.stderr.read(), pod1b.stderr.read()]
+    finally:
+        stop_pods(tmp_path, procs)
+    assert codes == [0, 0], stderr
+    assert "the health gate found host 127.0.0.3 unfit" in stderr[0]
+    for name, rank in (("pod0", 0), ("pod0", 1), ("pod1-rescheduled", 2), ("pod1-rescheduled", 3)):
+        assert "TORCHELASTIC_RESTART_COUNT=1" in (ranks_of(name, rank) / "env.txt").read_text(), name

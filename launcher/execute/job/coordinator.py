@@ -93,6 +93,7 @@ class Coordinator:
         self.cooldown = cooldown
         self.excluded: dict[int, float] = {}
         self.replaced: dict[str, dict] = {}     # host -> {"by", "why", "attempt"}: every replacement so far
+        self.leaving: set[int] = set()          # unfit pods going away to be rescheduled (not lost)
 
     # ---------------------------------------------------------------- the selector
 
@@ -278,6 +279,10 @@ class Coordinator:
     def _gone(self, peer: _Peer) -> None:
         index = peer.index
         self._drop(peer)
+        if index in self.leaving:   # an unfit pod told to go: its rescheduled pod takes the index again
+            self.leaving.discard(index)
+            self.ever_joined.discard(index)
+            return
         if index is not None and not self.finished and index not in self.results:
             self._lose(index, "closed its connection before its ranks ended (its dlaunch is gone)")
 
@@ -407,7 +412,8 @@ class Coordinator:
         verdict["absent_hosts"] = [self.hosts[i] for i in running if i not in self.ever_joined and i not in self.lost]
         stop = self.stop or {}
         verdict["restart"] = (verdict["status"] == "failed" and not self.lost and self.attempt < self.max_restarts
-                              and (stop.get("kind") in ("failed", "hung") or stop.get("order") == "unrecovered"))
+                              and (stop.get("kind") in ("failed", "hung") or stop.get("order") == "unrecovered"
+                                   or bool(stop.get("reschedule") and self.active is None)))
         verdict.update(t="verdict", attempt=self.attempt)
         master = self.peers.get(self.master_index)
         if self.stacks and master is not None:   # a hang: every rank's stack, gathered on one host, in parts
@@ -428,6 +434,9 @@ class Coordinator:
         self._broadcast(verdict)
         if verdict["restart"] and swap:
             self._exclude(swap)
+        elif verdict["restart"] and stop.get("reschedule"):   # the unfit pod leaves; the one rescheduled joins
+            self.leaving.add(self.hosts.index(str(stop.get("host"))))
+            self.join_deadline = time.monotonic() + self.join_timeout
         if verdict["restart"]:
             self.attempt += 1
             self.resume_step = verdict["resume_step"]

@@ -61,7 +61,8 @@ def spare_swap(running: list[int], results: dict[int, dict], lost: dict[int, str
     from launcher.contract import ExitCode
     from launcher.table.spares import replace_hosts
 
-    unfit = [i for i in running if i in lost or results.get(i, {}).get("exit_code") == ExitCode.UNHEALTHY]
+    unfit = [i for i in running if i in lost
+             or results.get(i, {}).get("exit_code") in (ExitCode.UNHEALTHY, ExitCode.UNHEALTHY_RESCHEDULE)]
     if not unfit or master in unfit:
         return None
     now = time.time()

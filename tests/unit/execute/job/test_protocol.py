@@ -377,3 +377,24 @@ def test_a_hang_report_larger_than_a_line_reaches_the_master_host_whole():
         assert "stack" not in pump.kinds(1)   # only the master host gathers them
         assert pump.heard[0][-1] == pump.heard[1][-1] and pump.heard[0][-1]["lost_hosts"] == {}
 
+
+
+def test_an_unfit_pod_told_to_reschedule_leaves_without_being_lost_and_its_new_pod_takes_its_index():
+    """An unfit pod (exit 192) stops the attempt; the job restarts; the pod's connection closing is its going
+    away to be rescheduled, not a lost host; the rescheduled pod joins the next attempt as the same index."""
+    with serving(max_restarts=1) as (served, port):
+        pump = Pump(port, 2)
+        assert pump.until(lambda: all(m.state == "joined" for m in pump.members))
+        cause = {"kind": "unhealthy", "reschedule": True, "exit_code": 192}
+        pump.members[1].send({"t": "stop", "attempt": 0, "cause": cause})
+        pump.members[1].send({"t": "result", "attempt": 0, "exit_code": 192})
+        pump.members[0].send({"t": "result", "attempt": 0, "exit_code": 75})
+        assert pump.until(lambda: "verdict" in pump.kinds(0) and "verdict" in pump.kinds(1))
+        assert pump.heard[0][-1]["restart"] is True and served.leaving == {1}
+        pump.members[1].sock.close()   # the unfit pod exits 192
+        assert pump.until(lambda: served.leaving == set(), limit=5)
+        assert served.stop is None and served.lost == {}
+        again = Pump(port, 2)
+        again.members = again.members[1:]   # the rescheduled pod, index 1
+        assert again.until(lambda: again.heard[1])
+        assert again.heard[1][0]["t"] == "attempt" and again.heard[1][0]["attempt"] == 1
