@@ -86,7 +86,8 @@ several nodes without --node-rank, --role other than default, --logs-specs, --nu
 
 def add_parser(sub) -> None:
     p = sub.add_parser(
-        "torchrun", help="run a torchrun command line (PyTorch's launcher) under dlaunch",
+        "torchrun", allow_abbrev=True,  # as torchrun's own parser: abbreviations taken
+        help="run a torchrun command line (PyTorch's launcher) under dlaunch",
         usage="dlaunch torchrun [--nproc-per-node N] [--nnodes N] [--node-rank K] [--master-addr A] "
               "[--master-port P] [--standalone] [torchrun options] training_script [script arguments ...]",
         formatter_class=argparse.RawDescriptionHelpFormatter,

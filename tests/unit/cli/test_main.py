@@ -167,3 +167,37 @@ def test_options_meant_for_the_script_are_told_to_go_after_the_separator(tmp_pat
     assert main(["run", "train.py", "--ranks", "1", *late]) == 2
     err = capsys.readouterr().err
     assert f"{late[0]} after train.py was read as dlaunch's; arguments for the script go after --" in err, err
+
+
+# ---------------------------------------------------------------- issue 38, item 26: no abbreviations
+
+def _exit_code(argv: list[str]) -> int:
+    """main's exit code, argparse's own refusals (SystemExit) included."""
+    try:
+        return main(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+
+
+def test_an_abbreviation_of_a_dlaunch_flag_is_not_taken_for_it(tmp_path, monkeypatch, capsys):
+    """argparse took ``--dry`` for ``--dry-run`` (and a script's ``--device=cpu`` for ``--devices``)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("")
+    assert _exit_code(["run", "--ranks", "1", "train.py", "--dry"]) == 2
+    err = capsys.readouterr().err
+    assert "unrecognized arguments: --dry; did you mean --dry-run?" in err and "go after --" in err, err
+
+
+def test_a_script_flag_that_abbreviates_a_dlaunch_flag_gets_the_separator_hint(tmp_path, monkeypatch, capsys):
+    """nanoGPT's line: ``--device=cpu`` is the script's, not an ambiguous abbreviation of ``--devices``."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("")
+    assert _exit_code(["run", "--ranks", "2", "train.py", "config.py", "--device=cpu"]) == 2
+    err = capsys.readouterr().err
+    assert "ambiguous" not in err and "not allowed with argument" not in err, err
+    assert "unrecognized arguments: config.py --device=cpu" in err and "go after --" in err, err
+
+
+def test_the_fronts_take_abbreviations_as_their_launchers_do(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["msrun", "--worker_n=1", "--local_worker_num=1", "--dry-run", "train.py"]) == 0, capsys.readouterr()
