@@ -201,3 +201,31 @@ def test_a_script_flag_that_abbreviates_a_dlaunch_flag_gets_the_separator_hint(t
 def test_the_fronts_take_abbreviations_as_their_launchers_do(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     assert main(["msrun", "--worker_n=1", "--local_worker_num=1", "--dry-run", "train.py"]) == 0, capsys.readouterr()
+
+
+# ---------------------------------------------------------------- issue 38, item 2: the fix is the user's own line
+
+def test_script_options_after_the_script_are_moved_after_the_separator_and_dlaunchs_stay(tmp_path, monkeypatch,
+                                                                                           capsys):
+    """The hint was ``dlaunch run argtrain.py -- --ranks 2 --config exp.yaml``: one rank, --ranks for the script."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "argtrain.py", "--ranks", "2", "--config", "exp.yaml"]) == 2
+    err = capsys.readouterr().err
+    assert "arguments for the script go after --: dlaunch run argtrain.py --ranks 2 -- --config exp.yaml)" in err, err
+
+
+def test_unknown_arguments_get_the_line_with_them_after_the_separator(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert _exit_code(["run", "--ranks", "2", "train.py", "config.py", "--device=cpu", "--", "--seed", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "e.g. dlaunch run --ranks 2 train.py -- config.py --device=cpu --seed 1\n" in err, err
+
+
+@pytest.mark.parametrize(("argv", "fix"), [
+    (["python", "train.py"], "dlaunch run train.py\n"),
+    (["python3", "-u", "train.py", "--ranks", "2", "--epochs", "3"], "dlaunch run train.py --ranks 2 -- --epochs 3\n")])
+def test_python_before_the_script_is_told_to_go(tmp_path, monkeypatch, capsys, argv, fix):
+    monkeypatch.chdir(tmp_path)
+    assert _exit_code(["run", *argv]) == 2
+    err = capsys.readouterr().err
+    assert f"dlaunch starts the script with Python itself: drop {argv[0]}, e.g. {fix}" in err, err
