@@ -26,7 +26,7 @@ from launcher.execute.signals import SignalWatch
 from launcher.execute.termination import ZombieCollector, is_pid1, termination_log_path, write_termination_log
 from launcher.host.devices import free_port
 from launcher.host.mindcluster import read_version, version_path
-from launcher.plan.make import LaunchPlan, Options, make_plan
+from launcher.plan.make import LaunchPlan, Options, check_command, make_plan
 from launcher.rundir.create import create as create_run_dir
 from launcher.rundir.create import write_json
 from launcher.table.model import RankTable, dumps
@@ -47,25 +47,6 @@ class Decision(Enum):
     SUCCEEDED = "succeeded"   # every rank (of every host) succeeded: conclude
     RESTART = "restart"       # run the next attempt from the newest complete checkpoint
     STOP = "stop"             # conclude with the attempt's exit code (the root cause's)
-
-
-def check_command(opts: Options) -> None:
-    """The script or executable must exist before any rank starts."""
-    import shutil
-
-    command = opts.command
-    if command.no_python:
-        found = shutil.which(command.target, path=None if os.sep not in command.target else "")
-        if not (found or (os.sep in command.target and os.access(command.target, os.X_OK))):
-            raise UsageError(f"executable not found: {command.target}")
-    elif command.module or os.path.isfile(command.target):
-        return
-    elif os.path.isdir(command.target):   # Python runs a directory only through its __main__.py
-        if not os.path.isfile(os.path.join(command.target, "__main__.py")):
-            raise UsageError(f"{command.target} is a directory (with no __main__.py), not a script: give the "
-                             f"training script in it")
-    else:
-        raise UsageError(f"script not found: {command.target}")
 
 
 def first_resume_point(opts: Options, world_size: int) -> ResumePoint | None:
@@ -89,6 +70,7 @@ def launch(table: RankTable, server_index: int, opts: Options, *, dry_run: bool,
     newest complete checkpoint step the ranks resume from; after a failure, restarts resume from this run's
     own newest complete step. ``reread`` lets a restart use a rank table an operator rewrote meanwhile.
     """
+    check_command(opts.command)   # before a dry run says all is well, too
     rank_table_file = os.path.join(opts.output_dir, opts.run_id, f"rank_table{opts.host_files_suffix}.json")
     resume = first_resume_point(opts, table.device_count)
     plan = make_plan(table, server_index, opts, rank_table_file, dict(environ), resume=resume)
@@ -97,7 +79,6 @@ def launch(table: RankTable, server_index: int, opts: Options, *, dry_run: bool,
 
         print(describe(plan, port_chosen_at_start=not opts.fixed_port))
         return 0
-    check_command(opts)
     return Launch(table, server_index, opts, plan, environ=environ, control=control, on_started=on_started,
                   reread=reread).run()
 
