@@ -168,3 +168,21 @@ def test_integers_and_strings_are_equivalent():
         for dev in server["device"]:
             dev["device_id"], dev["rank_id"] = int(dev["device_id"]), int(dev["rank_id"])
     assert topology.validate(ranktable.from_obj(as_ints)) == topology.validate(ranktable.from_obj(obj))
+
+
+# ---------------------------------------------------------------- issue 38, item 4: a repeated rank, every profile
+
+@pytest.mark.parametrize("profile", sorted(topology.PROFILES))
+def test_every_profile_refuses_a_repeated_or_out_of_range_rank(profile):
+    table = table_with([[0, 1, 2, 3]])
+    table.servers[0].devices[3].rank_id = "2"
+    assert "R5 rank-unique" in rules_hit(table, profile)
+    table.servers[0].devices[3].rank_id = "7"
+    assert "R5 rank-contiguous" in rules_hit(table, profile)
+
+
+def test_the_refusal_of_a_repeated_rank_suggests_no_profile():
+    table = ranktable.loads((RANK_TABLES / "invalid" / "r5_rank_repeated.json").read_text())
+    with pytest.raises(topology.UsageError) as refused:
+        topology.require_valid(table, "atlas910", "rank table rt.json")
+    assert "no profile accepts it" in str(refused.value) and "structure" not in str(refused.value)
