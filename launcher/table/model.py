@@ -285,6 +285,8 @@ def loads(text: str) -> RankTable:
     which is not JSON); so is nesting deeper than Python's recursion allows, and text holding a lone UTF-16
     surrogate (``"\\ud800"``), which no output could print.
     """
+    if not text.strip():
+        raise RankTableError("the file is empty")
     try:
         obj = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
     except json.JSONDecodeError as exc:
