@@ -186,3 +186,21 @@ def test_the_refusal_of_a_repeated_rank_suggests_no_profile():
     with pytest.raises(topology.UsageError) as refused:
         topology.require_valid(table, "atlas910", "rank table rt.json")
     assert "no profile accepts it" in str(refused.value) and "structure" not in str(refused.value)
+
+
+# ---------------------------------------------------------------- issue 38, item 14: a pasted server block, said once
+
+@pytest.mark.parametrize("profile", sorted(topology.PROFILES))
+def test_a_server_block_pasted_twice_is_one_problem_naming_the_copy(profile):
+    obj = ranktable.to_obj(table_with([list(range(8)), list(range(8))]))
+    obj["server_list"].insert(1, copy.deepcopy(obj["server_list"][0]))   # server_count still says 2
+    table = ranktable.from_obj(obj)
+    found = topology.errors(topology.validate(table, profile))
+    assert [(p.path, p.rule) for p in found] == [("server_list[1]", "R4 server-id")], [str(p) for p in found]
+    assert "is a copy of server_list[0]" in found[0].message and found[0].value == "10.0.1.1"
+
+
+def test_a_server_that_only_shares_its_id_is_not_called_a_copy():
+    table = table_with([list(range(8)), list(range(8))], server_ids=["a", "a"])
+    assert "is a copy" not in " ".join(p.message for p in topology.validate(table))
+    assert "R4 server-id" in rules_hit(table)
