@@ -63,7 +63,8 @@ def _without_python(argv: list[str], script: str, extras: list[str], script_args
     at = next((i for i, word in enumerate(extras) if not word.startswith("-")), len(extras))
     own = list(argv)
     for word in [script, *extras[:at]]:   # python, then its own flags (-u, -X dev)
-        own.remove(word)
+        if word in own:
+            own.remove(word)
     return separated(own, extras[at + 1:], script_args)
 
 
