@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 
 from launcher.checkpoint import names as ckptnames
 from launcher.contract import CKPT_DIR
-from launcher.rundir.paths import rank_dirs
+from launcher.rundir.paths import derived_run_id, rank_dirs
 
 
 @dataclass(frozen=True)
@@ -153,8 +153,8 @@ def slurm_requeue(run_id: str | None, output_dir: str, world_size: int,
     why = f"Slurm requeued this job (SLURM_RESTART_COUNT={restarts})"
     if run_id is None:
         return None, None, f"{why}, but without --run-id its first attempt's run directory is unknown: starting afresh"
-    name = f"{run_id}{REQUEUE_SUFFIX}{restarts}"
-    earlier = [os.path.join(output_dir, run_id + (f"{REQUEUE_SUFFIX}{k}" if k else ""))
+    name = derived_run_id(run_id, f"{REQUEUE_SUFFIX}{restarts}")   # a run id of 128 characters too
+    earlier = [os.path.join(output_dir, derived_run_id(run_id, f"{REQUEUE_SUFFIX}{k}") if k else run_id)
                for k in range(restarts - 1, max(restarts - 100, 0) - 1, -1)]   # the newest first
     for run_dir in earlier:   # each attempt resumed from the one before: the first with a complete step
         if resume_point(run_dir, world_size)[0] is not None:

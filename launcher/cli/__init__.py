@@ -12,6 +12,7 @@ import os
 import sys
 
 from launcher.base.console import printable, say, settle_streams, silence
+from launcher.cli.command_parser import separated, short
 from launcher.cli.parsers import COMMANDS, SCRIPT_ARG_COMMANDS, build_parser, unrecognized
 from launcher.contract import ExitCode
 from launcher.errors import DlaunchError, UsageError
@@ -36,26 +37,25 @@ SCRIPT_LIKE_OPTIONS = ("--config", "--resume")   # dlaunch's and, often, the tra
 
 
 def _after_script_hint(argv: list[str], cut_at: int | None) -> str:
-    """For a refusal of ``dlaunch run train.py --config x.yaml`` (options after the script, no "--"): those
-    options were read as dlaunch's own; the script's arguments go after --."""
+    """For a refusal of ``dlaunch run train.py --ranks 2 --config x.yaml`` (options after the script, no "--"):
+    those options were read as dlaunch's own; the fix keeps dlaunch's own flags before -- and the script's after."""
     if cut_at is not None or not argv or argv[0] not in SCRIPT_ARG_COMMANDS:
         return ""
     script = next((i for i, a in enumerate(argv) if i and a.endswith(".py") and not a.startswith("-")), None)
     if script is None:
         return ""
     # only options a training script commonly takes too: dlaunch's own options may follow the script
-    late = [a for a in argv[script + 1:] if a.split("=", 1)[0] in SCRIPT_LIKE_OPTIONS]
+    late: list[str] = []
+    for at in range(script + 1, len(argv)):
+        if argv[at].split("=", 1)[0] in SCRIPT_LIKE_OPTIONS:
+            given = "=" in argv[at] or at + 1 == len(argv) or argv[at + 1].startswith("-")
+            late += argv[at:at + (1 if given else 2)]
     if not late:
         return ""
-    verb = "were" if len(late) > 1 else "was"
-    shown = " ".join(_short(a) for a in argv[script + 1:script + 9]) + (" ..." if len(argv) > script + 9 else "")
-    return (f" ({' '.join(_short(a) for a in late[:3])} after {_short(argv[script])} {verb} read as dlaunch's; "
-            f"arguments for the script go after --: dlaunch {argv[0]} {_short(argv[script])} -- {shown})")
-
-
-def _short(word: str) -> str:
-    """A word of the user's command line as a hint quotes it: a 5,000-digit value is not repeated whole."""
-    return word if len(word) <= 40 else word[:40] + "..."
+    flags = [a for a in late if a.startswith("-")]
+    verb = "were" if len(flags) > 1 else "was"
+    return (f" ({' '.join(short(a) for a in flags[:3])} after {short(argv[script])} {verb} read as dlaunch's; "
+            f"arguments for the script go after --: {separated(argv, late)})")
 
 
 def entry() -> None:
@@ -108,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
             args.launch_flags = extras   # launch flags, judged by run's or cluster's parser in cmd_config
         elif extras:
             sub = parser.subcommands[args.command]
-            sub.error(unrecognized(sub, args.command, extras))
+            sub.error(unrecognized(sub, args.command, extras, argv=argv, script=getattr(args, "script", None),
+                                   script_args=script_args))
         if args.command in SCRIPT_ARG_COMMANDS:
             args.script_args, args.script_args_given = script_args, cut_at is not None
         if args.command in LAUNCH_COMMANDS:   # the Namespace ends here: run and cluster take a LaunchRequest

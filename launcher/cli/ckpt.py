@@ -36,7 +36,14 @@ def cmd_ckpt(args: argparse.Namespace) -> int:
             f"sliced, {done['replicated']} replicated), {done['bytes']} bytes -> {done['output']}")
         return 0
     done = ckpttool.reshard(run_dir, args.ranks, args.output, args.step)
-    say(f"resharded for {args.ranks} rank(s) -> {args.output}: " + json.dumps(done, default=str))
+    if args.json:
+        json.dump(done, sys.stdout, indent=2, default=str)
+        print()
+        return 0
+    say(printable(f"resharded {done['step']} of {done['from_ranks']} rank(s) for {done['ranks']} rank(s): "
+                  f"{done['sliced']} sliced tensor(s), {len(done['files'])} file(s), {done['bytes']} bytes -> "
+                  f"{done['output_dir']} (resume with dlaunch run --ranks {done['ranks']} --resume "
+                  f"{done['output_dir']})"))
     return 0
 
 
@@ -61,6 +68,6 @@ def add_parser(sub) -> None:
             a.add_argument("--ranks", type=whole(1, 65536), required=True, metavar="M", help="the new number of ranks")
             a.add_argument("-o", "--output", required=True, metavar="DIR",
                            help="a new run directory for the resliced checkpoint")
-        if name == "list":
+        if name in ("list", "reshard"):
             a.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(handler=cmd_ckpt)

@@ -77,7 +77,7 @@ def cmd_from_head(announce: bool = False) -> int:
 
         protocol.announce(CHECK_MARK + "ready")
     request, pending = protocol.read_request(0)
-    parser = argparse.ArgumentParser(prog="dlaunch cluster")
+    parser = argparse.ArgumentParser(prog="dlaunch cluster", allow_abbrev=False)
     add_launch_arguments(parser, options_for("cluster"))
     args = parser.parse_args(list(map(str, request["argv"])))
     # the head settled every value: this host's own environment and configs take no part

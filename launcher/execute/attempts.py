@@ -26,7 +26,7 @@ from launcher.execute.signals import SignalWatch
 from launcher.execute.termination import ZombieCollector, is_pid1, termination_log_path, write_termination_log
 from launcher.host.devices import free_port
 from launcher.host.mindcluster import read_version, version_path
-from launcher.plan.make import LaunchPlan, Options, make_plan
+from launcher.plan.make import LaunchPlan, Options, check_command, make_plan
 from launcher.rundir.create import create as create_run_dir
 from launcher.rundir.create import write_json
 from launcher.table.model import RankTable, dumps
@@ -48,25 +48,6 @@ class Decision(Enum):
     SUCCEEDED = "succeeded"   # every rank (of every host) succeeded: conclude
     RESTART = "restart"       # run the next attempt from the newest complete checkpoint
     STOP = "stop"             # conclude with the attempt's exit code (the root cause's)
-
-
-def check_command(opts: Options) -> None:
-    """The script or executable must exist before any rank starts."""
-    import shutil
-
-    command = opts.command
-    if command.no_python:
-        found = shutil.which(command.target, path=None if os.sep not in command.target else "")
-        if not (found or (os.sep in command.target and os.access(command.target, os.X_OK))):
-            raise UsageError(f"executable not found: {command.target}")
-    elif command.module or os.path.isfile(command.target):
-        return
-    elif os.path.isdir(command.target):   # Python runs a directory only through its __main__.py
-        if not os.path.isfile(os.path.join(command.target, "__main__.py")):
-            raise UsageError(f"{command.target} is a directory (with no __main__.py), not a script: give the "
-                             f"training script in it")
-    else:
-        raise UsageError(f"script not found: {command.target}")
 
 
 def policy_reschedules(opts: Options) -> bool:
@@ -98,6 +79,7 @@ def launch(table: RankTable, server_index: int | None, opts: Options, *, dry_run
     With spares, ``roster`` says which servers run the job (``table`` is their table) and ``server_index`` is
     None while this host stands by.
     """
+    check_command(opts.command)   # before a dry run says all is well, too
     rank_table_file = os.path.join(opts.output_dir, opts.run_id, f"rank_table{opts.host_files_suffix}.json")
     resume = first_resume_point(opts, table.device_count)
     if roster is not None:
@@ -112,7 +94,6 @@ def launch(table: RankTable, server_index: int | None, opts: Options, *, dry_run
 
         print(describe(plan, port_chosen_at_start=not opts.fixed_port))
         return 0
-    check_command(opts)
     return Launch(table, server_index, opts, plan, environ=environ, control=control, on_started=on_started,
                   reread=reread, roster=roster).run()
 

@@ -281,6 +281,15 @@ def host_names(resolve: bool = False) -> set[str]:
     return {found for found in names if found}
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on: its affinity, which ``taskset``, a cpuset container or Slurm's task
+    binding narrow (``os.cpu_count()`` counts the machine's); every CPU only where the system cannot say."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):   # no sched_getaffinity (macOS)
+        return os.cpu_count() or 1
+
+
 def ranks_per_node(text: str, environ: Mapping[str, str]) -> tuple[int, str]:
     """torchrun's --nproc-per-node N|auto|cpu|gpu|npu as a number, and what it was chosen from (torchrun's
     determine_local_world_size): ``dlaunch torchrun`` and a pod's PET_NPROC_PER_NODE use it."""
@@ -290,12 +299,13 @@ def ranks_per_node(text: str, environ: Mapping[str, str]) -> tuple[int, str]:
             raise UsageError(f"--nproc-per-node: expected a whole number from 1 to 65536, or auto, cpu, gpu, npu; "
                              f"got {word[:40]!r}")
         return int(word), ""
-    cpus = os.cpu_count() or 1
+    cpus = usable_cpus()
     if word == "cpu":
-        return cpus, f"--nproc-per-node cpu: {cpus} rank(s), one per CPU (os.cpu_count())"
+        return cpus, f"--nproc-per-node cpu: {cpus} rank(s), one per CPU this process may use"
     view = discover(environ, probe_hardware=True)
     if word == "auto" and not view.tokens:
-        return cpus, f"--nproc-per-node auto: no GPU or NPU visible, so {cpus} CPU rank(s) (os.cpu_count())"
+        return cpus, f"--nproc-per-node auto: no GPU or NPU visible, so {cpus} CPU rank(s), one per CPU this " \
+                     f"process may use"
     if word == "npu" and not view.ascend or word == "gpu" and (view.ascend or not view.tokens):
         raise UsageError(f"--nproc-per-node {word}: no {word.upper()} is visible on this host "
                          f"({view.describe() if view.source else 'no device found'})")

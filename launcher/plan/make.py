@@ -26,6 +26,7 @@ from launcher.contract import (
     SCHEDULER_DIR,
     Role,
 )
+from launcher.errors import UsageError
 from launcher.host.devices import DeviceView
 from launcher.plan.environment import (
     masked,
@@ -59,6 +60,25 @@ class Command:
         if self.module:
             return [python, "-m", self.target, *self.args]
         return [python, self.target, *self.args]
+
+
+def check_command(command: Command) -> None:
+    """The script or executable must exist: before any rank starts, a dry run prints its plan or ``dlaunch
+    script`` writes a launcher for it. A module (-m) is left to Python (finding it could import its packages)."""
+    import shutil
+
+    if command.no_python:
+        found = shutil.which(command.target, path=None if os.sep not in command.target else "")
+        if not (found or (os.sep in command.target and os.access(command.target, os.X_OK))):
+            raise UsageError(f"executable not found: {command.target}")
+    elif command.module or os.path.isfile(command.target):
+        return
+    elif os.path.isdir(command.target):   # Python runs a directory only through its __main__.py
+        if not os.path.isfile(os.path.join(command.target, "__main__.py")):
+            raise UsageError(f"{command.target} is a directory (with no __main__.py), not a script: give the "
+                             f"training script in it")
+    else:
+        raise UsageError(f"script not found: {command.target}")
 
 
 @dataclass(frozen=True)

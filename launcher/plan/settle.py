@@ -66,6 +66,8 @@ def launch_options(args: LaunchRequest, table, server_index: int, environ: Mappi
         raise UsageError(f"--job-port {args.job_port} is the master port, where rank 0's store listens: give "
                          f"another (by default the job port is MASTER_PORT + 1)")
     run_id = args.run_id or (scheduler_run_id(environ) if cluster else None)
+    if run_id:   # the id as given, before a requeued attempt's is made from it
+        check_run_id(run_id)
     output_dir = os.path.abspath(args.output_dir)
     resume_from, resume_note = None, ""
     if args.resume is not None:

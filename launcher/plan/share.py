@@ -135,6 +135,7 @@ def adopt_pod(args: LaunchRequest, environ) -> LaunchRequest | None:
     when nothing says where this host belongs (the caller then asks for --rank-table)."""
     from launcher.base.console import say
     from launcher.host.pods import detect, rank_table_path
+    from launcher.table.model import RankTableError
     from launcher.table.share import load_completed, rank_zero_address
 
     pod = detect(environ)
@@ -155,10 +156,15 @@ def adopt_pod(args: LaunchRequest, environ) -> LaunchRequest | None:
                            ms_scheduler_pod=True)
     if path is not None:
         args = replace(args, rank_table=path)
-        table = load_completed(path, args.join_timeout,
-                               lambda status: say(f"waiting up to {args.join_timeout:g} s (--join-timeout) for rank "
-                                                  f"table {path} to be completed by the job's operator (status: "
-                                                  f"{status})"))
+        try:
+            table = load_completed(path, args.join_timeout,
+                                   lambda status: say(f"waiting up to {args.join_timeout:g} s (--join-timeout) for "
+                                                      f"rank table {path} to be completed by the job's operator "
+                                                      f"(status: {status})"))
+        except RankTableError as exc:   # not there after the wait, a directory, content that is no table
+            said = str(exc) if str(exc).startswith("cannot read") else f"rank table {path}: {exc}"
+            raise UsageError(f"{said} (the job's rank table, as {'the pod' if pod else 'RANK_TABLE_FILE'} names "
+                             f"it)") from None
         if pod is not None and pod.ms_role == "MS_WORKER":
             # MindSpore's scheduler runs in its own pod at MS_SCHED_HOST: the ranks register with it, and the
             # pods of the job meet at the pod of rank 0 instead

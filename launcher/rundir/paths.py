@@ -64,9 +64,26 @@ def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + os.urandom(2).hex()   # secrets.token_hex, without hmac and hashlib
 
 
+MAX_RUN_ID = 128   # characters of a run id (RUN_ID_PATTERN)
+
+
+def derived_run_id(run_id: str, suffix: str) -> str:
+    """The id of a run made from ``run_id`` (a requeued attempt's ``<run id>.requeue2``), as valid as it: where
+    the two would pass the 128 characters of a run id, the id's head and a hash of the whole id come before the
+    suffix, so two long ids that share a head still get two names."""
+    name = run_id + suffix
+    if len(name) <= MAX_RUN_ID:
+        return name
+    import zlib
+
+    tag = f"-{zlib.crc32(run_id.encode()):08x}"
+    return run_id[:MAX_RUN_ID - len(tag) - len(suffix)] + tag + suffix
+
+
 def check_run_id(run_id: str) -> str:
     if not RUN_ID_PATTERN.match(run_id):
-        raise UsageError(f"bad --run-id {run_id[:40]!r}: use letters, digits, '.', '_' and '-' (at most 128)")
+        raise UsageError(f"bad --run-id {run_id[:40]!r}: use letters, digits, '.', '_' and '-' "
+                         f"(at most {MAX_RUN_ID})")
     if run_id == LATEST:
         raise UsageError(f"--run-id {LATEST} is reserved: {LATEST} is the link to the newest run")
     return run_id

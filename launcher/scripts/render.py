@@ -401,11 +401,15 @@ def write_script(path: str, text: str, force: bool) -> None:
 
 
 def script(req: ScriptRequest) -> int:
-    """``dlaunch script``: the settled request (``cli.script`` layers it) rendered into a script."""
+    """``dlaunch script``: the settled request (``cli.script`` layers it) rendered into a script; the training
+    script it will start must exist (a Slurm job would learn otherwise only after the queue's wait)."""
+    from launcher.plan.make import Command, check_command
+
     values, sources = _settings(req)
     if values["template_dir"] and not os.path.isdir(values["template_dir"]):
         raise UsageError(f"--template-dir {values['template_dir']} is not a directory")
     context = _resolve(values, sources)
+    check_command(Command(target=values["script"], module=values["module"], no_python=values["no_python"]))
     text = render(values["template"], context, values["template_dir"])
     write_script(values["output"], text, values["force"])
     if values["output"] != "-":

@@ -278,6 +278,21 @@ def _finite_float(text: str) -> float:
     return value
 
 
+def _json_mistake(text: str, exc: json.JSONDecodeError) -> str:
+    """What is wrong with the JSON, where: a trailing comma (JSON has none, an editor's habit adds one) said
+    plainly at the comma, text cut short said so, anything else in the parser's words."""
+    before = text[:exc.pos].rstrip()
+    if text[exc.pos:exc.pos + 1] in ("}", "]") and before.endswith(","):
+        comma = len(before) - 1
+        line, column = text.count("\n", 0, comma) + 1, comma - text.rfind("\n", 0, comma)
+        return (f"malformed JSON at line {line}, column {column}: a comma before the closing "
+                f"'{text[exc.pos]}' (JSON allows no trailing comma: remove it)")
+    if exc.pos >= len(text.rstrip()):
+        return f"malformed JSON at line {exc.lineno}, column {exc.colno}: the text ends before the JSON does " \
+               f"(a file cut short?)"
+    return f"malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
+
+
 def loads(text: str) -> RankTable:
     """Parse rank-table JSON text; malformed JSON names its line and column, hostile JSON is refused plainly.
 
@@ -285,10 +300,12 @@ def loads(text: str) -> RankTable:
     which is not JSON); so is nesting deeper than Python's recursion allows, and text holding a lone UTF-16
     surrogate (``"\\ud800"``), which no output could print.
     """
+    if not text.strip():
+        raise RankTableError("the file is empty")
     try:
         obj = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
     except json.JSONDecodeError as exc:
-        raise RankTableError(f"malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+        raise RankTableError(_json_mistake(text, exc)) from None
     except RecursionError:
         raise RankTableError("the JSON is nested too deeply to be a rank table") from None
     except ValueError as exc:   # e.g. an integer of thousands of digits (Python's int_max_str_digits)

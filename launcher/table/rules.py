@@ -8,7 +8,8 @@ runs them all and returns every problem at once, because a user fixing a
 
 The default profile, ``atlas910``, encodes the rules of the MindSpore/HCCL
 tutorial for Atlas 910 (the seeds).  ``a2`` relaxes the device-count rules for
-Atlas A2 servers; ``structure`` checks only that the file can be interpreted.
+Atlas A2 servers; ``structure`` checks only that the file can be interpreted and that its ranks
+are 0..N-1, each once (R5's first half: a repeated rank is no job on any hardware).
 """
 
 from __future__ import annotations
@@ -212,8 +213,9 @@ def rule_servers(table: RankTable) -> Iterable[Problem]:
                           f'write "server_count": "{len(table.servers)}".', "R4 server-count")
 
 
-def rule_ranks(table: RankTable) -> Iterable[Problem]:
-    """R5: rank_id unique and contiguous from 0; one contiguous block per server; blocks ascend in list order."""
+def rule_rank_ids(table: RankTable) -> Iterable[Problem]:
+    """R5, in every profile (``structure`` too): rank_id unique and in 0..N-1. A repeated or missing rank is
+    no job on any hardware: two processes would get the same RANK."""
     total = table.device_count
     where: dict[int, str] = {}
     raw: dict[int, object] = {}
@@ -235,6 +237,10 @@ def rule_ranks(table: RankTable) -> Iterable[Problem]:
             yield Problem(where[r], raw[r],
                           f"is out of range: {total} devices need ranks 0..{total - 1} (missing {shown}).",
                           "number ranks contiguously from 0.", "R5 rank-contiguous")
+
+
+def rule_ranks(table: RankTable) -> Iterable[Problem]:
+    """R5 (HCCL's): one contiguous block of ranks per server; blocks ascend in list order."""
     previous_max: int | None = None
     previous_server: int | None = None
     for s, server in enumerate(table.servers):
@@ -345,16 +351,17 @@ def rule_super_pods(table: RankTable) -> Iterable[Problem]:
 
 PROFILES: dict[str, tuple[Rule, ...]] = {
     "atlas910": (rule_structure, rule_device_count_910, rule_device_half, rule_device_ids, rule_servers,
-                 rule_ranks, rule_server_order, rule_status, rule_super_pods),
-    "a2": (rule_structure, rule_device_count_a2, rule_device_ids, rule_servers, rule_ranks, rule_server_order,
-           rule_status, rule_super_pods),
-    "structure": (rule_structure,),
+                 rule_rank_ids, rule_ranks, rule_server_order, rule_status, rule_super_pods),
+    "a2": (rule_structure, rule_device_count_a2, rule_device_ids, rule_servers, rule_rank_ids, rule_ranks,
+           rule_server_order, rule_status, rule_super_pods),
+    "structure": (rule_structure, rule_rank_ids),
 }
 DEFAULT_PROFILE = "atlas910"
 PROFILE_HELP = {
     "atlas910": "the seeds' HCCL rules for Atlas 910 (default): 1/2/4/8 devices on one server, 8xN on several",
     "a2": "Atlas A2: any 1-8 devices per server, the same count on every server",
-    "structure": "only that the table can be interpreted (any device count, no HCCL rules)",
+    "structure": "only that the table can be interpreted and its ranks are 0..N-1, each once (any device count, "
+                 "no HCCL rules)",
 }
 
 
@@ -362,7 +369,24 @@ def validate(table: RankTable, profile: str = DEFAULT_PROFILE) -> list[Problem]:
     """Every problem the profile's rules find, errors and warnings, in rule order; in a 2.0 table's terms
     (``rank_list[i]``) when its servers were made from its ranks."""
     found = [problem for rule in PROFILES[profile] for problem in rule(table)]
-    return [_in_table_terms(table, problem) for problem in found] if table.paths else found
+    return [_in_table_terms(table, problem) for problem in found] if table.paths else _copies_said_once(table, found)
+
+
+def _copies_said_once(table: RankTable, found: list[Problem]) -> list[Problem]:
+    """A server block pasted twice breaks R3, R4 and R5 once per device (17 lines for 8 devices): each copy is
+    said once, as the copy it is, first; what only the copy breaks goes (deleting it mends that too)."""
+    copies = {s: first for s, server in enumerate(table.servers) if server.devices
+              for first in [next((k for k in range(s) if table.servers[k] == server), None)] if first is not None}
+    if not copies:
+        return found
+    inside = tuple(f"server_list[{s}]" for s in copies)
+    count = as_int(table.server_count) if table.server_count is not MISSING else None
+    kept = [problem for problem in found if not problem.path.startswith(inside)
+            and not (problem.path == "server_count" and count == len(table.servers) - len(copies))]
+    said = [Problem(f"server_list[{s}]", table.servers[s].server_id,
+                    f"is a copy of server_list[{first}] (the same server_id, devices, IPs and ranks).",
+                    "delete the copy: list each host once.", "R4 server-id") for s, first in copies.items()]
+    return said + kept
 
 
 def _in_table_terms(table: RankTable, problem: Problem) -> Problem:

@@ -120,16 +120,26 @@ def read_table(path: str) -> tuple[str, RankTable]:
         raise UsageError(f"rank table {path}: {exc}") from None
 
 
+SETTLED = 2.0   # seconds a file that cannot be read as a table stands unchanged before its writer counts as done
+
+
 def load_completed(path: str, wait: float, notice=None):
     """Load a table; poll while its status is not "completed" (an operator still writing it: ascend-operator
     says "initializing" until every pod of the job is placed) for up to ``wait`` seconds, then return what
-    the file holds.  ``notice(status)`` is called once, when the first read is not complete yet."""
+    the file holds.  ``notice(status)`` is called once, when the first read is not complete yet.
+
+    A file not there yet, or empty, is waited for as well (the operator writes it later); anything but a regular
+    file (a directory) is refused at once, and content that is no table once it has stood unchanged for
+    ``SETTLED`` seconds: a writer that stopped will not mend it.  Refusals are ``RankTableError``."""
+    import os
+    import stat
     import time
 
     from launcher.table.model import RankTableError, load
 
     deadline = time.monotonic() + wait
     told = False
+    seen, since = None, 0.0   # the unreadable file's (size, mtime), and since when it stood so
     while True:
         try:
             table = load(path)
@@ -137,9 +147,21 @@ def load_completed(path: str, wait: float, notice=None):
                 return table
             status = table.status
         except RankTableError:
-            if time.monotonic() >= deadline:
+            now = time.monotonic()
+            if now >= deadline:
                 raise
-            status = "unreadable"
+            try:
+                info: os.stat_result | None = os.stat(path)
+            except OSError:
+                info = None
+            if info is not None and not stat.S_ISREG(info.st_mode):
+                raise   # a directory, a FIFO: never the table
+            stamp = (info.st_size, info.st_mtime_ns) if info is not None and info.st_size else None
+            if stamp is not None and stamp == seen and now - since >= SETTLED:
+                raise
+            if stamp != seen:
+                seen, since = stamp, now
+            status = "not there yet" if info is None else "empty" if stamp is None else "unreadable"
         if notice is not None and not told:
             notice(status)
             told = True

@@ -123,3 +123,10 @@ def test_links_resolve(page):
 def test_readme_fits_two_screens():
     lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
     assert len(lines) <= README_MAX_LINES
+
+
+def test_the_readmes_table_lists_every_page_of_docs():
+    """Issue 38, item 14: docs/containers-and-slurm.md was missing from the README's table of pages."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    listed = set(re.findall(r"^\| \[docs/([\w.-]+\.md)\]\(docs/\1\) \|", readme, flags=re.M))
+    assert sorted(page.name for page in (ROOT / "docs").glob("*.md") if page.name not in listed) == []

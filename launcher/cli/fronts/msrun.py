@@ -94,7 +94,8 @@ def _integer(text: str) -> int:
 
 def add_parser(sub) -> None:
     p = sub.add_parser(
-        "msrun", help="run an msrun command line (MindSpore's launcher) under dlaunch",
+        "msrun", allow_abbrev=True,  # as msrun's own parser: abbreviations taken
+        help="run an msrun command line (MindSpore's launcher) under dlaunch",
         usage="dlaunch msrun [--worker_num N] [--local_worker_num L] [--master_addr A] [--master_port P] "
               "[--node_rank K] [--log_dir D] [--join B] [--cluster_time_out S] [msrun options] "
               "task_script [script arguments ...]",

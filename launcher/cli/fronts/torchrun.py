@@ -66,7 +66,7 @@ DLAUNCH_ONLY = {"dlaunch_run_id", "dry_run"}
 
 FLAG_TABLE = """\
 torchrun flag                  dlaunch
---nproc-per-node N|auto|cpu|gpu|npu   --ranks N (auto: one per GPU/NPU, else os.cpu_count(); cpu: os.cpu_count())
+--nproc-per-node N|auto|cpu|gpu|npu   --ranks N (auto: one per GPU/NPU, else per usable CPU; cpu: per usable CPU)
 --nnodes N (or N:N)            N nodes: dlaunch cluster, node K runs ranks K*nproc.. (needs --node-rank)
 --node-rank K                  cluster --rank-start K*nproc; GROUP_RANK=K
 --master-addr A --master-port P   --master-addr A --master-port P (several nodes: default port 29500)
@@ -86,7 +86,8 @@ several nodes without --node-rank, --role other than default, --logs-specs, --nu
 
 def add_parser(sub) -> None:
     p = sub.add_parser(
-        "torchrun", help="run a torchrun command line (PyTorch's launcher) under dlaunch",
+        "torchrun", allow_abbrev=True,  # as torchrun's own parser: abbreviations taken
+        help="run a torchrun command line (PyTorch's launcher) under dlaunch",
         usage="dlaunch torchrun [--nproc-per-node N] [--nnodes N] [--node-rank K] [--master-addr A] "
               "[--master-port P] [--standalone] [torchrun options] training_script [script arguments ...]",
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -40,6 +40,7 @@ def test_separator_as_an_option_value_is_one_line(tmp_path, monkeypatch, capsys,
 
 def test_script_arguments_after_the_separator_keep_their_dashes(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("")   # the script must exist, a dry run too
     assert main(["run", "--ranks", "1", "--dry-run", "train.py", "--", "--resume=--"]) == 0
     assert "--resume=--" in capsys.readouterr().out
     rc = main(["msrun", "--worker_num=1", "--local_worker_num=1", "--dry-run", "train.py", "--resume=--"])
@@ -55,6 +56,7 @@ def test_non_utf8_output_paths_are_written(tmp_path, monkeypatch, capsys):
     import os
 
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("")   # the script must exist, a dry run too
     script = os.fsdecode(b"run\xd6\xd0.sh")
     assert main(["script", "run.sh", "train.py", "--ranks", "2", "-o", script]) == 0, capsys.readouterr().err
     assert (tmp_path / script).read_bytes().startswith(b"#!")
@@ -99,6 +101,7 @@ def test_msrun_values_out_of_range_are_one_line(tmp_path, monkeypatch, capsys, f
     ["script", "run.sh", "train.py", "--rank-table", "D", "-o", "run_job.sh"]])
 def test_a_directory_given_as_a_file_is_one_line(tmp_path, monkeypatch, capsys, argv):
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("")   # the script must exist, a dry run too
     (tmp_path / "D").mkdir()
     rc = main(argv)
     captured = capsys.readouterr()
@@ -128,6 +131,7 @@ def test_a_misspelled_command_gets_did_you_mean(capsys, typed, meant):
 def test_dry_run_shows_rank_0_in_full_the_others_as_differences_and_no_port_it_would_not_use(
         tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("")   # the script must exist, a dry run too
     assert main(["run", "--ranks", "8", "--dry-run", "train.py"]) == 0
     out = capsys.readouterr().out
     assert len(out.splitlines()) < 200, len(out.splitlines())   # was 290: 36 lines per rank
@@ -167,3 +171,86 @@ def test_options_meant_for_the_script_are_told_to_go_after_the_separator(tmp_pat
     assert main(["run", "train.py", "--ranks", "1", *late]) == 2
     err = capsys.readouterr().err
     assert f"{late[0]} after train.py was read as dlaunch's; arguments for the script go after --" in err, err
+
+
+# ---------------------------------------------------------------- issue 38, item 26: no abbreviations
+
+def _exit_code(argv: list[str]) -> int:
+    """main's exit code, argparse's own refusals (SystemExit) included."""
+    try:
+        return main(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+
+
+def test_an_abbreviation_of_a_dlaunch_flag_is_not_taken_for_it(tmp_path, monkeypatch, capsys):
+    """argparse took ``--dry`` for ``--dry-run`` (and a script's ``--device=cpu`` for ``--devices``)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("")
+    assert _exit_code(["run", "--ranks", "1", "train.py", "--dry"]) == 2
+    err = capsys.readouterr().err
+    assert "unrecognized arguments: --dry; did you mean --dry-run?" in err and "go after --" in err, err
+
+
+def test_a_script_flag_that_abbreviates_a_dlaunch_flag_gets_the_separator_hint(tmp_path, monkeypatch, capsys):
+    """nanoGPT's line: ``--device=cpu`` is the script's, not an ambiguous abbreviation of ``--devices``."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("")
+    assert _exit_code(["run", "--ranks", "2", "train.py", "config.py", "--device=cpu"]) == 2
+    err = capsys.readouterr().err
+    assert "ambiguous" not in err and "not allowed with argument" not in err, err
+    assert "unrecognized arguments: config.py --device=cpu" in err and "go after --" in err, err
+
+
+def test_the_fronts_take_abbreviations_as_their_launchers_do(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("")   # the script must exist, a dry run too
+    assert main(["msrun", "--worker_n=1", "--local_worker_num=1", "--dry-run", "train.py"]) == 0, capsys.readouterr()
+
+
+# ---------------------------------------------------------------- issue 38, item 2: the fix is the user's own line
+
+def test_script_options_after_the_script_are_moved_after_the_separator_and_dlaunchs_stay(tmp_path, monkeypatch,
+                                                                                           capsys):
+    """The hint was ``dlaunch run argtrain.py -- --ranks 2 --config exp.yaml``: one rank, --ranks for the script."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "argtrain.py", "--ranks", "2", "--config", "exp.yaml"]) == 2
+    err = capsys.readouterr().err
+    assert "arguments for the script go after --: dlaunch run argtrain.py --ranks 2 -- --config exp.yaml)" in err, err
+
+
+def test_unknown_arguments_get_the_line_with_them_after_the_separator(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert _exit_code(["run", "--ranks", "2", "train.py", "config.py", "--device=cpu", "--", "--seed", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "e.g. dlaunch run --ranks 2 train.py -- config.py --device=cpu --seed 1\n" in err, err
+
+
+@pytest.mark.parametrize(("argv", "fix"), [
+    (["python", "train.py"], "dlaunch run train.py\n"),
+    (["python3", "-u", "train.py", "--ranks", "2", "--epochs", "3"], "dlaunch run train.py --ranks 2 -- --epochs 3\n")])
+def test_python_before_the_script_is_told_to_go(tmp_path, monkeypatch, capsys, argv, fix):
+    monkeypatch.chdir(tmp_path)
+    assert _exit_code(["run", *argv]) == 2
+    err = capsys.readouterr().err
+    assert f"dlaunch starts the script with Python itself: drop {argv[0]}, e.g. {fix}" in err, err
+
+
+# ---------------------------------------------------------------- issue 38, item 3: a missing script, said at once
+
+def test_a_dry_run_of_a_missing_script_is_refused(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "trian.py", "--ranks", "2", "--dry-run"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == f"dlaunch: error: script not found: {tmp_path / 'trian.py'}\n" and not captured.out
+
+
+@pytest.mark.parametrize("template", ["slurm", "run.sh"])
+def test_no_launch_script_is_written_for_a_missing_script(tmp_path, monkeypatch, capsys, template):
+    from tests.launching import write_rank_table
+
+    monkeypatch.chdir(tmp_path)
+    table = write_rank_table(tmp_path / "rt.json", ("127.0.0.2", "127.0.0.3"), 8)
+    assert main(["script", template, "nosuch.py", "--rank-table", str(table), "-o", "job.sh"]) == 2
+    assert capsys.readouterr().err == f"dlaunch: error: script not found: {tmp_path / 'nosuch.py'}\n"
+    assert not (tmp_path / "job.sh").exists()

@@ -125,3 +125,20 @@ def test_a_taken_port_is_never_chosen(monkeypatch):
         spare.close()
         monkeypatch.setattr(devices, "_candidates", lambda low, high, count: [busy, free])   # taken first
         assert devices.free_port("127.0.0.1") == free
+
+
+# ---------------------------------------------------------------- issue 38, item 16: the CPUs this process may use
+
+@pytest.mark.parametrize("word", ["cpu", "auto"])
+def test_nproc_per_node_cpu_and_auto_count_the_cpus_this_process_may_use(monkeypatch, word):
+    """Under ``taskset -c 0`` (a cpuset container, Slurm's task binding) os.cpu_count() still says every CPU."""
+    monkeypatch.setattr(devices.os, "cpu_count", lambda: 64)
+    monkeypatch.setattr(devices.os, "sched_getaffinity", lambda pid: {0, 3}, raising=False)
+    count, said = devices.ranks_per_node(word, {"CUDA_VISIBLE_DEVICES": ""})   # no device: auto counts CPUs
+    assert count == 2 and "2" in said and "CPU" in said, said
+
+
+def test_without_affinity_every_cpu_is_counted(monkeypatch):
+    monkeypatch.delattr(devices.os, "sched_getaffinity", raising=False)
+    monkeypatch.setattr(devices.os, "cpu_count", lambda: 6)
+    assert devices.usable_cpus() == 6

@@ -12,6 +12,7 @@ from launcher.plan.replicas import ReplicaGroups, group_problem
 
 def _plan(tmp_path, monkeypatch, capsys, *flags, env=None):
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("")   # the script must exist, a dry run too
     for name, value in (env or {}).items():
         monkeypatch.setenv(name, value)
     rc = main(["run", "--output-dir", str(tmp_path / "runs"), "--dry-run", *flags, "train.py"])

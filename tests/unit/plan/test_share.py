@@ -63,3 +63,26 @@ def test_no_other_module_selects_a_server():
                     "select_server":
                 callers.append(str(path.relative_to(ROOT)))
     assert callers == ["launcher/plan/share.py"]
+
+
+@pytest.mark.parametrize("content", [None, "", '{"version": "1.0", "server_list": [', "dir"])
+def test_a_pods_rank_table_that_is_no_table_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys, content):
+    """Issue 38, item 21: RANK_TABLE_FILE missing, empty, truncated or a directory was a traceback and exit 1
+    after the whole --join-timeout."""
+    from launcher.cli import main
+    from launcher.table import share
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(share, "SETTLED", 0.2, raising=False)
+    (tmp_path / "train.py").write_text("")
+    table = tmp_path / "hccl.json"
+    if content == "dir":
+        table.mkdir()
+    elif content is not None:
+        table.write_text(content)
+    monkeypatch.setenv("RANK_TABLE_FILE", str(table))
+    assert main(["cluster", "train.py", "--join-timeout", "0.5", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    *waited, said = err.splitlines()   # a notice while it waited for the operator, then one line
+    assert len(waited) <= 1 and "Traceback" not in err, err
+    assert said.startswith("dlaunch: error: ") and f"{table}" in said and "RANK_TABLE_FILE" in said, err

@@ -78,3 +78,27 @@ def test_the_heads_summary_reads_back_whole():
     read, problem = checked(written, HeadSummaryFile, "summary.head.json")
     assert problem is None and not _lost(written, read), _lost(written, read)
     assert read["hosts"][1]["reason"] == "the connection closed" and read["root_cause"]["host"] == "127.0.0.3"
+
+
+def test_a_plan_with_the_mindspore_scheduler_reads_back_whole(tmp_path, monkeypatch):
+    # issue 38, item 6: every status/logs/report of an --ms-scheduler (or msrun) run warned "plan.json: ignored
+    # scheduler.ckpt_dir: null is not text": the scheduler has no checkpoint directory and the writer says null
+    from launcher.cli.parsers import build_parser
+    from launcher.cli.request import request_from_args
+    from launcher.plan.make import make_plan
+    from launcher.plan.settle import launch_options
+    from launcher.plan.share import launch_table
+    from launcher.rundir.paths import LAYOUT_VERSION
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("")
+    args = build_parser("run").parse_args(["run", "train.py", "--ranks", "2", "--ms-scheduler", "--master-port",
+                                           "8118", "--run-id", "job"])
+    request = request_from_args(args, False, environ={})
+    table, index, _, view = launch_table(request, {})
+    opts = launch_options(request, table, index, {}, view=view)
+    plan = make_plan(table, index, opts, str(tmp_path / "rt.json"), {})
+    assert plan.scheduler is not None and plan.scheduler.ckpt_dir is None
+    written = json.loads(json.dumps({"layout": LAYOUT_VERSION, **plan.to_dict()}))
+    read, problem = checked(written, PlanFile, "plan.json")
+    assert problem is None and not _lost(written, read), (problem, _lost(written, read))

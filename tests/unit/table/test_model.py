@@ -58,3 +58,16 @@ def test_shape_problems_are_recorded_not_raised():
     table = ranktable.from_obj({"server_list": [5, {"server_id": "a", "device": [None]}]})
     assert [p.path for p in table.shape_problems] == ["server_list[0]", "server_list[1].device[0]"]
     assert table.version is MISSING
+
+
+# ---------------------------------------------------------------- issue 38, item 14: JSON mistakes in plain words
+
+@pytest.mark.parametrize(("text", "said"), [
+    ('{"version": "1.0",}', "line 1, column 18: a comma before the closing '}' (JSON allows no trailing comma"),
+    ('{\n  "server_list": [\n    {"server_id": "a"},\n  ]\n}', "line 3, column 23: a comma before the closing ']'"),
+    ('{"version": "1.0", "server_list": [', "line 1, column 36: the text ends before the JSON does"),
+])
+def test_a_json_mistake_is_said_in_plain_words_where_it_is(text, said):
+    with pytest.raises(RankTableError) as refused:
+        ranktable.loads(text)
+    assert said in str(refused.value), str(refused.value)

@@ -168,3 +168,39 @@ def test_integers_and_strings_are_equivalent():
         for dev in server["device"]:
             dev["device_id"], dev["rank_id"] = int(dev["device_id"]), int(dev["rank_id"])
     assert topology.validate(ranktable.from_obj(as_ints)) == topology.validate(ranktable.from_obj(obj))
+
+
+# ---------------------------------------------------------------- issue 38, item 4: a repeated rank, every profile
+
+@pytest.mark.parametrize("profile", sorted(topology.PROFILES))
+def test_every_profile_refuses_a_repeated_or_out_of_range_rank(profile):
+    table = table_with([[0, 1, 2, 3]])
+    table.servers[0].devices[3].rank_id = "2"
+    assert "R5 rank-unique" in rules_hit(table, profile)
+    table.servers[0].devices[3].rank_id = "7"
+    assert "R5 rank-contiguous" in rules_hit(table, profile)
+
+
+def test_the_refusal_of_a_repeated_rank_suggests_no_profile():
+    table = ranktable.loads((RANK_TABLES / "invalid" / "r5_rank_repeated.json").read_text())
+    with pytest.raises(topology.UsageError) as refused:
+        topology.require_valid(table, "atlas910", "rank table rt.json")
+    assert "no profile accepts it" in str(refused.value) and "structure" not in str(refused.value)
+
+
+# ---------------------------------------------------------------- issue 38, item 14: a pasted server block, said once
+
+@pytest.mark.parametrize("profile", sorted(topology.PROFILES))
+def test_a_server_block_pasted_twice_is_one_problem_naming_the_copy(profile):
+    obj = ranktable.to_obj(table_with([list(range(8)), list(range(8))]))
+    obj["server_list"].insert(1, copy.deepcopy(obj["server_list"][0]))   # server_count still says 2
+    table = ranktable.from_obj(obj)
+    found = topology.errors(topology.validate(table, profile))
+    assert [(p.path, p.rule) for p in found] == [("server_list[1]", "R4 server-id")], [str(p) for p in found]
+    assert "is a copy of server_list[0]" in found[0].message and found[0].value == "10.0.1.1"
+
+
+def test_a_server_that_only_shares_its_id_is_not_called_a_copy():
+    table = table_with([list(range(8)), list(range(8))], server_ids=["a", "a"])
+    assert "is a copy" not in " ".join(p.message for p in topology.validate(table))
+    assert "R4 server-id" in rules_hit(table)

@@ -35,6 +35,8 @@ def test_pet_variables_are_defaults_the_command_line_wins():
 
 
 def test_pet_nproc_per_node_launches_that_many(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("")   # the script must exist, a dry run too
     monkeypatch.setenv("PET_NPROC_PER_NODE", "3")
     assert main(["torchrun", "--log-dir", str(tmp_path), "--dry-run", "train.py"]) == 0
     assert "3 rank(s)" in capsys.readouterr().out
