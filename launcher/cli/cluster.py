@@ -38,10 +38,12 @@ def cmd_cluster(args: LaunchRequest, control=None, on_started=None, environ=None
                              "--rank-table FILE --rank-start K; or from one head node, dlaunch cluster SCRIPT "
                              "--rank-table FILE --ssh")
     args = shared or args
+    if args.job is not None and args.job.min_nodes and args.rank_start is None and args.server_id is None:
+        args = arrival(args, environ)
     table, server_index, _, view = launch_table(args, environ)
     if checking:
         check_before_launch(args, "", table, server_index)
-    if args.spares:   # the table is the pool; the job runs the table of its active servers
+    if args.spares or (args.job and args.job.min_nodes):   # the table is the pool; the job runs its active servers
         roster = spare_roster(args, table, server_index)
         job = roster.table()
         opts = launch_options(args, table, server_index, environ, view=view, world=job.device_count)
@@ -53,14 +55,36 @@ def cmd_cluster(args: LaunchRequest, control=None, on_started=None, environ=None
                   dry_run=args.dry_run, environ=environ, on_started=on_started, control=control, reread=reread)
 
 
+def arrival(args: LaunchRequest, environ) -> LaunchRequest:
+    """--nnodes MIN:MAX with no node rank: this host's, given on arrival (``execute.job.claim``)."""
+    from launcher.base.console import say
+    from launcher.execute.job.claim import node_index
+    from launcher.execute.job.link import rendezvous
+
+    assert args.job is not None and args.job.min_nodes
+    first = replace(args, rank_start=0)   # the job's table and settings, which do not depend on the node
+    table, index, _, view = launch_table(first, environ)
+    opts = launch_options(first, table, index, environ, view=view)
+    address, port, secret, job_id = rendezvous(opts, table, environ)
+    node = node_index(address, port, secret, job_id, opts.join_timeout)
+    say(f"--nnodes {args.job.min_nodes}:{args.job.nodes}: this host is node {node}"
+        + (" (it listens for the job: its coordinator runs here)" if node == 0 else ""))
+    return replace(args, rank_start=node * len(args.job.devices))
+
+
 def spare_roster(args: LaunchRequest, pool, own: int):
-    """--spares K: the table's last K servers stand by; the job's table (the others') must keep the rules."""
+    """--spares K: the table's last K servers stand by, and the job's table (the others') must keep the rules;
+    --nnodes MIN:MAX: every server may run the job, which forms with the hosts that joined."""
     from launcher.table.rules import require_valid
     from launcher.table.spares import Roster
 
-    if args.replica_groups or (args.restart_policy or "job") != "job":
-        raise UsageError("--spares restarts the whole job with a spare in a lost host's place: not with "
-                         "--replica-groups or --restart-policy rank/group")
+    elastic = args.job.min_nodes if args.job else None
+    what = "--nnodes MIN:MAX" if elastic else "--spares"
+    if args.replica_groups or (args.restart_policy or "job") != "job" or (elastic and args.spares):
+        raise UsageError(f"{what} restarts the whole job on the hosts there: not with --replica-groups, "
+                         f"--restart-policy rank/group" + (" or --spares" if elastic else ""))
+    if elastic:
+        return Roster.elastic(pool, elastic, own, args.profile)
     roster = Roster.first(pool, args.spares, own, args.profile)
     require_valid(roster.table(), args.profile, f"the rank table without its {args.spares} spare(s)")
     return roster

@@ -182,7 +182,7 @@ class Launch:
             from launcher.execute.job.spares import stand_by
 
             assert self.link is not None   # a spare stands by on the job's link
-            result = stand_by(self.link, self.signals, self.plan)
+            result = stand_by(self.link, self.signals, self.plan, elastic=bool(self.roster and self.roster.min_nodes))
             self.attempts.append(result)
             return result
         try:
@@ -267,7 +267,8 @@ class Launch:
                          self.inherited, attempt=attempt, resume=self.resume)
 
     def _follow_roster(self, active, attempt: int, record: bool = True) -> LaunchPlan:
-        """--spares: the plan of ``attempt`` as the job's ``active`` hosts stand (the same ones when None):
+        """--spares, --nnodes MIN:MAX: the plan of ``attempt`` as the job's ``active`` hosts stand (the same
+        ones when None):
         this host's slot's ranks with the job's table rewritten and written for them, resuming from the step
         the job agreed on (found in this host's files of those ranks), or no rank while it stands by.
         ``record``: its plan file written again (not before the run directory is made)."""
@@ -278,7 +279,8 @@ class Launch:
         assert roster is not None
         if active is not None and tuple(active) != roster.active:
             roster = self.roster = roster.moved(active)
-            spares.say_moves(self.verdict)
+            spares.say_moves(self.verdict, roster)
+        written = dumps(self.table)   # what this plan's RANK_TABLE_FILE holds
         self.table, self.server_index = roster.table(), roster.slot
         rank_table_file = self.plan.rank_table_file
         if not record:   # joining a job that moved on: this host's earlier life may have left its table file
@@ -287,7 +289,7 @@ class Launch:
             behind = self.link.behind if self.link is not None else None
             rank_table_file = attempt_file(self.plan.run_dir, f"rank_table{self.plan.host_files_suffix}", "json",
                                            behind["attempt"] if behind else attempt)
-        elif roster.slot is not None and roster.active != tuple(range(len(roster.active))):
+        elif roster.slot is not None and dumps(self.table) != written:   # the job's table changed: a file of its own
             rank_table_file = spares.job_table_file(roster, self.plan, attempt)
         plan = spares.plan_for(roster, self.opts, rank_table_file, self.inherited, attempt=attempt, resume=None)
         self.resume = job.resume_point(plan, self.verdict) if self.verdict.get("resume_step") else self.resume

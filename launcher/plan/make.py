@@ -145,6 +145,7 @@ class Options:
     replicas: ReplicaGroups | None = None   # --replica-groups: TorchFT's groups, their stores and lighthouse
     spares: int = 0                  # cluster --spares: the rank table's last K servers stand by (table/spares.py)
     exclude_cooldown: float = 600.0  # a host replaced by a spare may stand by again only after this long
+    last_call: float = 30.0          # --nnodes MIN:MAX: with MIN hosts joined, wait this long for more
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 
 from launcher.errors import UsageError
 from launcher.plan.settle import launch_options
+from launcher.settings.argtypes import spell_span
 from launcher.settings.launch import AUTO, PROFILE
 from launcher.settings.request import JobShape
 from launcher.table.rules import DEFAULT_PROFILE
@@ -180,8 +181,8 @@ def adopt_pod(args: LaunchRequest, environ) -> LaunchRequest | None:
     return take_job_share(args, pod.nnodes, pod.node_rank, pod.nproc, environ, pod.operator)
 
 
-def take_job_share(args: LaunchRequest, nnodes: int, node_rank: int, nproc_text: str | None, environ,
-                   who: str) -> LaunchRequest:
+def take_job_share(args: LaunchRequest, nnodes: int, node_rank: int | None, nproc_text: str | None, environ,
+                   who: str, min_nodes: int | None = None) -> LaunchRequest:
     """A job without a rank table, as torchrun runs one: ``nnodes`` hosts of ``nproc`` ranks, host K running
     ranks K*nproc..; the job's shape (``host_share`` makes its table) and this host's share of it.
     The pods of an operator and ``cluster --nnodes`` both come here."""
@@ -190,9 +191,9 @@ def take_job_share(args: LaunchRequest, nnodes: int, node_rank: int, nproc_text:
     nproc, chosen = ranks_per_node(nproc_text or "auto", environ)
     if chosen:
         say(f"{who}: {chosen}")
-    return replace(args, job=JobShape(nnodes, tuple(discover(environ).first(nproc, "ranks per node"))),
-                   rank_start=node_rank * nproc if args.server_id is None and args.rank_start is None
-                   else args.rank_start,
+    return replace(args, job=JobShape(nnodes, tuple(discover(environ).first(nproc, "ranks per node")), min_nodes),
+                   rank_start=node_rank * nproc if node_rank is not None and args.server_id is None
+                   and args.rank_start is None else args.rank_start,
                    # a job of any size, as torchrun's: no Ascend topology rules
                    profile="structure" if args.source("profile") == "default" else args.profile)
 
@@ -206,17 +207,21 @@ def nodes_share(args: LaunchRequest, environ) -> LaunchRequest | None:
         if given:
             raise UsageError(f"{given[0]} goes with --nnodes N (the job's number of hosts)")
         return None
+    low, nnodes = args.nnodes
     if args.rank_table or args.ssh:
         raise UsageError("--nnodes names a job without a rank table: give either --rank-table FILE or --nnodes N "
                          "--node-rank K, not both" if args.rank_table else
                          "--nnodes has no hosts to reach over --ssh: --ssh starts the servers of a --rank-table")
-    if args.node_rank is None:
-        raise UsageError(f"--nnodes {args.nnodes} needs --node-rank K on each host (0 to {args.nnodes - 1})")
-    if args.node_rank >= args.nnodes:
-        raise UsageError(f"--node-rank {args.node_rank} but --nnodes is {args.nnodes}: use 0 to {args.nnodes - 1}")
-    if args.master_addr is None and args.nnodes > 1:
-        raise UsageError(f"--nnodes {args.nnodes} needs --master-addr A on every host: the address of node 0")
-    return take_job_share(args, args.nnodes, args.node_rank, args.nproc_per_node, environ, "--nnodes")
+    span = spell_span(args.nnodes)
+    if args.node_rank is None and low == nnodes:
+        raise UsageError(f"--nnodes {span} needs --node-rank K on each host (0 to {nnodes - 1}); with --nnodes "
+                         f"MIN:MAX node ranks are given on arrival")
+    if args.node_rank is not None and args.node_rank >= nnodes:
+        raise UsageError(f"--node-rank {args.node_rank} but --nnodes is {span}: use 0 to {nnodes - 1}")
+    if args.master_addr is None and nnodes > 1:
+        raise UsageError(f"--nnodes {span} needs --master-addr A on every host: the address of node 0")
+    return take_job_share(args, nnodes, args.node_rank, args.nproc_per_node, environ, "--nnodes",
+                          min_nodes=low if low < nnodes else None)   # no node rank: rank_start None, see claim.py
 
 
 def multi_host_hint(table, path: str, script: str, extra: list[str] | None = None) -> str:

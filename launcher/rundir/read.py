@@ -75,10 +75,14 @@ class Run:
 
     @property
     def finished(self) -> bool:
-        """Every host whose plan is here has written its summary (but a host a spare replaced, which may be
-        gone for good)."""
-        return bool(self.plans) and all(suffix in self.summaries for suffix in self.plans
-                                        if suffix not in self.replaced)
+        """Every host whose plan is here has written its summary (but a host the job went on without: one a
+        spare replaced, or that an elastic job formed again without, which may be gone for good)."""
+        roster = next((summ["job"]["roster"] for _, summ in sorted(self.summaries.items())
+                       if (summ.get("job") or {}).get("roster")), None)
+        kept = set(roster.get("active", [])) | set(roster.get("standing_by", [])) if roster else None
+        return bool(self.plans) and all(
+            suffix in self.summaries for suffix, plan in self.plans.items()
+            if suffix not in self.replaced and (kept is None or plan.get("server_id") in kept))
 
     def roster(self) -> dict | None:
         """--spares: the job's hosts as its verdict last said (any host's summary), else as the plans say."""

@@ -53,4 +53,25 @@ def whole(low: int, high: int):
     return convert
 
 
+MAX_NODES = 10**6
+
+
+def node_span(value) -> tuple[int, int]:
+    """``--nnodes N`` or torchrun's ``MIN:MAX`` (elastic: the job starts with MIN hosts, takes up to MAX), as
+    (MIN, MAX); N is (N, N)."""
+    low, colon, high = str(value).strip().partition(":")
+    count = whole(1, MAX_NODES)
+    first = count(low)
+    last = count(high) if colon else first
+    if first > last:
+        raise argparse.ArgumentTypeError(f"{_text(value)!r}: MIN is more than MAX; give MIN:MAX with MIN <= MAX")
+    return first, last
+
+
+def spell_span(span) -> str:
+    """A node span as --nnodes takes it: N, or MIN:MAX."""
+    low, high = span
+    return str(high) if low == high else f"{low}:{high}"
+
+
 port = whole(1, 65535)

@@ -11,7 +11,7 @@ import argparse
 
 from launcher.base.signals import signal_list, signal_names
 from launcher.host.devices import MAX_DEVICES
-from launcher.settings.argtypes import port, positive_seconds, seconds, whole
+from launcher.settings.argtypes import node_span, port, positive_seconds, seconds, spell_span, whole
 from launcher.settings.layers import FLAG, LIST, OPTIONAL, Option, add_options
 from launcher.table.rules import DEFAULT_PROFILE, PROFILE_HELP
 
@@ -200,8 +200,13 @@ _DECLARED: list[tuple[Option, tuple[str, ...]]] = [
     (Option(("--rank-start",), "this host is the server whose first rank is K", type=whole(0, 10**9 - 1),
             metavar="K"), ("cluster",)),
     (Option(("--nnodes",), "without a rank table: the job's number of hosts, node K running ranks K*N.. "
-                           "(with --node-rank K on each, as torchrun's --nnodes)", type=whole(1, 10**6),
-            metavar="N"), ("cluster",)),
+                           "(with --node-rank K on each, as torchrun's --nnodes); MIN:MAX: elastic, the job starts "
+                           "once MIN hosts joined (MAX at once, else --last-call after MIN), and each restart "
+                           "forms it again with the hosts there, up to MAX", type=node_span, spell=spell_span,
+            metavar="N|MIN:MAX"), ("cluster",)),
+    (Option(("--last-call",), "with --nnodes MIN:MAX: once MIN hosts joined, wait this long for more before the "
+                              "job starts (default 30, torchrun's last_call_timeout)", type=seconds, default=30.0,
+            metavar="SECONDS", to_hosts=True), ("cluster",)),
     (Option(("--node_rank", "--node-rank"), "with --nnodes: this host's index, 0 to N-1",
             type=whole(0, 10**6 - 1), metavar="K"), ("cluster",)),
     (Option(("--nproc_per_node", "--nproc-per-node"),

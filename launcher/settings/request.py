@@ -24,6 +24,7 @@ class JobShape:
 
     nodes: int
     devices: tuple[int, ...]
+    min_nodes: int | None = None   # --nnodes MIN:MAX: elastic, the job forms with MIN to ``nodes`` hosts
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,7 @@ class LaunchRequest:
     termination_log: str | None
     max_restarts: int
     spares: int
+    last_call: float
     exclude_cooldown: float
     restart_policy: str | None
     replica_groups: int | None
@@ -78,7 +80,7 @@ class LaunchRequest:
     resume: str | None
     server_id: str | None
     rank_start: int | None
-    nnodes: int | None
+    nnodes: tuple[int, int] | None   # (MIN, MAX); N is (N, N)
     node_rank: int | None
     nproc_per_node: str | None
     check_network: bool

@@ -27,6 +27,7 @@ class Roster:
     active: tuple[int, ...]
     own: int       # this host's server index in the pool
     profile: str   # the rules every job table made from the pool must keep (table/rules.py)
+    min_nodes: int | None = None   # --nnodes MIN:MAX: elastic; the job forms with MIN or more servers
 
     @classmethod
     def first(cls, pool: RankTable, spares: int, own: int, profile: str) -> Roster:
@@ -36,8 +37,13 @@ class Roster:
                              f"must run the job and at least one stand by")
         return cls(pool, tuple(range(len(pool.servers) - spares)), own, profile)
 
+    @classmethod
+    def elastic(cls, pool: RankTable, min_nodes: int, own: int, profile: str) -> Roster:
+        """--nnodes MIN:MAX: every server of the pool may run the job; none does until the job forms."""
+        return cls(pool, (), own, profile, min_nodes)
+
     def moved(self, active) -> Roster:
-        return Roster(self.pool, tuple(int(i) for i in active), self.own, self.profile)
+        return Roster(self.pool, tuple(int(i) for i in active), self.own, self.profile, self.min_nodes)
 
     @property
     def slot(self) -> int | None:

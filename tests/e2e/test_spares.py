@@ -120,14 +120,14 @@ def test_a_spare_takes_a_killed_hosts_place_and_training_resumes_from_the_newest
     job.start(1, "--exclude-cooldown", "1")
     back, back_err = job.wait(1)
     assert back == 0, back_err
-    assert "stands by as a spare (attempt 1)" in back_err and "with this host standing by as a spare" in back_err
+    assert "stands by (attempt 1): a spare" in back_err and "with this host standing by as a spare" in back_err
     results = {index: job.wait(index) for index in (0, 2)}
     for code, stderr in results.values():
         assert code == 0, stderr
     code0, err0 = results[0]
     assert "host 127.0.0.3 was lost" in err0 and "restarting the job on every host (restart 1 of 1)" in err0
     assert "spare host 127.0.0.4 takes host 127.0.0.3's place" in err0
-    assert "stands by as a spare (attempt 0)" in results[2][1]
+    assert "stands by (attempt 0): a spare" in results[2][1]
     check_rewritten_table(job, HOSTS[2])
     for rank in range(4):
         steps = job.steps(rank)

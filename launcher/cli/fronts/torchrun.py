@@ -68,6 +68,7 @@ FLAG_TABLE = """\
 torchrun flag                  dlaunch
 --nproc-per-node N|auto|cpu|gpu|npu   --ranks N (auto: one per GPU/NPU, else per usable CPU; cpu: per usable CPU)
 --nnodes N (or N:N)            N nodes: dlaunch cluster, node K runs ranks K*nproc.. (needs --node-rank)
+--nnodes MIN:MAX               elastic: cluster --nnodes MIN:MAX, node ranks given on arrival without --node-rank
 --node-rank K                  cluster --rank-start K*nproc; GROUP_RANK=K
 --master-addr A --master-port P   --master-addr A --master-port P (several nodes: default port 29500)
 --rdzv-backend static|c10d --rdzv-endpoint A:P   the same as --master-addr A --master-port P
@@ -78,9 +79,10 @@ torchrun flag                  dlaunch
 --log-dir D                    --output-dir D: run directories go there
 -r/--redirects, -t/--tee, --local-ranks-filter   --console: which ranks' output the console shows
 --shutdown-timeout S           --grace-period S
-accepted, no effect: --monitor-interval, --start-method, --rdzv-conf, --local-addr, --event-log-handler null
-refused (exit 2): --nnodes MIN:MAX with MIN < MAX (membership is fixed), --rdzv-backend other than static/c10d,
-several nodes without --node-rank, --role other than default, --logs-specs, --numa-binding,
+--rdzv-conf last_call_timeout=S,join_timeout=S   --last-call S, --join-timeout S
+accepted, no effect: --monitor-interval, --start-method, other --rdzv-conf keys, --local-addr, --event-log-handler null
+refused (exit 2): --rdzv-backend other than static/c10d, --nnodes N of several nodes without --node-rank,
+--role other than default, --logs-specs, --numa-binding,
 --duplicate-std*-filters, --virtual-local-rank, --signals-to-handle other than the default."""
 
 
@@ -152,15 +154,29 @@ def _number(flag: str, text, low: int, high: int) -> int:
         raise UsageError(f"{flag}: {exc}") from None
 
 
-def node_count(text: str) -> int:
-    """``--nnodes N`` or ``N:N``; ``MIN:MAX`` with MIN < MAX (elastic membership) is refused."""
-    low, _, high = str(text).partition(":")
-    first = _number("--nnodes", low, 1, 10**6)
-    last = _number("--nnodes", high, 1, 10**6) if high else first
-    if first != last:
-        raise UsageError(f"--nnodes {text}: elastic membership is not supported: dlaunch starts a fixed set of "
-                         f"nodes; give --nnodes N (or N:N)")
-    return first
+def node_count(text: str) -> tuple[int, int]:
+    """``--nnodes N``, ``N:N`` or ``MIN:MAX`` (elastic membership: ``cluster --nnodes MIN:MAX``) as (MIN, MAX)."""
+    from launcher.settings.argtypes import node_span
+
+    try:
+        return node_span(text)
+    except argparse.ArgumentTypeError as exc:
+        raise UsageError(f"--nnodes: {exc}") from None
+
+
+def rendezvous_conf(text: str, flags: dict, notes: list[str]) -> None:
+    """``--rdzv-conf``: ``last_call_timeout=S`` is ``--last-call S``, ``join_timeout=S`` is ``--join-timeout S``;
+    the rest has no effect (no rendezvous store to tune), said once. Quotes around the value are dropped (PyTorch's
+    own test_launch_elastic passes them)."""
+    ignored = []
+    for item in filter(None, (part.strip().strip("'\"") for part in text.split(","))):
+        key, _, value = item.partition("=")
+        if key.strip() in ("last_call_timeout", "join_timeout"):
+            flags[key.strip().replace("_timeout", "").replace("join", "join_timeout")] = value.strip()
+        else:
+            ignored.append(item)
+    if ignored:
+        notes.append(f"--rdzv-conf {','.join(ignored)[:60]} has no effect: dlaunch has no rendezvous store to tune")
 
 
 def endpoint(text: str) -> tuple[str, int | None]:
@@ -240,7 +256,7 @@ def translate(ns: argparse.Namespace, nproc: int, devices: list[int]) -> Transla
     refused = _refusals(ns)
     if refused:
         raise UsageError(refused[0])
-    nodes = node_count(ns.nnodes)
+    least, nodes = node_count(ns.nnodes)
     notes: list[str] = []
     addr, port_number = ns.master_addr, None
     if ns.master_port not in (None, ""):
@@ -266,25 +282,31 @@ def translate(ns: argparse.Namespace, nproc: int, devices: list[int]) -> Transla
         flags["grace_period"] = ns.shutdown_timeout
     if ns.dry_run:
         flags["dry_run"] = True
-    if ns.rdzv_conf.strip():
-        notes.append(f"--rdzv-conf {ns.rdzv_conf[:60]} has no effect: dlaunch has no rendezvous to tune")
+    rendezvous_conf(ns.rdzv_conf, flags, notes)
     script, script_args = ns.training_script, list(ns.training_script_args)
     if nodes == 1:
+        flags.pop("last_call", None)   # one node: nothing to wait for
         if ns.node_rank not in (None, "0", 0):
             notes.append(f"one node, so --node-rank {ns.node_rank} is ignored")
         flags.update(console=_console(ns, 0, nproc, notes), master_addr=addr, ranks=nproc)
         if port_number is not None:
             flags["master_port"] = port_number
         return Translation("run", script, flags, script_args, notes=notes)
-    if ns.node_rank in (None, ""):
+    flags.update(master_addr=addr, master_port=TORCHRUN_DEFAULT_PORT if port_number is None else port_number)
+    if ns.node_rank in (None, "") and least < nodes:   # elastic: node ranks given on arrival (execute/job/claim.py)
+        console = _console(ns, 0, nproc, notes)
+        if console not in ("all", "none"):
+            notes.append("--local-ranks-filter with node ranks given on arrival: every rank is shown")
+        flags["console"] = console if console in ("all", "none") else "all"
+    elif ns.node_rank in (None, ""):
         raise UsageError(f"--nnodes {nodes} needs --node-rank K (or PET_NODE_RANK) on each node: dlaunch numbers "
-                         f"ranks by node (node K runs ranks K*{nproc}..) and cannot assign node ranks on arrival")
-    node_rank = _number("--node-rank", ns.node_rank, 0, nodes - 1)
-    flags.update(console=_console(ns, node_rank, nproc, notes), master_addr=addr,
-                 master_port=TORCHRUN_DEFAULT_PORT if port_number is None else port_number,
-                 rank_start=node_rank * nproc)
-    return Translation("cluster", script, flags, script_args, job=JobShape(nodes, tuple(devices[:nproc])),
-                       notes=notes)
+                         f"ranks by node (node K runs ranks K*{nproc}..); with --nnodes MIN:MAX node ranks are "
+                         f"given on arrival")
+    else:
+        node_rank = _number("--node-rank", ns.node_rank, 0, nodes - 1)
+        flags.update(console=_console(ns, node_rank, nproc, notes), rank_start=node_rank * nproc)
+    return Translation("cluster", script, flags, script_args,
+                       job=JobShape(nodes, tuple(devices[:nproc]), least if least < nodes else None), notes=notes)
 
 
 def settled_launch(args: argparse.Namespace) -> tuple[str, LaunchRequest]:
@@ -301,7 +323,7 @@ def settled_launch(args: argparse.Namespace) -> tuple[str, LaunchRequest]:
     if chosen:
         say(f"torchrun: {chosen}")
     done = translate(args, nproc, host.discover(os.environ).first(nproc, "--nproc-per-node")
-                     if node_count(args.nnodes) > 1 else [])
+                     if node_count(args.nnodes)[1] > 1 else [])
     for note in done.notes:
         say(f"torchrun: {note}")
     return done.command, done.request("torchrun")

@@ -32,8 +32,9 @@ from collections.abc import Callable
 from launcher.contract import ExitCode
 from launcher.execute.budget import RestartBudget
 from launcher.execute.job import protocol
+from launcher.execute.job.membership import Membership
 from launcher.execute.job.protocol import Channel
-from launcher.execute.job.restarts import common_step, spare_swap
+from launcher.execute.job.restarts import common_step
 from launcher.execute.job.strangers import Strangers, Tally
 
 STACKS_TOTAL = 64 << 20   # characters of stacks gathered from every host after a hang; the rest stay on their hosts
@@ -53,14 +54,15 @@ class _Peer:
         self.closing = False
 
 
-class Coordinator:
+class Coordinator(Membership):
     """Selector-driven; ``serve_forever`` for a thread of its own, or ``register``/``on_ready``/``tick`` to
     share a selector (dlaunch's job thread does)."""
 
     def __init__(self, listener: socket.socket, secret: bytes, run_id: str, hosts: list[str], *, max_restarts: int,
                  host_timeout: float, join_timeout: float, log: Callable[[str], None] = lambda line: None,
                  master_index: int = 0, report_timeout: float | None = None, stranger_cap: int | None = None,
-                 budget: RestartBudget | None = None, active: list[int] | None = None, cooldown: float = 600.0):
+                 budget: RestartBudget | None = None, active: list[int] | None = None, cooldown: float = 600.0,
+                 elastic: tuple[int, float] | None = None):
         self.listener, self.secret, self.run_id, self.hosts = listener, secret, run_id, hosts
         self.max_restarts, self.host_timeout, self.log = max_restarts, host_timeout, log
         self.report_timeout = report_timeout if report_timeout is not None else 2 * host_timeout + 60
@@ -87,13 +89,8 @@ class Coordinator:
         self.stack_chars = 0
         self.lost: dict[int, str] = {}
         self.finished = False                   # the final verdict went out
-        # --spares: the hosts that run the job, in slot order (None: every host), the others standing by; a host
-        # a spare replaced may stand by again once its cooldown ends (time.time() -> ``excluded``)
-        self.active = list(active) if active is not None else None
-        self.cooldown = cooldown
-        self.excluded: dict[int, float] = {}
-        self.replaced: dict[str, dict] = {}     # host -> {"by", "why", "attempt"}: every replacement so far
         self.leaving: set[int] = set()          # unfit pods going away to be rescheduled (not lost)
+        self.init_membership(active, cooldown, elastic)
 
     # ---------------------------------------------------------------- the selector
 
@@ -118,6 +115,7 @@ class Coordinator:
     def tick(self) -> float:
         """Heartbeats out, lost hosts found; returns the seconds until the next thing to do."""
         now = time.monotonic()
+        forming = self._forming(now)
         if not self.finished:
             for index, peer in list(self.peers.items()):
                 if now - peer.heard > self.host_timeout and index not in self.results:
@@ -141,7 +139,7 @@ class Coordinator:
             for peer in list(self.peers.values()):
                 self._send(peer, {"t": "hb"})
         self.tally.flush(now)
-        waits = [self._next_beat - now, self.tally.period_end - now]
+        waits = [self._next_beat - now, self.tally.period_end - now] + ([forming] if forming is not None else [])
         if not self.finished and not set(self._running()) <= self.ever_joined:
             waits.append(self.join_deadline - now)
         if self.stop is not None and not self.finished:
@@ -322,16 +320,6 @@ class Coordinator:
             self.results[peer.index] = message
             self._maybe_verdict()
 
-    def _attempt_message(self) -> dict:
-        return {"t": "attempt", "attempt": self.attempt, "resume_step": self.resume_step, **self._active_said()}
-
-    def _active_said(self) -> dict:
-        return {"active": self.active} if self.active is not None else {}
-
-    def _running(self) -> list[int]:
-        """The hosts that run the job's ranks now (every host, without spares)."""
-        return list(range(len(self.hosts))) if self.active is None else self.active
-
     def _stopping(self, cause: dict, skip: int | None = None) -> None:
         """The attempt's first stop: every other host is told; the report deadline starts."""
         self.stop, self.stop_at = cause, time.monotonic()
@@ -355,6 +343,8 @@ class Coordinator:
             self._refuse(peer, "wrong job secret (DLAUNCH_JOB_SECRET, or a different rank table or --run-id)")
         elif message.get("run_id") != self.run_id:
             self._refuse(peer, f"run id {message.get('run_id')!r} is not this job's ({self.run_id!r})")
+        elif index is None and self.elastic is not None:   # a host asking for a node index (claim.py)
+            self._assign(peer, str(message.get("nonce")))
         elif not isinstance(index, int) or not 0 <= index < len(self.hosts) or index in self.lost:
             self._refuse(peer, f"server index {index!r} is not a host this job waits for")
         elif self.excluded.get(index, 0.0) > time.time():
@@ -375,6 +365,7 @@ class Coordinator:
             peer.channel.key = protocol.session_key(self.secret, peer.nonce, message["nonce"])
             if self.stop is not None:   # it arrived after the job began to stop: it stops at once
                 self._send(peer, {"t": "stop", "attempt": self.attempt, "cause": self.stop})
+            self._forming(time.monotonic())
 
     def _broadcast(self, message: dict, skip: int | None = None) -> None:
         for index, peer in list(self.peers.items()):
@@ -443,38 +434,6 @@ class Coordinator:
             self.stop, self.results, self.stacks, self.stack_chars = None, {}, {}, 0
         else:
             self.finished = True
-
-
-    def _replacements(self, verdict: dict) -> dict | None:
-        """--spares: the spares that take the places of the hosts lost or found unfit (``restarts.spare_swap``);
-        None while restarts are spent or no replacement can be made."""
-        if verdict["status"] != "failed" or self.attempt >= self.max_restarts:
-            return None
-        return spare_swap(self._running(), self.results, self.lost, [i for i in sorted(self.peers)], self.hosts,
-                          excluded=self.excluded, master=self.master_index)
-
-    def _roster(self, swap: dict | None) -> dict:
-        """For every host's summary and status: the hosts of the next attempt (or the last), the spares that
-        stand by, the hosts excluded (until when) and every replacement so far."""
-        active = swap["active"] if swap else self.active
-        assert active is not None
-        now = time.time()
-        excluded = {i: until for i, until in {**self.excluded, **({i: now + self.cooldown for i in swap["unfit"]}
-                                                                 if swap else {})}.items() if until > now}
-        return {"active": [self.hosts[i] for i in active],
-                "standing_by": [self.hosts[i] for i in sorted(self.peers) if i not in active and i not in excluded],
-                "excluded": {self.hosts[i]: round(until, 3) for i, until in excluded.items()},
-                "replaced": {**self.replaced, **(swap["replaced"] if swap else {})}}
-
-    def _exclude(self, swap: dict) -> None:
-        """After a restart with spares: the replaced hosts wait out their cooldown; the lost ones are forgotten,
-        so that they may join again (as spares) once it ends."""
-        until = time.time() + self.cooldown
-        for index in swap["unfit"]:
-            self.excluded[index] = until
-            self.ever_joined.discard(index)
-        self.replaced.update(swap["replaced"])
-        self.active, self.lost = swap["active"], {}
 
 
 def job_verdict(stop: dict | None, results: dict[int, dict], lost: dict[int, str], hosts: list[str]) -> dict:

@@ -77,7 +77,7 @@ class JobLink:
     def __init__(self, *, hosts: list[str], index: int, master_index: int, address: str, port: int, secret: bytes,
                  run_id: str, host_timeout: float, join_timeout: float, max_restarts: int,
                  report_timeout: float | None = None, budget=None, active: list[int] | None = None,
-                 cooldown: float = 600.0):
+                 cooldown: float = 600.0, elastic: tuple[int, float] | None = None):
         self.hosts, self.index, self.attempt = hosts, index, 0
         self.active: list[int] | None = None   # --spares: the job's active hosts, as the coordinator last said
         self.stacks: dict = {}   # on the master host, after a hang: global rank -> {"host", "text"}
@@ -95,7 +95,7 @@ class JobLink:
                                            max_restarts=max_restarts, host_timeout=host_timeout,
                                            join_timeout=join_timeout, log=say, master_index=master_index,
                                            report_timeout=report_timeout, budget=budget, active=active,
-                                           cooldown=cooldown)
+                                           cooldown=cooldown, elastic=elastic)
         self.member = Member(address, port, secret, run_id, index, host_timeout=host_timeout,
                              join_timeout=join_timeout, deliver=self._deliver, master_name=hosts[master_index])
         self._thread = threading.Thread(target=self._serve, name="dlaunch-job", daemon=True)
@@ -107,11 +107,8 @@ class JobLink:
         if roster is not None:
             table = roster.pool
         hosts = [str(s.server_id) for s in table.servers]
-        # the job's name every host agrees on: the run id when it is shared, else the master address and port
-        # (hosts started without --run-id, e.g. one dlaunch torchrun per node, each make their own run id)
-        job_id = plan.run_id if opts.run_id_shared else f"{plan.master_addr}:{plan.master_port}"
         master = next((i for i, s in enumerate(table.servers) if any(d.rank == 0 for d in s.devices)), 0)
-        address, port = opts.job_addr or plan.master_addr, job_port(opts)
+        address, port, secret, job_id = rendezvous(opts, table, environ)
         warning = protocol.open_secret_warning(environ, protocol.endpoint(address, port))
         if warning:
             say(warning)
@@ -120,14 +117,16 @@ class JobLink:
         report_timeout = opts.policy.survivor_window + 2 * opts.policy.grace_period + opts.host_timeout + 60
         index = roster.own if roster is not None else plan.server_index
         return cls(hosts=hosts, index=index, master_index=master, address=address, port=port,
-                   secret=protocol.job_secret(environ, job_identity(table), job_id),
+                   secret=secret,
                    run_id=job_id, host_timeout=opts.host_timeout, join_timeout=opts.join_timeout,
                    # --restart-policy rank restarts ranks in place, each host its own: never the whole job
                    max_restarts=opts.policy.max_restarts if opts.policy.restart_policy == "job" else 0,
                    report_timeout=report_timeout,
                    budget=RestartBudget(without_progress=opts.policy.restarts_without_progress,
                                         per_hour=opts.policy.max_failures_per_hour),
-                   active=list(roster.active) if roster is not None else None, cooldown=opts.exclude_cooldown)
+                   active=list(roster.active) if roster is not None and not roster.min_nodes else None,
+                   cooldown=opts.exclude_cooldown,
+                   elastic=(roster.min_nodes, opts.last_call) if roster is not None and roster.min_nodes else None)
 
     def start(self) -> None:
         self._thread.start()
@@ -164,8 +163,9 @@ class JobLink:
         return found
 
     def joined(self, signal_fd: int | None, timeout: float) -> bool:
-        """Wait until the coordinator welcomed this host (and said the job's active hosts, with spares); False
-        when it refused or was lost, a signal came (on ``signal_fd``), or ``timeout`` passed."""
+        """Wait until the coordinator said the job's active hosts (in its welcome with spares; once the job
+        formed with --nnodes MIN:MAX); False when it refused or was lost, the job never formed, a signal came
+        (on ``signal_fd``), or ``timeout`` passed."""
         selector = selectors.DefaultSelector()
         selector.register(self._main_r, selectors.EVENT_READ)
         if signal_fd is not None:
@@ -174,9 +174,9 @@ class JobLink:
         try:
             while True:
                 self._drain(self._main_r)
-                if any(e["t"] == "lost" for e in self._events):
+                if any(e["t"] in ("lost", "verdict") for e in self._events):   # refused, gone, or never formed
                     return False
-                if any(e["t"] == "attempt" for e in self._events):   # the welcome (or a catch-up after it)
+                if any(e["t"] == "attempt" and "active" in e for e in self._events):   # the job's hosts, said
                     break
                 left = deadline - time.monotonic()
                 if left <= 0 or any(key.fd == signal_fd for key, _ in selector.select(left)):
@@ -332,6 +332,15 @@ class JobLink:
                 else:
                     assert self.coordinator is not None   # only the coordinator registers other keys
                     self.coordinator.on_ready(data, mask)
+
+
+def rendezvous(opts, table, environ: Mapping[str, str]) -> tuple[str, int, bytes, str]:
+    """Where the job's coordinator listens and what every host proves to it: (address, port, secret, the
+    job's name every host agrees on: the run id when it is shared, else the master address and port, as hosts
+    started without --run-id, e.g. one dlaunch torchrun per node, each make their own run id)."""
+    job_id = opts.run_id if opts.run_id_shared else f"{opts.master_addr}:{opts.master_port}"
+    secret = protocol.job_secret(environ, job_identity(table), job_id)
+    return opts.job_addr or opts.master_addr, job_port(opts), secret, job_id
 
 
 def job_port(opts) -> int:

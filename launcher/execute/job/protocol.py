@@ -179,12 +179,47 @@ def receive(sock) -> bytes | None:
         return b""
 
 
+_HELD: dict = {}   # (address, port) -> a listening socket node_index took for this host's coordinator
+
+
+def hold_listener(address: str, port: int, sock) -> None:
+    """Keep ``sock`` (listening on the job's port) for this process's coordinator (``bind_address``)."""
+    _HELD[(address, port)] = sock
+
+
+def listen_here(address: str, port: int):
+    """A listening socket on exactly ``address``:``port``, or None when the address is not this host's or the
+    port is taken (another dlaunch of the job listens there)."""
+    import socket
+
+    try:
+        info = socket.getaddrinfo(address, port, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        return None
+    for family, kind, proto, _, where in info:
+        sock = socket.socket(family, kind, proto)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(where)
+        except OSError:
+            sock.close()
+            continue
+        sock.listen(1024)
+        sock.setblocking(False)
+        return sock
+    return None
+
+
 def bind_address(address: str, port: int):
     """The coordinator's listening socket on the job's master address, an IPv4 or IPv6 address or a name (all
     interfaces of its family when the address is not this host's: e.g. a name that resolves elsewhere inside
-    a pod); UsageError when the port is taken."""
+    a pod); UsageError when the port is taken. The socket ``hold_listener`` kept, when there is one."""
     import errno
     import socket
+
+    held = _HELD.pop((address, port), None)
+    if held is not None:
+        return held
 
     try:
         family = socket.getaddrinfo(address, port, type=socket.SOCK_STREAM)[0][0]

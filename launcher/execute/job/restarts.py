@@ -81,6 +81,27 @@ def spare_swap(running: list[int], results: dict[int, dict], lost: dict[int, str
     return {"active": active, "replaced": replaced, "steps": steps, "unfit": unfit}
 
 
+def elastic_form(running: list[int], results: dict[int, dict], lost: dict[int, str], connected: list[int],
+                 hosts: list[str], *, excluded: dict[int, float], master: int, least: int) -> dict | None:
+    """--nnodes MIN:MAX after a failed attempt: the job formed again with every host that is ``connected``, not
+    lost, not unfit (exit 92/192), past any cooldown, and reported the attempt (the ones standing by too: a
+    restart takes up to MAX). ``spare_swap``'s answer, or None with fewer than ``least`` hosts or without the
+    master. A job of the same hosts resumes from its newest common step; one that grew or shrank has no per-rank
+    step to resume (its ranks are numbered anew): its script loads what it saved for any world size."""
+    import time
+
+    from launcher.contract import ExitCode
+
+    unfit = [i for i in running if i in lost
+             or results.get(i, {}).get("exit_code") in (ExitCode.UNHEALTHY, ExitCode.UNHEALTHY_RESCHEDULE)]
+    now = time.time()
+    active = [i for i in connected if i not in unfit and i in results and excluded.get(i, 0.0) <= now]
+    if len(active) < least or master not in active:
+        return None
+    steps = [results[i].get("steps") or [] for i in active] if active == running else [[]]
+    return {"active": active, "replaced": {}, "steps": steps, "unfit": unfit}
+
+
 def host_resume_point(plan: LaunchPlan, label: str) -> ResumePoint | None:
     """This host's ranks' files of the step the job resumes from."""
     step = next((s for s in reversed(_own_steps(plan)) if s.label == label), None)

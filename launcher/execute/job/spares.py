@@ -68,17 +68,23 @@ def record_plan(plan: LaunchPlan) -> None:
     write_json(plan.host_file("plan", "json"), {"layout": LAYOUT_VERSION, **plan.to_dict()})
 
 
-def say_moves(verdict: dict) -> None:
-    """One line per host a spare replaced."""
+def say_moves(verdict: dict, roster: Roster) -> None:
+    """One line per host a spare replaced; with --nnodes MIN:MAX, the hosts the job runs on now."""
     for host, move in (verdict.get("replaced") or {}).items():
         say(f"spare host {move['by']} takes host {host}'s place: {move['why']}")
+    if roster.min_nodes:
+        hosts = ", ".join(roster.name(i) for i in roster.active)
+        part = "this host stands by" if roster.slot is None else f"this host is node {roster.slot} of them"
+        say(f"the job runs on {len(roster.active)} host(s) (--nnodes {roster.min_nodes}:{len(roster.pool.servers)}): "
+            f"{hosts}; {part}")
 
 
-def stand_by(link: JobLink, signals: SignalWatch, plan: LaunchPlan) -> AttemptResult:
+def stand_by(link: JobLink, signals: SignalWatch, plan: LaunchPlan, elastic: bool = False) -> AttemptResult:
     """A spare's attempt: no rank; it ends when the job stops (the spare then reports what it could take
     over), the job ends, the master host is lost, or dlaunch is signalled."""
-    say(f"host {plan.server_id} stands by as a spare (attempt {plan.attempt}): it takes the place of a host the "
-        f"job loses or finds unfit")
+    say(f"host {plan.server_id} stands by (attempt {plan.attempt}): " + (
+        "the job formed without it; it joins when the job forms again at a restart (--nnodes MIN:MAX)" if elastic
+        else "a spare, it takes the place of a host the job loses or finds unfit"))
     selector = selectors.DefaultSelector()
     selector.register(link.fd, selectors.EVENT_READ)
     selector.register(signals.fd, selectors.EVENT_READ)

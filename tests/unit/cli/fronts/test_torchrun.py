@@ -55,8 +55,20 @@ def test_endpoint_module_and_console_mapping():
     assert "master_port" not in done.flags   # a free port, as torchrun --standalone
 
 
+def test_elastic_nnodes_is_a_cluster_job_of_max_nodes_forming_with_min_and_node_ranks_given_on_arrival():
+    """PyTorch's own test_launch_elastic line: node ranks given on arrival, its --rdzv-conf quotes and all."""
+    _, done = _translated(["--nnodes=1:2", "--nproc-per-node=4", "--rdzv-backend=c10d",
+                           "--rdzv-endpoint=localhost:29400",
+                           "--rdzv-conf='join_timeout=5,last_call_timeout=1,timeout=5'", "--rdzv-id=7", "t.py"])
+    assert done.command == "cluster" and (done.job.nodes, done.job.min_nodes) == (2, 1)
+    assert "rank_start" not in done.flags and done.flags["last_call"] == "1" and done.flags["join_timeout"] == "5"
+    assert any("timeout=5" in note and "no effect" in note for note in done.notes)
+    _, fixed = _translated(["--nnodes=2:2", "--node-rank=1", "--rdzv-endpoint=h:1", "t.py"])
+    assert fixed.job.min_nodes is None and fixed.flags["rank_start"] == 2   # node 1 of 2-rank nodes
+
+
 @pytest.mark.parametrize("argv, says", [
-    (["--nnodes", "1:4", "t.py"], "elastic membership is not supported"),
+    (["--nnodes", "4:1", "t.py"], "MIN is more than MAX"),
     (["--rdzv-backend", "etcd", "--rdzv-endpoint", "h:2379", "t.py"], "--rdzv-backend etcd"),
     (["--nnodes", "2", "t.py"], "needs --node-rank"),
     (["--standalone", "--nnodes", "2", "t.py"], "--standalone runs one node"),

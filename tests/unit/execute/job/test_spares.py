@@ -4,7 +4,10 @@ process (tests/unit/execute/job/test_protocol.py's coordinator and members)."""
 
 import time
 
+import pytest
+
 from launcher.contract import ExitCode
+from launcher.errors import UsageError
 from launcher.execute.job.restarts import spare_swap
 from tests.unit.execute.job.test_protocol import Pump, serving
 
@@ -87,3 +90,44 @@ def test_a_spare_that_never_comes_is_not_waited_for():
         assert joined(pump)
         time.sleep(0.7)
         assert pump.until(lambda: served.stop is None, limit=0.3) and served.lost == {}
+
+
+def test_an_elastic_job_forms_once_its_max_joined_and_gives_node_indices_on_arrival():
+    from launcher.execute.job.claim import node_index
+    from tests.unit.execute.job.test_protocol import SECRET
+
+    with serving(hosts=HOSTS, elastic=(1, 30.0)) as (served, port):
+        index = node_index("127.0.0.1", port, SECRET, "run", timeout=5)   # the port is the coordinator's: ask it
+        assert index == 1 and served.active is None
+        pump = Pump(port, 3)
+        assert pump.until(lambda: all(m.state == "joined" for m in pump.members))
+        assert pump.until(lambda: all(any("active" in e for e in pump.heard[i]) for i in range(3)))
+        assert served.active == [0, 1, 2]   # MAX (3) joined: formed at once, no last call
+        with pytest.raises(UsageError, match="the job has all its 3 host"):   # a fourth host: no index left
+            node_index("127.0.0.1", port, SECRET, "run", timeout=1)
+
+
+def test_an_elastic_job_forms_with_min_after_the_last_call_and_not_below_min():
+    with serving(hosts=HOSTS, elastic=(2, 0.3)) as (served, port):
+        pump = Pump(port, 2)   # h0 and h1 of at most 3
+        assert pump.until(lambda: served.active == [0, 1], limit=5)
+    logged = []
+    with serving(hosts=HOSTS, elastic=(2, 0.3), join_timeout=0.5, log=logged.append) as (served, port):
+        pump = Pump(port, 1)   # only h0: fewer than MIN
+        assert pump.until(lambda: "verdict" in pump.kinds(0), limit=5)
+        verdict = pump.heard[0][-1]
+        assert verdict["exit_code"] == ExitCode.HOST_LOST and "only 1 of at least 2 host(s) joined" in \
+            verdict["root_cause"]["why"]
+
+
+def test_an_elastic_job_forms_again_with_the_hosts_there():
+    from launcher.execute.job.restarts import elastic_form
+
+    results = {0: {"exit_code": 75, "steps": ["s1"]}, 1: {"exit_code": 3, "steps": ["s1"]}, 2: {"exit_code": 0}}
+    grown = elastic_form([0, 1], results, {}, [0, 1, 2], HOSTS, excluded={}, master=0, least=1)
+    assert grown["active"] == [0, 1, 2] and grown["steps"] == [[]]   # a new world size: no per-rank step
+    same = elastic_form([0, 1], {0: results[0], 1: results[1]}, {}, [0, 1], HOSTS, excluded={}, master=0, least=1)
+    assert same["active"] == [0, 1] and same["steps"] == [["s1"], ["s1"]]
+    shrunk = elastic_form([0, 1], {0: results[0]}, {1: "gone"}, [0], HOSTS, excluded={}, master=0, least=1)
+    assert shrunk["active"] == [0] and shrunk["unfit"] == [1]
+    assert elastic_form([0, 1], {0: results[0]}, {1: "gone"}, [0], HOSTS, excluded={}, master=0, least=2) is None
