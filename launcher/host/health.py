@@ -11,8 +11,10 @@ host has no npu-smi), the storage check never is:
 - npu: ``npu-smi info``'s Health of each of this host's devices (OK and Warning pass);
 - gpu: ``nvidia-smi`` answers (a GPU fallen off the bus makes it fail);
 - link, net_health: ``hccn_tool`` says each device's link is UP and its net health is not ``Fault``;
-- external: a command of the user's (``--health-check``), whose output is NVIDIA's node-health answer
-  ``{"fail_count": N}``: N > 0, a non-zero exit or no such answer fails.
+- nic: without hccn_tool (a GPU host), every InfiniBand port in sysfs is ``ACTIVE``
+  (``/sys/class/infiniband/<device>/ports/<port>/state``, which ft_launcher's NIC check reads too);
+- external: a command of the user's (``--health-check``), or a Unix socket (``--health-check unix:PATH``),
+  whose answer is NVIDIA's node-health ``{"fail_count": N}``: N > 0, a failure or no such answer fails.
 """
 
 from __future__ import annotations
@@ -49,7 +51,8 @@ class Finding:
 class GateSettings:
     timeout: float = 10.0              # each tool call, and the storage probe
     hccn_tool: str | None = None       # found on PATH (or the driver's directory) when None
-    command: str | None = None         # --health-check: the external checker
+    command: str | None = None         # --health-check: the external checker (a command, or unix:PATH)
+    infiniband: str = "/sys/class/infiniband"   # the NIC ports' states (tests give a directory of their own)
 
 
 def check_storage(directory: str, timeout: float) -> list[Finding]:
@@ -119,11 +122,56 @@ def check_network(devices: list[int], tool: str, timeout: float, run=hccn.run) -
     return found
 
 
-def check_external(command: str, timeout: float, run=hccn.run) -> list[Finding]:
-    """The user's checker: its output holds NVIDIA's node-health answer, ``{"fail_count": N}``."""
+def check_nic_ports(root: str) -> list[Finding]:
+    """Every InfiniBand port under ``root`` ACTIVE (its ``state`` file says ``4: ACTIVE``)."""
+    found = []
     try:
-        text = run(shlex.split(command), timeout)
-    except (ToolError, ValueError) as exc:
+        devices = sorted(os.listdir(root))
+    except OSError:
+        return []   # no InfiniBand here: nothing to check
+    for device in devices:
+        ports = os.path.join(root, device, "ports")
+        try:
+            names = sorted(os.listdir(ports))
+        except OSError:
+            continue
+        for port in names:
+            try:
+                with open(os.path.join(ports, port, "state"), encoding="utf-8", errors="replace") as fh:
+                    state = fh.read(200).strip()
+            except OSError:
+                continue
+            if not state.endswith("ACTIVE"):
+                found.append(Finding("nic", f"{device} port {port} is {state or 'in no state'}",
+                                     f"check the cable and the switch port (ibstat {device} {port})"))
+    return found
+
+
+def _socket_answer(path: str, timeout: float) -> str:
+    """What a node-health service on Unix socket ``path`` says, up to 64 KiB, within ``timeout``."""
+    import socket
+
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        sock.connect(path)
+        data = b""
+        while len(data) < 1 << 16:
+            chunk = sock.recv(4096)
+            if not chunk:
+                break
+            data += chunk
+    return data.decode("utf-8", "replace")
+
+
+def check_external(command: str, timeout: float, run=hccn.run) -> list[Finding]:
+    """The user's checker (a command, or ``unix:PATH``): its answer holds NVIDIA's node-health
+    ``{"fail_count": N}``."""
+    try:
+        if command.startswith("unix:"):
+            text = _socket_answer(command[len("unix:"):], timeout)
+        else:
+            text = run(shlex.split(command), timeout)
+    except (ToolError, ValueError, OSError) as exc:
         return [Finding("external", f"{command!r} failed: {exc}", "see what the checker reports")]
     answer = None
     for line in reversed(text.strip().splitlines()):
@@ -152,6 +200,8 @@ def gate(devices: list[int], run_dir: str, settings: GateSettings, path: str) ->
         found += check_gpus(nvidia_smi, settings.timeout)
     if tool:
         found += check_network(devices, tool, settings.timeout)
+    else:
+        found += check_nic_ports(settings.infiniband)
     if settings.command:
         found += check_external(settings.command, settings.timeout)
     return found

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from launcher.base.console import say
 from launcher.base.userfiles import write_output
 from launcher.contract import RESUME_FROM_ENV, RESUME_STEP_ENV, Role
-from launcher.execute.results import job_verdict, restarted_how
+from launcher.execute.results import job_verdict, restarted_how, roster_line
 from launcher.observe import tell_problems
 from launcher.observe.charts import OUTCOME_COLOURS, chart_svg, format_number, legend_html, rank_colour, timeline_svg
 from launcher.observe.metrics import RankStory, collect, span_outcome
@@ -143,7 +143,14 @@ def page_context(run: Run, stories: list[RankStory]) -> dict:
             "attempts": max((len(st.spans) for st in stories), default=0), "root_causes": causes,
             "resumed_from": resumed, "resumed_url": file_url(resumed.get("run_dir")) if resumed else None,
             "timeline": timeline_svg(stories), "legend": legend_html(stories), "charts": charts, "rows": rows,
-            "generated": _when(time.time()), "outcome_colours": OUTCOME_COLOURS, **command_context(run)}
+            "generated": _when(time.time()), "outcome_colours": OUTCOME_COLOURS, **command_context(run),
+            "roster": _roster(run)}
+
+
+def _roster(run: Run) -> str | None:
+    """--spares, --nnodes MIN:MAX: the job's hosts, as status says them."""
+    roster = run.roster()
+    return roster_line(roster).removeprefix("hosts: ") if roster else None
 
 
 def render(run_dir: str) -> str:

@@ -148,6 +148,11 @@ def test_a_spare_takes_a_killed_hosts_place_and_training_resumes_from_the_newest
     status = run_dlaunch("status", job.run_dir, cwd=tmp_path).stdout
     assert "succeeded, exit code 0" in status, status
     assert f"replaced {HOSTS[1]} (by {HOSTS[2]}" in status and f"active {HOSTS[0]}, {HOSTS[2]}" in status
+    report = run_dlaunch("report", job.run_dir, "-o", tmp_path / "report.html", cwd=tmp_path)
+    assert report.returncode == 0, report.stderr
+    page = (tmp_path / "report.html").read_text()
+    assert "job&#39;s hosts" in page or "job's hosts" in page
+    assert f"replaced {HOSTS[1]} (by {HOSTS[2]}" in page
     assert wait_until(lambda: processes_of_run("sparekill") == [], timeout=10)
 
 
@@ -216,3 +221,46 @@ def test_under_ssh_a_spare_takes_the_place_of_a_host_whose_dlaunch_is_killed(ssh
         assert entries[-1]["step"] == STEPS and entries[-1]["value"] == STEPS * 4
         assert any(entry["resumed"] for entry in entries)
     assert wait_until(lambda: processes_of_run("sparessh") == [], timeout=10)
+
+
+def test_under_ssh_a_host_whose_device_network_is_faulty_never_starts_and_a_spare_takes_it(ssh_cluster, tmp_path):
+    """The stand-in tools on every sshd host, told apart by the address each session came to ($SSH_CONNECTION):
+    127.0.0.3's device 1 has net health Fault."""
+    from tests.e2e.test_health_gate import PROGRAMS
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in ("npu-smi", "hccn_tool"):
+        (bin_dir / name).write_text(f"#!{sys.executable} -S\n" + (PROGRAMS / name).read_text())
+        (bin_dir / name).chmod(0o755)
+    npu = tmp_path / "npu.json"
+    npu.write_text(json.dumps({"hbm": {"0": 0, "1": 0}, "health": {}}))
+    hccn = tmp_path / "hccn.json"
+    def device(i, host, d):
+        return {"ip": f"10.0.{i}.{d + 1}", "link": "UP", "health": "Fault" if (host, d) == (HOSTS[1], 1) else "Success"}
+
+    hccn.write_text(json.dumps({"hosts": {host: {"devices": {str(d): device(i, host, d) for d in (0, 1)}}
+                                          for i, host in enumerate(HOSTS)}}))
+    python = tmp_path / "python"   # sshd gives the remote launcher a bare environment: this tree, the tools
+    python.write_text(f"#!/bin/sh\nexport PYTHONPATH={ROOT} PATH={bin_dir}:$PATH NPU_SMI_STATE={npu} "
+                      f"HCCN_FAKE_STATE={hccn}\nexec {sys.executable} \"$@\"\n")
+    python.chmod(0o755)
+    out = tmp_path / "runs"
+    result = run_dlaunch(
+        "cluster", TRAIN, "--rank-table", write_pool(tmp_path / "rt.json"), "--ssh", "--ssh-config",
+        ssh_cluster.ssh_config, "--output-dir", out, "--profile", "structure", "--master-port", free_port(HOSTS[0]),
+        "--run-id", "sparesshgate", "--spares", "1", "--health-gate", "--grace-period", "1", "--host-timeout", "1",
+        "--remote-python", python, "--", STEPS, PAUSE, cwd=tmp_path, timeout=120)
+    kill_run("sparesshgate")
+    assert result.returncode == 0, result.stderr
+    assert "device 1: net_health: net health status Fault" in result.stderr
+    assert "spare host 127.0.0.4 takes host 127.0.0.3's place: its health gate found it unfit" in result.stderr
+    run_dir = out / "sparesshgate"
+    assert not (run_dir / "rank_002" / "output.log").exists()   # host 1 never started its ranks
+    for rank in range(4):
+        entries = [json.loads(line) for line in (run_dir / f"rank_{rank:03d}" / "steps.jsonl").read_text().splitlines()]
+        assert entries[-1]["step"] == STEPS and entries[-1]["value"] == STEPS * 4
+    head = json.loads((run_dir / "summary.head.json").read_text())
+    assert head["status"] == "succeeded" and head["roster"]["active"] == [HOSTS[0], HOSTS[2]]
+    hosts = {entry["host"]: entry for entry in head["hosts"]}
+    assert hosts[HOSTS[1]]["exit_code"] == ExitCode.UNHEALTHY

@@ -48,3 +48,42 @@ def test_the_external_answer_is_nvidias_fail_count():
     assert "says fail_count 2" in check_external("checker", 1.0, run=answering('{"fail_count": 2}'))[0].detail
     assert "gave no" in check_external("checker", 1.0, run=answering('{"fail_count": true}'))[0].detail
     assert "failed" in check_external("checker", 1.0, run=answering(error="exit 1"))[0].detail
+
+
+def test_every_infiniband_port_in_sysfs_must_be_active(tmp_path):
+    from launcher.host.health import check_nic_ports
+
+    for device, port, state in (("mlx5_0", "1", "4: ACTIVE"), ("mlx5_1", "1", "1: DOWN")):
+        ports = tmp_path / device / "ports" / port
+        ports.mkdir(parents=True)
+        (ports / "state").write_text(state + "\n")
+    found = check_nic_ports(str(tmp_path))
+    assert [(f.check, f.detail) for f in found] == [("nic", "mlx5_1 port 1 is 1: DOWN")]
+    assert check_nic_ports(str(tmp_path / "none")) == []   # no InfiniBand: nothing to check
+
+
+def test_a_node_health_service_on_a_unix_socket_answers_fail_count(tmp_path):
+    import socket
+    import threading
+
+    path = str(tmp_path / "nhc.sock")
+
+    def serve(answers):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
+            server.bind(path)
+            server.listen()
+            ready.set()
+            for answer in answers:
+                conn, _ = server.accept()
+                with conn:
+                    conn.sendall(answer)
+
+    ready = threading.Event()
+    thread = threading.Thread(target=serve, args=([b'{"fail_count": 2}\n', b'{"fail_count": 0}\n'],), daemon=True)
+    thread.start()
+    assert ready.wait(5)
+    first = check_external(f"unix:{path}", 5)
+    assert [f.detail for f in first] == [f"'unix:{path}' says fail_count 2"]
+    assert check_external(f"unix:{path}", 5) == []
+    thread.join(5)
+    assert "failed" in check_external(f"unix:{tmp_path / 'gone.sock'}", 1)[0].detail
