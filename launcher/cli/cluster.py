@@ -43,7 +43,7 @@ def cmd_cluster(args: LaunchRequest, control=None, on_started=None, environ=None
     table, server_index, _, view = launch_table(args, environ)
     if checking:
         check_before_launch(args, "", table, server_index)
-    if args.spares or (args.job and args.job.min_nodes):   # the table is the pool; the job runs its active servers
+    if args.spares or elastic_nodes(args):   # the table is the pool; the job runs its active servers
         roster = spare_roster(args, table, server_index)
         job = roster.table()
         opts = launch_options(args, table, server_index, environ, view=view, world=job.device_count)
@@ -72,14 +72,26 @@ def arrival(args: LaunchRequest, environ) -> LaunchRequest:
     return replace(args, rank_start=node * len(args.job.devices))
 
 
+def elastic_nodes(args: LaunchRequest) -> int | None:
+    """MIN of --nnodes MIN:MAX (MIN < MAX), of a job without a table or over a rank table's servers."""
+    if args.job is not None:
+        return args.job.min_nodes
+    if args.nnodes is not None and args.nnodes[0] < args.nnodes[1]:
+        return args.nnodes[0]
+    return None
+
+
 def spare_roster(args: LaunchRequest, pool, own: int):
     """--spares K: the table's last K servers stand by, and the job's table (the others') must keep the rules;
     --nnodes MIN:MAX: every server may run the job, which forms with the hosts that joined."""
     from launcher.table.rules import require_valid
     from launcher.table.spares import Roster
 
-    elastic = args.job.min_nodes if args.job else None
+    elastic = elastic_nodes(args)
     what = "--nnodes MIN:MAX" if elastic else "--spares"
+    if elastic and args.nnodes and args.nnodes[1] != len(pool.servers):
+        raise UsageError(f"--nnodes {args.nnodes[0]}:{args.nnodes[1]} with a rank table of {len(pool.servers)} "
+                         f"servers: MAX is the table's servers, every one a host that may run the job")
     if args.replica_groups or (args.restart_policy or "job") != "job" or (elastic and args.spares):
         raise UsageError(f"{what} restarts the whole job on the hosts there: not with --replica-groups, "
                          f"--restart-policy rank/group" + (" or --spares" if elastic else ""))

@@ -208,6 +208,8 @@ def nodes_share(args: LaunchRequest, environ) -> LaunchRequest | None:
             raise UsageError(f"{given[0]} goes with --nnodes N (the job's number of hosts)")
         return None
     low, nnodes = args.nnodes
+    if args.rank_table and low < nnodes and args.node_rank is None:
+        return None   # elastic over the table's servers (cluster.spare_roster): this host's server as always
     if args.rank_table or args.ssh:
         raise UsageError("--nnodes names a job without a rank table: give either --rank-table FILE or --nnodes N "
                          "--node-rank K, not both" if args.rank_table else

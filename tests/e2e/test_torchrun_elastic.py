@@ -109,3 +109,41 @@ def test_a_host_that_comes_after_the_job_formed_stands_by_and_joins_at_the_resta
     assert "stands by" in err1 and "the job runs on 2 host(s) (--nnodes 1:2): node0, node1" in err0
     assert seen(tmp_path, run_id, 0) == ["0 0 1", "1 0 2"]   # alone, then with node 1 after rank 0 failed
     assert seen(tmp_path, run_id, 1) == ["1 1 2"]
+
+
+def test_an_npu_job_over_a_rank_table_shrinks_by_whole_servers_its_table_rewritten(tmp_path):
+    """--rank-table of three 8-NPU servers with --nnodes 2:3 (Atlas 910 rules): one host lost, the job forms
+    again with two and every rank reads a table of 2 x 8 devices, ranks 0-15, that validate-ranktable passes."""
+    import json
+
+    from tests.launching import run_dlaunch, write_rank_table
+
+    hosts = ("127.0.0.2", "127.0.0.3", "127.0.0.4")
+    table = write_rank_table(tmp_path / "rt24.json", hosts=hosts, devices_per_host=8)
+    port, run_id = free_port(hosts[0]), "elastic-npu"
+    procs = []
+    for index in range(3):
+        cwd = tmp_path / f"h{index}"
+        cwd.mkdir()
+        procs.append(start_dlaunch(
+            "cluster", "--no-python", "/bin/sh", "--rank-table", table, "--nnodes", "2:3", "--rank-start", 8 * index,
+            "--run-id", run_id, "--output-dir", tmp_path / "runs", "--master-port", port, "--grace-period", "1",
+            "--host-timeout", "1", "--join-timeout", "20", "--max-restarts", "1", "--", "-c", RANK, cwd=cwd))
+    try:
+        assert wait_until(lambda: len(seen(tmp_path, run_id, 23)) == 1, timeout=30)
+        procs[2].kill()
+        _, stderr = procs[0].communicate(timeout=60)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.communicate()
+        kill_run(run_id)
+    assert procs[0].returncode == 0, stderr
+    assert seen(tmp_path, run_id, 15) == ["0 15 24", "1 15 16"]   # rank 15: world 24, then 16
+    rewritten = tmp_path / "runs" / run_id / "rank_table.127.0.0.2.1.json"
+    servers = json.loads(rewritten.read_text())["server_list"]
+    assert [s["server_id"] for s in servers] == list(hosts[:2])
+    assert [d["rank_id"] for s in servers for d in s["device"]] == [str(r) for r in range(16)]
+    checked = run_dlaunch("validate-ranktable", rewritten, cwd=tmp_path)   # the default profile: Atlas 910
+    assert checked.returncode == 0, checked.stdout + checked.stderr
