@@ -3,9 +3,10 @@ rank saving its step checkpoint as launcher.checkpoint names them (``ckpt-0_N.pt
 and resuming from DLAUNCH_RESUME_FROM / DLAUNCH_RESUME_STEP when dlaunch gives them.
 
 Usage: spare_train.py STEPS SECONDS_PER_STEP. Each step appends {"step", "time", "value", "resumed"} to
-``steps.jsonl`` in DLAUNCH_RANK_DIR (the rank's directory on the host that runs it). ``value`` is the sum of
-every all_reduce so far: a rank that resumed from the right file ends with the same value as one that never
-stopped (STEPS x WORLD_SIZE).
+``steps.jsonl`` in DLAUNCH_RANK_DIR (the rank's directory on the host that runs it) and prints
+``step N rank R world W attempt A`` (benchmarks/bench_spares.py reads those). ``value`` is the sum of every
+all_reduce so far: a rank that resumed from the right file ends with the same value as one that never
+stopped (STEPS x WORLD_SIZE). Under another launcher (torchrun) its files go to $SPARE_TRAIN_DIR/rank_N.
 """
 
 import json
@@ -18,14 +19,19 @@ import torch.distributed as dist
 
 steps, pause = int(sys.argv[1]), float(sys.argv[2])
 dist.init_process_group("gloo")
-ckpt_dir = os.environ["DLAUNCH_CKPT_DIR"]
+rank, world = dist.get_rank(), dist.get_world_size()
+own = os.path.join(os.environ.get("SPARE_TRAIN_DIR", "."), f"rank_{rank}")
+ckpt_dir = os.environ.get("DLAUNCH_CKPT_DIR") or own
+rank_dir = os.environ.get("DLAUNCH_RANK_DIR") or own
+os.makedirs(ckpt_dir, exist_ok=True)
+attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
 resumed = os.environ.get("DLAUNCH_RESUME_STEP")
 value = torch.zeros(1)
 first = 1
 if resumed:
     state = torch.load(os.environ["DLAUNCH_RESUME_FROM"])
     value, first = state["value"], state["step"] + 1
-with open(os.path.join(os.environ["DLAUNCH_RANK_DIR"], "steps.jsonl"), "a") as log:
+with open(os.path.join(rank_dir, "steps.jsonl"), "a") as log:
     for step in range(first, steps + 1):
         total = torch.ones(1)
         dist.all_reduce(total)
@@ -35,5 +41,6 @@ with open(os.path.join(os.environ["DLAUNCH_RANK_DIR"], "steps.jsonl"), "a") as l
         os.replace(path + ".part", path)
         log.write(json.dumps({"step": step, "time": time.time(), "value": value.item(), "resumed": resumed}) + "\n")
         log.flush()
+        print(f"step {step} rank {rank} world {world} attempt {attempt}", flush=True)
         time.sleep(pause)
 dist.destroy_process_group()
