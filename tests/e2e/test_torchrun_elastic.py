@@ -71,6 +71,15 @@ def node(tmp_path, index, port, run_id, env=None):
                          cwd=cwd, env=env)
 
 
+def end(procs, run_id):
+    """Whatever a test left running: its launchers, then every process of its run."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
+    kill_run(run_id)
+
+
 def seen(tmp_path, run_id, rank):
     path = tmp_path / "runs" / run_id / f"rank_{rank:03d}" / "seen.txt"
     return path.read_text().split("\n")[:-1] if path.exists() else []
@@ -84,11 +93,7 @@ def test_a_job_that_loses_a_host_forms_again_with_the_one_left(tmp_path):
         nodes[1].kill()   # node 1's dlaunch SIGKILLed: lost
         _, stderr = nodes[0].communicate(timeout=60)
     finally:
-        for proc in nodes:
-            if proc.poll() is None:
-                proc.kill()
-            proc.communicate()
-        kill_run(run_id)
+        end(nodes, run_id)
     assert nodes[0].returncode == 0, stderr
     assert "host node1 was lost" in stderr and "the job runs on 1 host(s) (--nnodes 1:2): node0" in stderr
     assert seen(tmp_path, run_id, 0) == ["0 0 2", "1 0 1"]   # world size 2, then 1
@@ -134,11 +139,7 @@ def test_an_npu_job_over_a_rank_table_shrinks_by_whole_servers_its_table_rewritt
         procs[2].kill()
         _, stderr = procs[0].communicate(timeout=60)
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-            proc.communicate()
-        kill_run(run_id)
+        end(procs, run_id)
     assert procs[0].returncode == 0, stderr
     assert seen(tmp_path, run_id, 15) == ["0 15 24", "1 15 16"]   # rank 15: world 24, then 16
     rewritten = tmp_path / "runs" / run_id / "rank_table.127.0.0.2.1.json"
