@@ -12,7 +12,7 @@ import os
 import signal
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from launcher.base.console import printable
 from launcher.base.lines import tail_lines
@@ -135,9 +135,11 @@ def _recorded_at(rank: RankResult) -> float | None:
 
 
 def first_failure(result: AttemptResult) -> RankResult | None:
-    """The root cause as torchrun orders failures, by their error files' timestamps: a rank that exited non-zero
-    on its own with an error file written before the observed root cause failed, failed first (its exit was
-    only seen later, e.g. while its interpreter shut down). A hang or a rank dlaunch killed never qualifies."""
+    """The root cause as torchrun orders failures, by their error files' timestamps (torchrun reads every failed
+    worker's): a rank whose error file this attempt was written before the observed root cause failed, failed
+    first, whether it then exited on its own (its exit only seen later, while its interpreter shut down) or was
+    stopped by dlaunch on the way out. Such a rank's exit code is its exception's, 1, not the stop signal's. A
+    hang never yields to it."""
     cause = result.root_cause
     if cause is None or cause.hang:
         return cause
@@ -145,9 +147,13 @@ def first_failure(result: AttemptResult) -> RankResult | None:
     earlier = []
     for rank in result.ranks:
         when = _recorded_at(rank)
-        if rank is not cause and (rank.returncode or 0) > 0 and when is not None and seen_at and when < seen_at:
+        if rank is not cause and rank.returncode and when is not None and seen_at and when < seen_at \
+                and when >= (rank.start or 0):
             earlier.append((when, rank.rank or 0, rank))
-    return min(earlier, key=lambda item: item[:2])[2] if earlier else cause
+    if not earlier:
+        return cause
+    first = min(earlier, key=lambda item: item[:2])[2]
+    return replace(first, returncode=1) if (first.returncode or 0) < 0 else first
 
 
 def _root_cause(result: AttemptResult) -> dict | None:

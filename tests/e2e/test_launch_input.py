@@ -78,16 +78,19 @@ def test_a_directory_given_as_the_script_is_named_a_directory(tmp_path, monkeypa
 
 # ---------------------------------------------------------------- real clients: @record's first failure
 
-def test_the_first_failure_by_its_error_file_is_the_root_cause(tmp_path):
+@pytest.mark.parametrize("stopped", [False, True])
+def test_the_first_failure_by_its_error_file_is_the_root_cause(tmp_path, stopped):
     """Rank 1's @record error file is written before rank 0 fails, though rank 0's exit is seen first: the
     root cause is rank 1 (torchrun orders failures by their error files' timestamps), on the console and in
-    summary.json, and the exit code is rank 1's."""
+    summary.json, and the exit code is rank 1's: 1, its exception's, also when dlaunch's SIGTERM ended it on
+    its way out (``stopped``)."""
     import json
 
     from tests.launching import run_dlaunch
 
     program = str(__import__("pathlib").Path(__file__).parents[1] / "programs" / "record_first.py")
-    done = run_dlaunch("run", "--ranks", "2", "--grace-period", "30", program, cwd=tmp_path)
+    done = run_dlaunch("run", "--ranks", "2", "--grace-period", "30", program, cwd=tmp_path,
+                       env={"RECORD_FIRST_STOPPED": "1" if stopped else "0"})
     assert done.returncode == 1, done.stderr
     summary = json.loads((tmp_path / "dlaunch_runs" / "latest" / "summary.json").read_text())
     cause = summary["root_cause"]
