@@ -27,7 +27,8 @@ ROLE_NAME = "default"
 def rank_environment(*, rank: int, local_rank: int, world_size: int, local_world_size: int, group_rank: int,
                      group_world_size: int, device_id: int, cuda_visible: str | None, rank_table_file: str,
                      master_addr: str, master_port: int, run_id: str, run_dir: str, rank_dir: str, ckpt_dir: str,
-                     error_file: str, restart_count: int, max_restarts: int, inherited: dict) -> dict[str, str]:
+                     error_file: str, restart_count: int, max_restarts: int, inherited: dict,
+                     job_name: str | None = None) -> dict[str, str]:
     """The variables dlaunch sets for one rank (inherited ones excluded, except where it fills a default).
 
     ``device_id`` is what the rank's runtime calls its device (``host.devices.DeviceView.device_id``) and
@@ -61,7 +62,7 @@ def rank_environment(*, rank: int, local_rank: int, world_size: int, local_world
         "MASTER_PORT": str(master_port),
         "TORCHELASTIC_RESTART_COUNT": str(restart_count),
         "TORCHELASTIC_MAX_RESTARTS": str(max_restarts),
-        "TORCHELASTIC_RUN_ID": run_id,
+        "TORCHELASTIC_RUN_ID": job_name or run_id,   # torchrun's --rdzv-id as given, every node and launch
         "TORCHELASTIC_ERROR_FILE": error_file,
         "TORCHELASTIC_USE_AGENT_STORE": "False",
         "TORCHELASTIC_SIGNALS_TO_HANDLE": STOP_SIGNAL_NAMES,

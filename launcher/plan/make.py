@@ -134,6 +134,7 @@ class Options:
     forward_signals: tuple = ()   # --forward-signals: passed to every rank beside SIGUSR1/2, the job goes on
     shared_run_dir: bool = False  # other hosts (or an earlier launch) may create the run directory too
     run_id_shared: bool = False   # the run id came from the user or the scheduler, the same on every host
+    job_name: str | None = None   # what the hosts of one job call it when its run id is this launch's own
     fixed_port: bool = False      # restarts keep master_port (hosts agree on it); otherwise a fresh free one
     resume_from: str | None = None   # an earlier run directory to resume from (--resume)
     resume_note: str = ""            # why, when no --resume asked for it (a Slurm requeue): said with the step
@@ -271,7 +272,7 @@ def make_plan(table: RankTable, server_index: int, opts: Options, rank_table_fil
             master_addr=opts.master_addr,
             master_port=opts.master_port, run_id=opts.run_id, run_dir=run_dir, rank_dir=rank_dir,
             ckpt_dir=ckpt_dir, error_file=error_file, restart_count=attempt, max_restarts=opts.policy.max_restarts,
-            inherited=inherited)
+            inherited=inherited, job_name=opts.job_name)
         if opts.ms_scheduler_pod:
             env.pop("RANK_TABLE_FILE")   # the operator's MS_ROLE=MS_SCHED and MS_* make it the scheduler
             env.pop("DEVICE_ID")

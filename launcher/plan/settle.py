@@ -45,7 +45,7 @@ def launch_options(args: LaunchRequest, table, server_index: int, environ: Mappi
     from launcher.host.devices import DeviceView, free_port
     from launcher.host.mindcluster import RESET_CONFIG
     from launcher.plan.make import Command, Options, Policy, console_ranks
-    from launcher.rundir.paths import check_run_id, host_suffix, new_run_id, resolve
+    from launcher.rundir.paths import check_run_id, fresh_run_id, host_suffix, new_run_id, resolve
     from launcher.table.share import master_address
 
     cluster = args.command == "cluster"
@@ -116,7 +116,15 @@ def launch_options(args: LaunchRequest, table, server_index: int, environ: Mappi
                    devices=view if view is not None else DeviceView())
     if args.replica_groups and not head:
         opts = replace(opts, replicas=replica_groups(args.replica_groups, table, server_index, opts, environ))
-    return replace(opts, host_argv=tuple(host_argv(args, opts))) if head else opts
+    if head:
+        return replace(opts, host_argv=tuple(host_argv(args, opts)))
+    fresh = args.run_id_fresh and run_id and resume_from is None
+    if cluster and not run_id and table.servers[1:]:   # several hosts with nothing shared: the master says the job
+        fresh, opts = True, replace(opts, run_id=master_run_id(master_addr, master_port), run_id_shared=True)
+    if fresh:   # the id names the job, not this launch: a directory of this launch's own, the job's name kept
+        opts = replace(opts, run_id=fresh_run_id(output_dir, opts.run_id, opts.host_files_suffix),
+                       job_name=opts.run_id)
+    return opts
 
 
 def max_restarts(args: LaunchRequest) -> int:
@@ -205,8 +213,21 @@ def host_argv(args: LaunchRequest, opts) -> list[str]:
 
 
 def scheduler_run_id(environ: Mapping[str, str]) -> str | None:
-    """The run id every host of one scheduled job agrees on without being told: the job's id (Slurm)."""
+    """The run id every host of one scheduled job agrees on without being told: the job's id (Slurm's job id,
+    an AscendJob's uid: ascend-operator's MINDX_TASK_ID, the same in every pod of the job and its rescheduled
+    pods)."""
     import re
 
     job = environ.get("SLURM_JOB_ID", "")
-    return f"slurm-{job}" if re.fullmatch(r"[0-9]{1,20}", job) else None
+    if re.fullmatch(r"[0-9]{1,20}", job):
+        return f"slurm-{job}"
+    task = environ.get("MINDX_TASK_ID", "")
+    return f"ascendjob-{task}" if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9-]{0,99}", task) else None
+
+
+def master_run_id(master_addr: str, master_port: int) -> str:
+    """A job of several hosts started with no id in common (one dlaunch torchrun per node, an operator's pods):
+    the address and port every host was given for rank 0 name it (``job-10.0.0.1-29500``)."""
+    import re
+
+    return "job-" + re.sub(r"[^A-Za-z0-9._-]", "_", f"{master_addr}-{master_port}")[:100]

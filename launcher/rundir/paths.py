@@ -80,6 +80,17 @@ def derived_run_id(run_id: str, suffix: str) -> str:
     return run_id[:MAX_RUN_ID - len(tag) - len(suffix)] + tag + suffix
 
 
+def fresh_run_id(output_dir: str, run_id: str, host_suffix: str) -> str:
+    """``run_id``, or ``run_id.1``, ``.2``, ...: the first whose run directory holds no plan of this host's (its
+    ``plan<host suffix>.json``). A torchrun line with a fixed --rdzv-id, launched again, gets a directory of its
+    own; every host of one launch, each counting its own plans, gets the same one."""
+    for count in range(100000):
+        candidate = run_id if count == 0 else derived_run_id(run_id, f".{count}")
+        if not os.path.lexists(os.path.join(output_dir, candidate, f"plan{host_suffix}.json")):
+            return candidate
+    return derived_run_id(run_id, f".{new_run_id()}")
+
+
 def check_run_id(run_id: str) -> str:
     if not RUN_ID_PATTERN.match(run_id):
         raise UsageError(f"bad --run-id {run_id[:40]!r}: use letters, digits, '.', '_' and '-' "

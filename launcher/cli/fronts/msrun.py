@@ -66,13 +66,14 @@ class Translation:
     job: JobShape | None = None               # several nodes: the job's shape (no table file to write or share)
     checked: Mapping[str, Any] = field(default_factory=dict)   # values the front's own rules checked (below)
     notes: list[str] = field(default_factory=list)
+    fresh_run_id: bool = False   # its run id names the job (torchrun's --rdzv-id): each launch a directory of its own
 
     def request(self, front: str) -> LaunchRequest:
         """The request this line means, settled as if its options had been typed (``DLAUNCH_*`` layers too)."""
         from launcher.cli.request import front_request
 
         return front_request(front, self.command, self.script, self.script_args, self.flags,
-                             checked=self.checked, job=self.job)
+                             checked=self.checked, job=self.job, run_id_fresh=self.fresh_run_id)
 
 
 def _join(text: str) -> bool:

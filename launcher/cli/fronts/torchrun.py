@@ -274,10 +274,11 @@ def translate(ns: argparse.Namespace, nproc: int, devices: list[int]) -> Transla
     flags: dict[str, Any] = {**what, "profile": "structure", "max_restarts": restarts}   # no Ascend topology rules
     if ns.log_dir:
         flags["output_dir"] = ns.log_dir
-    if ns.rdzv_id not in ("", "none"):
+    fresh = ns.rdzv_id not in ("", "none")   # it names the job: each launch of the line its own directory
+    if fresh:
         flags["run_id"] = ns.rdzv_id
-    if ns.dlaunch_run_id:
-        flags["run_id"] = ns.dlaunch_run_id
+    if ns.dlaunch_run_id:   # dlaunch's own --run-id names the directory itself
+        flags["run_id"], fresh = ns.dlaunch_run_id, False
     if ns.shutdown_timeout not in (None, ""):
         flags["grace_period"] = ns.shutdown_timeout
     if ns.dry_run:
@@ -291,7 +292,7 @@ def translate(ns: argparse.Namespace, nproc: int, devices: list[int]) -> Transla
         flags.update(console=_console(ns, 0, nproc, notes), master_addr=addr, ranks=nproc)
         if port_number is not None:
             flags["master_port"] = port_number
-        return Translation("run", script, flags, script_args, notes=notes)
+        return Translation("run", script, flags, script_args, notes=notes, fresh_run_id=fresh)
     flags.update(master_addr=addr, master_port=TORCHRUN_DEFAULT_PORT if port_number is None else port_number)
     if ns.node_rank in (None, "") and least < nodes:   # elastic: node ranks given on arrival (execute/job/claim.py)
         console = _console(ns, 0, nproc, notes)
@@ -306,7 +307,8 @@ def translate(ns: argparse.Namespace, nproc: int, devices: list[int]) -> Transla
         node_rank = _number("--node-rank", ns.node_rank, 0, nodes - 1)
         flags.update(console=_console(ns, node_rank, nproc, notes), rank_start=node_rank * nproc)
     return Translation("cluster", script, flags, script_args,
-                       job=JobShape(nodes, tuple(devices[:nproc]), least if least < nodes else None), notes=notes)
+                       job=JobShape(nodes, tuple(devices[:nproc]), least if least < nodes else None), notes=notes,
+                       fresh_run_id=fresh)
 
 
 def settled_launch(args: argparse.Namespace) -> tuple[str, LaunchRequest]:

@@ -338,7 +338,7 @@ def rendezvous(opts, table, environ: Mapping[str, str]) -> tuple[str, int, bytes
     """Where the job's coordinator listens and what every host proves to it: (address, port, secret, the
     job's name every host agrees on: the run id when it is shared, else the master address and port, as hosts
     started without --run-id, e.g. one dlaunch torchrun per node, each make their own run id)."""
-    job_id = opts.run_id if opts.run_id_shared else f"{opts.master_addr}:{opts.master_port}"
+    job_id = opts.job_name or (opts.run_id if opts.run_id_shared else f"{opts.master_addr}:{opts.master_port}")
     secret = protocol.job_secret(environ, job_identity(table), job_id)
     return opts.job_addr or opts.master_addr, job_port(opts), secret, job_id
 
