@@ -118,7 +118,10 @@ def launch_options(args: LaunchRequest, table, server_index: int, environ: Mappi
         opts = replace(opts, replicas=replica_groups(args.replica_groups, table, server_index, opts, environ))
     if head:
         return replace(opts, host_argv=tuple(host_argv(args, opts)))
-    fresh = args.run_id_fresh and run_id and resume_from is None
+    # an id that names the job rather than this launch: torchrun's --rdzv-id, an AscendJob's uid (a rescheduled
+    # pod on storage the job shares finds its earlier plan there); Slurm's requeues are slurm_requeue's
+    fresh = (args.run_id_fresh or (cluster and not args.run_id and bool(environ.get("MINDX_TASK_ID")))) \
+        and bool(run_id) and resume_from is None
     if cluster and not run_id and table.servers[1:]:   # several hosts with nothing shared: the master says the job
         fresh, opts = True, replace(opts, run_id=master_run_id(master_addr, master_port), run_id_shared=True)
     if fresh:   # the id names the job, not this launch: a directory of this launch's own, the job's name kept
