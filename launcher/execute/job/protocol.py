@@ -201,10 +201,10 @@ def listen_here(address: str, port: int):
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind(where)
+            sock.listen(1024)   # two binds of one port can both succeed (SO_REUSEADDR): the first to listen wins
         except OSError:
             sock.close()
             continue
-        sock.listen(1024)
         sock.setblocking(False)
         return sock
     return None

@@ -1,4 +1,6 @@
 # changed: backend nccl->gloo, device cpu (no .to(gpu_id), no device_ids, snapshot loaded to cpu); with KILL_RANK1_AFTER_EPOCH=N, on the first attempt only, a barrier after epoch N, then rank 1 SIGKILLs itself.
+# changed: after destroy_process_group, os._exit(0): torch 2.13 on CPU sometimes aborts in interpreter teardown
+# ("terminate called without an active exception", SIGABRT) under load, under torchrun (exit -6) and dlaunch alike.
 # From pytorch/examples (https://github.com/pytorch/examples) at 77f55b9, distributed/ddp-tutorial-series/multigpu_torchrun.py.
 # BSD 3-Clause License, Copyright (c) 2017, Pytorch contributors; full text in tests/clients/LICENSE.pytorch-examples.
 import torch
@@ -12,6 +14,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.distributed import init_process_group, destroy_process_group
 import os
 import signal
+import sys
 import torch.distributed as dist
 
 
@@ -104,6 +107,8 @@ def main(save_every: int, total_epochs: int, batch_size: int, snapshot_path: str
     trainer = Trainer(model, train_data, optimizer, save_every, snapshot_path)
     trainer.train(total_epochs)
     destroy_process_group()
+    sys.stdout.flush()
+    os._exit(0)   # see the header: no teardown abort
 
 
 if __name__ == "__main__":
