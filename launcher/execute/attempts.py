@@ -168,8 +168,10 @@ class Launch:
         control_fd, control_pending = self.control or (None, b"")
         self.signals = SignalWatch(control_fd, control_pending, forward=self.opts.forward_signals)
         self.workers = LocalWorkers(self.signals, self.inherited, job=self.link, on_started=self._publish_pids)
-        self.zombies = ZombieCollector(lambda: {*self.workers.reaper.groups, self.workers.reaper.pid}).start() \
-            if is_pid1() else None
+        # dlaunch is a child subreaper (reaper.py), as PID 1 or not: orphans of the ranks become its children,
+        # and short-lived ones would pile up as its zombies until the attempt's end
+        self.zombies = ZombieCollector(lambda: {*self.workers.reaper.groups, self.workers.reaper.pid})
+        self.workers.zombies = self.zombies.start() if is_pid1() else self.zombies
 
     def run_attempt(self) -> AttemptResult | None:
         """The current plan's attempt, recorded; None when dlaunch itself failed (recorded too, so the run does

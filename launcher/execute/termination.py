@@ -17,6 +17,7 @@ Kubernetes' default path exists and is writable.
 from __future__ import annotations
 
 import os
+import time
 
 from launcher.execute.results import closing_lines
 
@@ -65,7 +66,9 @@ def write_termination_log(path: str | None, summary: dict) -> str | None:
 
 
 class ZombieCollector:
-    """As PID 1, collects every child that is not a rank: orphans the kernel hands to dlaunch.
+    """Collects every child that is not a rank: orphans the kernel hands to dlaunch, the child subreaper it always
+    is (as PID 1 too). As PID 1 a thread of its own does it (between attempts as well); otherwise the attempt's
+    event loop calls ``tick`` (a launch imports no threading).
 
     ``keep()`` names the pids the launcher waits for itself.  A zombie not in it
     is reaped only when seen twice, ``REAP_PAUSE`` apart, so a rank that died
@@ -73,32 +76,52 @@ class ZombieCollector:
     """
 
     def __init__(self, keep):
-        import threading  # only PID 1 runs a thread: the launch path imports none
-
         self._keep = keep
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="dlaunch-zombies", daemon=True)
+        self._seen: set[int] = set()
+        self._next = 0.0
+        self._thread = None
+        self._stop = None
         self.reaped = 0
 
     def start(self) -> ZombieCollector:
+        """As PID 1: a thread collects every ``REAP_PAUSE``."""
+        import threading  # only PID 1 runs a thread: the launch path imports none
+
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="dlaunch-zombies", daemon=True)
         self._thread.start()
         return self
 
+    def tick(self) -> float | None:
+        """Collect when a round is due (the event loop's call); the seconds until the next one (None: PID 1's
+        thread collects)."""
+        if self._thread is not None:
+            return None
+        now = time.monotonic()
+        if now >= self._next:
+            self._collect()
+            self._next = now + REAP_PAUSE
+        return max(0.0, self._next - now)
+
     def _run(self) -> None:
-        seen: set[int] = set()
+        assert self._stop is not None
         while not self._stop.wait(REAP_PAUSE):
-            zombies = _zombie_children() - set(self._keep())
-            for pid in zombies & seen:
-                try:
-                    if os.waitpid(pid, os.WNOHANG)[0]:
-                        self.reaped += 1
-                except ChildProcessError:
-                    continue   # collected by someone else meanwhile
-            seen = zombies - seen
+            self._collect()
+
+    def _collect(self) -> None:
+        zombies = _zombie_children() - set(self._keep())
+        for pid in zombies & self._seen:
+            try:
+                if os.waitpid(pid, os.WNOHANG)[0]:
+                    self.reaped += 1
+            except ChildProcessError:
+                continue   # collected by someone else meanwhile
+        self._seen = zombies - self._seen
 
     def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
+        if self._thread is not None and self._stop is not None:
+            self._stop.set()
+            self._thread.join()
 
 
 def _zombie_children() -> set[int]:

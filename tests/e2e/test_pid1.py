@@ -57,3 +57,14 @@ def test_sigterm_to_pid1_reaches_the_ranks_and_the_exit_code_says_so(tmp_path):
     run = latest_run(tmp_path / "runs")
     assert (run / "rank_000" / "zombies").read_text() == "0"
     assert "interrupted by SIGTERM" in (tmp_path / "termination").read_text()
+
+
+def test_not_pid1_the_orphans_of_a_rank_are_reaped_while_it_runs(tmp_path):
+    """dlaunch is a child subreaper outside a PID namespace too: a rank's short-lived orphans become its
+    children, and it reaps them as they exit rather than leaving them as zombies until the attempt ends
+    (issue 38, item 23; torchrun leaves none either, their orphans going to init)."""
+    from tests.launching import run_dlaunch
+
+    done = run_dlaunch("run", PROGRAM, "--ranks", "1", "--output-dir", tmp_path / "runs", "--", "0", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert (latest_run(tmp_path / "runs") / "rank_000" / "zombies").read_text() == "0"

@@ -1,6 +1,7 @@
-"""A rank that leaves orphans (reparented to dlaunch), then counts zombies in its PID namespace.
+"""A rank that leaves orphans (reparented to dlaunch), then counts the zombies dlaunch has.
 
-Writes ``zombies`` (how many processes are in state Z after the orphans exited) into its rank
+Writes ``zombies`` (how many of dlaunch's children, its own parent's, are in state Z after the orphans exited:
+dlaunch is a child subreaper, as PID 1 or not) into its rank
 directory, prints a last line, then exits with argv[1] or, with "wait", waits for SIGTERM and exits 0.
 """
 
@@ -25,7 +26,8 @@ def zombies() -> int:
                     stat = fh.read()
             except OSError:
                 continue
-            count += stat[stat.rfind(b")") + 2:].split()[:1] == [b"Z"]
+            fields = stat[stat.rfind(b")") + 2:].split()
+            count += fields[:1] == [b"Z"] and int(fields[1]) == os.getppid()
     return count
 
 

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from launcher.execute.job.link import JobLink
+    from launcher.execute.termination import ZombieCollector
 
 PIPE_DRAIN_SECONDS = 1.0
 
@@ -63,6 +64,7 @@ class LocalWorkers:
         self.subreaper = become_subreaper()
         self.reaper = Reaper(self.launcher_id)
         self.standbys: Standbys | None = None   # --warm-restarts: the next attempt's interpreters
+        self.zombies: ZombieCollector | None = None   # the launch's collector of orphans: ticked by the event loop
         self.marker_chain = marker_chain(environ, self.launcher_id)
         # what every rank inherits, read (masked for env.log, encoded for the spawn) once, not once per rank
         self._environ = dict(environ)
@@ -181,6 +183,8 @@ class LocalWorkers:
             if attempt.due:   # --restart-delay: the next rank due to start again
                 soon = max(0.0, min(attempt.due.values()) - time.monotonic())
                 timeout = soon if timeout is None else min(timeout, soon)
+            reap = self.zombies.tick() if self.zombies is not None else None   # the ranks' orphans, as they exit
+            timeout = reap if timeout is None else timeout if reap is None else min(timeout, reap)
             events = self._dispatch(selector, tee, attempt.unwatched, timeout)
             for process in [p for p, at in attempt.due.items() if at <= time.monotonic()]:
                 del attempt.due[process]
