@@ -163,7 +163,11 @@ class Launch:
                 self.link.close()
             raise
         if self.control is None:   # said at the start, so a long job's logs can be found while it runs
-            say(f"run directory {self.plan.run_dir}")
+            hidden = self.opts.console == "0" and self.plan.ranks and not any(s.console for s in self.plan.ranks)
+            say(f"run directory {self.plan.run_dir}" + (
+                f"; this host's {len(self.plan.ranks)} rank(s) are not on the console (--console {self.opts.console}:"
+                f" --console all, or a list of ranks, shows them), their logs are in rank_NNN/output.log"
+                if hidden else ""))
         self.started = time.time()
         control_fd, control_pending = self.control or (None, b"")
         self.signals = SignalWatch(control_fd, control_pending, forward=self.opts.forward_signals)

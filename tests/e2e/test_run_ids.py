@@ -52,3 +52,19 @@ def test_hosts_with_no_id_in_common_meet_in_one_run_directory_that_status_reads_
     status = run_dlaunch("status", run_dir, cwd=tmp_path)
     assert "succeeded, exit code 0; 2 rank(s) on 2 host(s)" in status.stdout, status.stdout
     assert "never reported" not in status.stdout
+
+
+def test_a_host_whose_ranks_are_not_on_the_console_says_so_in_its_first_line(tmp_path):
+    """Worker pods and hosts show only global rank 0 by default: ``kubectl logs`` of pod 1 says why it shows no
+    training output and where it is (issue 38, item 9)."""
+    (tmp_path / "t.py").write_text("print('training')\n")
+    port = free_port("127.0.0.2")
+    procs = [subprocess.Popen(dlaunch_argv("cluster", "t.py", "--nnodes", "2", "--node-rank", str(index),
+                                           "--nproc-per-node", "1", "--master-addr", "127.0.0.2", "--master-port",
+                                           str(port)), cwd=tmp_path, env=dlaunch_env(), text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for index in (0, 1)]
+    (out0, err0), (out1, err1) = [proc.communicate(timeout=60) for proc in procs]
+    assert "training" in out0 and "not on the console" not in err0
+    first = next(line for line in err1.splitlines() if "run directory" in line)
+    assert "this host's 1 rank(s) are not on the console (--console 0: --console all" in first, err1
+    assert "training" not in out1
