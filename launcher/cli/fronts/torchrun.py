@@ -238,8 +238,8 @@ def _console(ns: argparse.Namespace, node_rank: int, nproc: int, notes: list[str
         if str(text).strip() not in ("0", ""):
             notes.append(f"{flag} {text}: every rank's output always goes to rank_NNN/output.log in the run "
                          f"directory; the console shows the ranks --local-ranks-filter names (default all)")
-    if str(ns.redirects).strip() == "3" and not ns.local_ranks_filter.strip():
-        shown = set()   # -r 3: stdout and stderr of every worker to files only
+    if str(ns.redirects).strip() == "3" and str(ns.tee).strip() in ("0", "") and not ns.local_ranks_filter.strip():
+        shown = set()   # -r 3: stdout and stderr of every worker to files only (with -t, to the console as well)
     if shown == set(range(nproc)):
         return "all"
     if not shown:

@@ -104,3 +104,11 @@ def test_torchrun_flags_under_run_get_a_hint(argv, instead, capsys):
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert "torchrun's flag" in err and instead in err and "dlaunch torchrun" in err
+
+
+def test_redirected_output_that_is_also_teed_is_on_the_console():
+    """torchrun -r 3 -t 3 writes every worker's output to files and tees it to the console (PyTorch's
+    test_capture_logs_using_default_logs_specs); -r 3 alone keeps it off the console (issue 38, item 15)."""
+    _, teed = _translated(["-r", "3", "-t", "3", "t.py"])
+    _, redirected = _translated(["-r", "3", "t.py"])
+    assert (teed.flags["console"], redirected.flags["console"]) == ("all", "none")
