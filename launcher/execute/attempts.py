@@ -412,6 +412,9 @@ class Launch:
     def _open_link(self) -> JobLink | None:
         if self.plan.server_count < 2 and self.roster is None:
             return None
+        if self.opts.unlinked:
+            say(f"not linked to the job's other hosts: {self.opts.unlinked}")
+            return None
         from launcher.execute.job import hosts as job
 
         return job.open_link(self.plan, self.opts, self.table, self.control, self.inherited, self.roster)

@@ -135,6 +135,7 @@ class Options:
     shared_run_dir: bool = False  # other hosts (or an earlier launch) may create the run directory too
     run_id_shared: bool = False   # the run id came from the user or the scheduler, the same on every host
     job_name: str | None = None   # what the hosts of one job call it when its run id is this launch's own
+    unlinked: str | None = None   # why this host runs without the job's link (a pod that cannot reach the others)
     fixed_port: bool = False      # restarts keep master_port (hosts agree on it); otherwise a fresh free one
     resume_from: str | None = None   # an earlier run directory to resume from (--resume)
     resume_note: str = ""            # why, when no --resume asked for it (a Slurm requeue): said with the step

@@ -113,6 +113,7 @@ def launch_options(args: LaunchRequest, table, server_index: int, environ: Mappi
                    resume_note=resume_note, job_port=args.job_port, job_addr=args.job_addr,   # run: None
                    host_timeout=args.host_timeout, join_timeout=args.join_timeout,   # run: the defaults
                    spares=args.spares, exclude_cooldown=args.exclude_cooldown, last_call=args.last_call,
+                   unlinked=args.unlinked,
                    devices=view if view is not None else DeviceView())
     if args.replica_groups and not head:
         opts = replace(opts, replicas=replica_groups(args.replica_groups, table, server_index, opts, environ))

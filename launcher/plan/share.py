@@ -168,8 +168,12 @@ def adopt_pod(args: LaunchRequest, environ) -> LaunchRequest | None:
                              f"it)") from None
         if pod is not None and pod.ms_role == "MS_WORKER":
             # MindSpore's scheduler runs in its own pod at MS_SCHED_HOST: the ranks register with it, and the
-            # pods of the job meet at the pod of rank 0 instead
-            return replace(args, ms_scheduler_elsewhere=True, job_addr=rank_zero_address(table))
+            # pods of the job meet at the pod of rank 0 instead, when the table says where that is
+            meeting = rank_zero_address(table)
+            return replace(args, ms_scheduler_elsewhere=True, job_addr=meeting,
+                           unlinked=None if meeting else "the job's rank table (version 2.0) names no pod's address, "
+                           "so this pod cannot reach the others' dlaunch: its ranks stop on their own failures, and "
+                           "MindSpore's scheduler tells the job's ranks of a lost one")
         return args
     assert pod is not None   # no pod and no path returned above
     if pod.nnodes is None or pod.node_rank is None:

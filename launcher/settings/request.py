@@ -102,6 +102,7 @@ class LaunchRequest:
     ms_scheduler_elsewhere: bool = False   # MindSpore's scheduler runs in a pod of its own (an operator's job)
     ms_scheduler_pod: bool = False         # this pod is that scheduler: one process, no device
     job_addr: str | None = None            # the job's coordinator when the master address is not rank 0's
+    unlinked: str | None = None            # why this host's dlaunch cannot reach the job's others (no link)
     run_id_fresh: bool = False             # the run id names the job, not one launch (torchrun's --rdzv-id):
                                            # each launch gets a directory of its own (rundir.paths.fresh_run_id)
 
@@ -111,7 +112,7 @@ class LaunchRequest:
 
 
 _LATER = {"command", "script", "script_args", "sources", "rank_table_text", "job", "head_env", "ms_scheduler_elsewhere",
-          "ms_scheduler_pod", "job_addr", "run_id_fresh"}
+          "ms_scheduler_pod", "job_addr", "run_id_fresh", "unlinked"}
 OPTION_FIELDS = frozenset(f.name for f in fields(LaunchRequest)) - _LATER   # one per declared option's dest
 
 

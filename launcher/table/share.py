@@ -97,10 +97,13 @@ def master_address(table: RankTable) -> str:
 
 
 def rank_zero_address(table: RankTable) -> str | None:
-    """The address of rank 0's server: a pod's container_ip in an operator's table, else its server_id."""
+    """The address of rank 0's server: a pod's container_ip in an operator's table, else its server_id; None
+    when the table names none (a version 2.0 table's pods have only the names dlaunch gives them, ``pod0``)."""
+    from launcher.table.model import RANK_LIST
+
     for server in table.servers:
         if any(dev.rank == 0 for dev in server.devices):
-            found = server.extra.get("container_ip") or server.server_id
+            found = server.extra.get("container_ip") or (server.server_id if table.layout != RANK_LIST else None)
             return str(found) if found else None
     return None
 

@@ -290,3 +290,19 @@ def test_a_rank_failing_in_one_pod_stops_the_other_pod(tmp_path):
     verdicts = [json.loads(next(cwd.glob("dlaunch_runs/*/summary*.json")).read_text())["job"]
                 for cwd in (cwd0, cwd1)]
     assert verdicts[0]["root_cause"] == verdicts[1]["root_cause"] and verdicts[0]["exit_code"] == 3
+
+
+def test_mindspore_worker_pods_with_a_2_0_table_run_unlinked_rather_than_wait_for_a_pod_named_pod0(tmp_path):
+    """A version 2.0 table names no pod's address: the worker pods once waited for a coordinator at the name
+    dlaunch gives rank 0's pod (pod0) and stopped with 69 after --join-timeout (issue 38, item 20). Each now
+    runs its ranks and says why it is not linked to the others."""
+    table = tmp_path / "hccl.json"
+    table.write_text(json.dumps(_v2_table()))
+    results = _pods(lambda i: dlaunch_argv("cluster", "--no-python", "/bin/true", "--join-timeout", "30"),
+                    "ascendjob_mindspore", tmp_path, master="127.0.0.5", port="8118", nproc="8", world="16",
+                    per_pod={"RANK_TABLE_FILE": str(table)})
+    for code, stderr, _ in results.values():
+        assert code == 0, stderr
+        assert "not linked to the job's other hosts: the job's rank table (version 2.0) names no pod's address" \
+            in stderr
+        assert "pod0" not in stderr.split("not linked")[0]
