@@ -52,6 +52,29 @@ def _hoppers(tag: str) -> list[int]:
     return found
 
 
+def test_a_daemon_that_keeps_hopping_pids_does_not_outlive_a_launch_that_ends_normally(tmp_path):
+    """A rank starts a daemon that forks and exits in a loop (a new pid every hop, its own session): when the
+    launch ends normally, the end-of-attempt sweep must catch it between hops (issue 38, item 27). Three launches,
+    each checked, as the issue's own check ran."""
+    from tests.launching import run_dlaunch, wait_until
+
+    script = tmp_path / "hopper.py"
+    script.write_text(HOPPER)
+    for attempt in range(3):
+        tag = f"{os.getpid()}-{attempt}"
+        done = run_dlaunch("run", script, "--ranks", "1", "--output-dir", tmp_path / "out", cwd=tmp_path,
+                           env={"HOPPER_TAG": tag})
+        assert done.returncode == 0, done.stderr
+        try:
+            assert wait_until(lambda tag=tag: not _hoppers(tag), timeout=1.0), f"launch {attempt}: a hopper outlived it"
+        finally:
+            for pid in _hoppers(tag):
+                try:
+                    os.kill(pid, 9)
+                except ProcessLookupError:
+                    pass
+
+
 TICKER = """
 import time
 for i in range(40):

@@ -50,6 +50,8 @@ PR_SET_CHILD_SUBREAPER = 36
 SWEEP_SECONDS = 5.0          # a sweep keeps looking for new marked processes this long at most
 SWEEP_QUIET_ROUNDS = 3       # ... and stops after this many rounds that found nothing
 SWEEP_PAUSE = 0.001         # between rounds: long enough for a fork-and-exit loop to show its next pid
+SWEEP_SETTLE = 0.05         # once a sweep killed something, quiet this long too: a daemon that keeps hopping
+                            # (fork, the parent exits, again) can hide between hops for three short rounds
 ORPHANED_PAUSE = 0.02       # the watchdog's rounds: long enough for a rank being spawned to finish its exec
 REGISTER_BATCH, REGISTER_SECONDS = 64, 0.005   # rank groups sent to the watchdog together
 MAX_NESTING = 16             # markers a process carries at most: the innermost launches' (an absurd inherited
@@ -250,11 +252,11 @@ def sweep(launcher_id: str, keep: set[int], quiet_rounds: int = SWEEP_QUIET_ROUN
     killed: set[int] = set()
     # the tree is complete only where the kernel lists children (CONFIG_PROC_CHILDREN): else the marker decides
     tree_only = subreaper and not orphaned and os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children")
-    quiet, deadline = 0, time.monotonic() + SWEEP_SECONDS
+    quiet, deadline, last_kill = 0, time.monotonic() + SWEEP_SECONDS, 0.0
     while time.monotonic() < deadline:
         found = _descendants(os.getpid()) - keep
         if not found:
-            last = quiet + 1 >= quiet_rounds
+            last = quiet + 1 >= quiet_rounds and time.monotonic() - last_kill >= (SWEEP_SETTLE if killed else 0.0)
             if last and tree_only:
                 break
             if last or orphaned:
@@ -263,6 +265,8 @@ def sweep(launcher_id: str, keep: set[int], quiet_rounds: int = SWEEP_QUIET_ROUN
                     break
         for pid in found:
             _kill(pid)
+        if found:
+            last_kill = time.monotonic()
         killed |= found
         _reap_children(keep)
         quiet = quiet + 1 if not found else 0
