@@ -44,6 +44,28 @@ def test_pet_nproc_per_node_launches_that_many(tmp_path, monkeypatch, capsys):
     assert "2 rank(s)" in capsys.readouterr().out
 
 
+def test_rank_and_world_size_exported_in_a_shell_are_not_a_pod(tmp_path, monkeypatch, capsys):
+    """torchrun ignores a shell's RANK/WORLD_SIZE/MASTER_ADDR (its workers get WORLD_SIZE 2); so does dlaunch:
+    a pod needs what only its operator sets (launcher/host/pods.py; tests/data/operators.json)."""
+    from launcher.cli.fronts.torchrun import with_pod_defaults
+    from launcher.host.pods import detect
+
+    shell = {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500",
+             "LOCAL_WORLD_SIZE": "2"}
+    assert detect(shell) is None
+    ns, _ = _translated(["--nproc-per-node", "2", "train.py"])
+    assert with_pod_defaults(ns, shell) == []
+    assert detect({**shell, "KUBERNETES_SERVICE_HOST": "10.96.0.1"}).nnodes == 2       # a PyTorchJob pod
+    assert detect({**shell, "MINDX_TASK_ID": "uid"}).operator.startswith("Ascend")      # an AscendJob pod
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("")
+    for name, value in shell.items():
+        monkeypatch.setenv(name, value)
+    assert main(["torchrun", "--nproc-per-node", "2", "--log-dir", str(tmp_path), "--dry-run", "train.py"]) == 0
+    out = capsys.readouterr().out
+    assert "2 rank(s)" in out and "pod" not in out.lower()
+
+
 def test_endpoint_module_and_console_mapping():
     _, done = _translated(["--nnodes", "2:2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "10.1.2.3:29400",
                            "--node-rank", "0", "--local-ranks-filter", "1", "--rdzv-id", "job7", "-m", "pkg.train"])
