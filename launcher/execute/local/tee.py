@@ -44,14 +44,16 @@ class ConsoleTee:
         self.live = os.isatty(console_fd) if live is None else live
         self._buffers: dict[int, LineBuffer] = {}
         self._prefix: dict[int, bytes] = {}
+        self._tag: dict[int, bytes] = {}   # the part of the prefix torch may have printed itself
         self._log_fd: dict[int, int | None] = {}
         self._shown: int | None = None   # whose unfinished line is on screen, the cursor at its end
         if self.live:
             console.live_line = self
 
-    def add(self, key: int, prefix: str, log_fd: int) -> None:
+    def add(self, key: int, prefix: str, log_fd: int, tag: str = "") -> None:
         self._buffers[key] = LineBuffer(MAX_PENDING)
         self._prefix[key] = prefix.encode()
+        self._tag[key] = tag.encode()
         self._log_fd[key] = log_fd
 
     def feed(self, key: int, chunk: bytes) -> str | None:
@@ -102,10 +104,10 @@ class ConsoleTee:
         pending = self._buffers[key].pending
         out = self.erase() if self.live and (lines or pending or previous == key) else b""
         if lines:
-            prefix = self._prefix[key]
+            prefix, tag = self._prefix[key], self._tag[key]
             for line in lines.removesuffix(b"\n").split(b"\n"):   # a line past MAX_PENDING comes unended
                 line = _last_segment(line)
-                out += with_prefix(line, prefix) + b"\n"
+                out += with_prefix(line, prefix, tag) + b"\n"
         if out or pending:
             out += self.redraw(key if pending else previous)
         if out:

@@ -426,9 +426,9 @@ class LocalWorkers:
             self._watch_reaper(selector)
             result.pid = process.proc.pid
             if spec.console:
-                prefix = f"[{spec.server_id}][rank{spec.rank}]: " if prefix_host else f"[rank{spec.rank}]: "
+                tag = f"[rank{spec.rank}]: "   # torch's own tag; a line carrying it gets only the host's
                 assert spec.rank is not None   # a console spec is a rank, never the scheduler (plan.py)
-                tee.add(spec.rank, prefix, log_fd)
+                tee.add(spec.rank, f"[{spec.server_id}]{tag}" if prefix_host else tag, log_fd, tag)
                 selector.register(read_fd, selectors.EVENT_READ, ("pipe", spec.rank))
                 read_fd = log_fd = None   # the tee owns them now
         finally:

@@ -20,6 +20,18 @@ def test_lines_are_shown_whole_and_logged_raw(tmp_path):
     assert log.read_bytes() == b"hello\nworld\ntail without newline"
 
 
+def test_a_line_torch_tagged_gets_only_the_hosts_prefix(tmp_path):
+    """docs/run.md: a line torch already prefixed ``[rankN]: `` is not prefixed twice, on several hosts too."""
+    console_r, console_w = os.pipe()
+    tee = ConsoleTee(console_w)
+    tee.add(2, "[node1][rank2]: ", os.open(tmp_path / "l", os.O_WRONLY | os.O_CREAT), "[rank2]: ")
+    tee.feed(2, b"[rank2]: Traceback\nplain\n[rank3]: another rank's tag\n")
+    tee.close(2)
+    os.close(console_w)
+    assert os.read(console_r, 65536) == (b"[node1][rank2]: Traceback\n[node1][rank2]: plain\n"
+                                         b"[node1][rank2]: [rank3]: another rank's tag\n")
+
+
 def test_endless_line_is_shown_in_bounded_pieces(tmp_path):
     console = tmp_path / "console"
     console_fd = os.open(console, os.O_WRONLY | os.O_CREAT)
