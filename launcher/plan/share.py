@@ -123,8 +123,25 @@ def launch_table(args: LaunchRequest, environ: Mapping[str, str]):
             raise UsageError(f"--ranks must be at least 1, not {count}")
         devices, what = view.first(count), f"--ranks {count}"
     table = single_server_table(devices, "127.0.0.1", read_hccn_conf(args.hccn_conf))
-    require_valid(table, args.profile, what)
+    require_valid(table, device_rules(args, view.ascend, table, what), what)
     return table, 0, what, view
+
+
+def device_rules(args: LaunchRequest, npu: bool, table: RankTable, what: str) -> str:
+    """The profile a table dlaunch made for this host is checked against: the one asked for, or by default
+    HCCL's rules on an NPU host (ASCEND_RT_VISIBLE_DEVICES, /dev/davinci*) and only the table's structure for
+    CPU and GPU ranks, which HCCL's topology never constrains (torchrun runs any number); said once where the
+    default profile would have refused the job."""
+    from launcher.table.rules import errors, validate
+
+    if npu or args.source("profile") != "default":
+        return args.profile
+    if errors(validate(table, args.profile)):
+        from launcher.base.console import say
+
+        say(f"{what}: a CPU or GPU job, so HCCL's device-count rules (--profile {args.profile}) do not apply; "
+            f"checking the job's structure only (--profile structure)")
+    return "structure"
 
 
 def adopt_pod(args: LaunchRequest, environ) -> LaunchRequest | None:
