@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -69,18 +70,23 @@ torchrun flag                  dlaunch
 --nproc-per-node N|auto|cpu|gpu|npu   --ranks N (auto: one per GPU/NPU, else per usable CPU; cpu: per usable CPU)
 --nnodes N (or N:N)            N nodes: dlaunch cluster, node K runs ranks K*nproc.. (needs --node-rank)
 --node-rank K                  cluster --rank-start K*nproc; GROUP_RANK=K
---master-addr A --master-port P   --master-addr A --master-port P (several nodes: default port 29500)
+--master-addr A --master-port P   --master-addr A --master-port P (several nodes: default port 29500;
+                               0 on one node: a free port)
 --rdzv-backend static|c10d --rdzv-endpoint A:P   the same as --master-addr A --master-port P
---rdzv-id ID                   --run-id ID: the run directory's name and TORCHELASTIC_RUN_ID
+--rdzv-id ID                   --run-id ID: the run directory's name and TORCHELASTIC_RUN_ID (characters other
+                               than letters, digits, '.', '_', '-' become '_': job:7 is job_7)
 --standalone                   one node, a free port on 127.0.0.1
 --max-restarts K               --max-restarts K
 -m, --no-python, --run-path    -m, --no-python, python SCRIPT
 --log-dir D                    --output-dir D: run directories go there
--r/--redirects, -t/--tee, --local-ranks-filter   --console: which ranks' output the console shows
+-r/--redirects, -t/--tee, --local-ranks-filter   --console: which ranks' output the console shows (local
+                               ranks the node does not have show nothing, as under torchrun)
+--logs-specs default           torchrun's own: each rank's output in rank_NNN/output.log
 --shutdown-timeout S           --grace-period S
 accepted, no effect: --monitor-interval, --start-method, --rdzv-conf, --local-addr, --event-log-handler null
 refused (exit 2): --nnodes MIN:MAX with MIN < MAX (membership is fixed), --rdzv-backend other than static/c10d,
-several nodes without --node-rank, --role other than default, --logs-specs, --numa-binding,
+several nodes without --node-rank, --role other than default, --logs-specs other than default,
+--master-port 0 on several nodes, --numa-binding,
 --duplicate-std*-filters, --virtual-local-rank, --signals-to-handle other than the default."""
 
 
@@ -191,7 +197,7 @@ def _refusals(ns: argparse.Namespace) -> list[str]:
     if str(ns.role) != "default":
         refused.append(f"--role {str(ns.role)[:40]}: dlaunch names every rank's role 'default' (ROLE_NAME)")
     for dest in ("logs_specs", "numa_binding"):
-        if getattr(ns, dest):
+        if getattr(ns, dest) and not (dest == "logs_specs" and ns.logs_specs == "default"):   # torchrun's own
             refused.append(f"--{dest.replace('_', '-')} is not supported: each rank's output goes to "
                            f"rank_NNN/output.log in the run directory, and dlaunch does not pin ranks to NUMA nodes")
     for dest in ("duplicate_stdout_filters", "duplicate_stderr_filters"):
@@ -216,8 +222,12 @@ def _console(ns: argparse.Namespace, node_rank: int, nproc: int, notes: list[str
     """--console for torchrun's -r/-t/--local-ranks-filter: torchrun shows every worker's output by default."""
     shown = set(range(nproc))
     if ns.local_ranks_filter.strip():
-        shown = {_number("--local-ranks-filter", part, 0, nproc - 1)
+        named = {_number("--local-ranks-filter", part, 0, 10**6)
                  for part in ns.local_ranks_filter.split(",") if part.strip()}
+        shown = named & set(range(nproc))   # torchrun shows nothing of a local rank the node does not have
+        if named - shown:
+            notes.append(f"--local-ranks-filter {ns.local_ranks_filter}: this node has local ranks 0 to "
+                         f"{nproc - 1}; {','.join(map(str, sorted(named - shown)))} show nothing")
     for flag, text in (("--redirects", ns.redirects), ("--tee", ns.tee)):
         if str(text).strip() not in ("0", ""):
             notes.append(f"{flag} {text}: every rank's output always goes to rank_NNN/output.log in the run "
@@ -243,7 +253,8 @@ def translate(ns: argparse.Namespace, nproc: int, devices: list[int]) -> Transla
     nodes = node_count(ns.nnodes)
     notes: list[str] = []
     addr, port_number = ns.master_addr, None
-    if ns.master_port not in (None, ""):
+    free_port = str(ns.master_port).strip() == "0"   # torchrun runs one node on it; dlaunch picks a free port
+    if ns.master_port not in (None, "") and not free_port:
         port_number = _port("--master-port", ns.master_port)
     if ns.rdzv_endpoint.strip() and not ns.standalone:
         addr, given = endpoint(ns.rdzv_endpoint)
@@ -259,7 +270,9 @@ def translate(ns: argparse.Namespace, nproc: int, devices: list[int]) -> Transla
     if ns.log_dir:
         flags["output_dir"] = ns.log_dir
     if ns.rdzv_id not in ("", "none"):
-        flags["run_id"] = ns.rdzv_id
+        flags["run_id"] = re.sub(r"[^A-Za-z0-9._-]", "_", ns.rdzv_id)
+        if flags["run_id"] != ns.rdzv_id:
+            notes.append(f"--rdzv-id {ns.rdzv_id[:60]}: run id {flags['run_id'][:60]} (a run directory's name)")
     if ns.dlaunch_run_id:
         flags["run_id"] = ns.dlaunch_run_id
     if ns.shutdown_timeout not in (None, ""):
@@ -276,6 +289,9 @@ def translate(ns: argparse.Namespace, nproc: int, devices: list[int]) -> Transla
         if port_number is not None:
             flags["master_port"] = port_number
         return Translation("run", script, flags, script_args, notes=notes)
+    if free_port and port_number is None:
+        raise UsageError(f"--master-port 0 picks a free port, which the other nodes cannot know: give every node "
+                         f"the same --master-port P (--nnodes {nodes})")
     if ns.node_rank in (None, ""):
         raise UsageError(f"--nnodes {nodes} needs --node-rank K (or PET_NODE_RANK) on each node: dlaunch numbers "
                          f"ranks by node (node K runs ranks K*{nproc}..) and cannot assign node ranks on arrival")

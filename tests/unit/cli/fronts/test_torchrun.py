@@ -9,6 +9,7 @@ import pytest
 
 from launcher.cli import main
 from launcher.cli.fronts.torchrun import translate, with_env_defaults
+from launcher.errors import UsageError
 
 
 def _translated(argv, environ=None, nproc=2):
@@ -75,6 +76,22 @@ def test_endpoint_module_and_console_mapping():
     _, done = _translated(["--standalone", "-r", "3", "--no-python", "./train.sh"])
     assert (done.script, done.flags["no_python"], done.flags["console"]) == ("./train.sh", True, "none")
     assert "master_port" not in done.flags   # a free port, as torchrun --standalone
+
+
+def test_lines_torchrun_2_13_runs_are_taken():
+    """torchrun runs each of these (checked against torch 2.13): its own --logs-specs value, a filter naming
+    a local rank the node lacks (nothing of it shown), a run id with ':' and --master-port 0 on one node."""
+    _, done = _translated(["--logs-specs", "default", "--local-ranks-filter", "5", "t.py"])
+    assert done.command == "run" and done.flags["console"] == "none"
+    assert any("5 show nothing" in note for note in done.notes)
+    _, done = _translated(["--local-ranks-filter", "1,5", "t.py"])
+    assert done.flags["console"] == "1"
+    _, done = _translated(["--rdzv-id", "job:7", "--master-port", "0", "t.py"])
+    assert done.flags["run_id"] == "job_7" and "master_port" not in done.flags   # a free port
+    with pytest.raises(UsageError, match="--master-port 0 picks a free port"):
+        _translated(["--nnodes", "2", "--node-rank", "0", "--master-port", "0", "t.py"])
+    with pytest.raises(UsageError, match="--logs-specs is not supported"):
+        _translated(["--logs-specs", "mine", "t.py"])
 
 
 @pytest.mark.parametrize("argv, says", [
