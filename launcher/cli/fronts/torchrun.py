@@ -83,6 +83,7 @@ torchrun flag                  dlaunch
                                ranks the node does not have show nothing, as under torchrun)
 --logs-specs default           torchrun's own: each rank's output in rank_NNN/output.log
 --shutdown-timeout S           --grace-period S
+TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE   the console's prefix of each rank's lines (${role_name} ${rank} ${local_rank})
 accepted, no effect: --monitor-interval, --start-method, --rdzv-conf, --local-addr, --event-log-handler null
 refused (exit 2): --nnodes MIN:MAX with MIN < MAX (membership is fixed), --rdzv-backend other than static/c10d,
 several nodes without --node-rank, --role other than default, --logs-specs other than default,

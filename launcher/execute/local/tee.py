@@ -35,6 +35,20 @@ def _last_segment(line: bytes) -> bytes:
     return b""
 
 
+PREFIX_TEMPLATE_ENV = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"   # torchrun's (torch/distributed/run.py)
+
+
+def console_tag(rank: int, local_rank: int | None, template: str | None) -> str:
+    """The prefix of a rank's console lines: ``[rankN]: `` (torch's own tag), or torchrun's template (the rank's
+    ``TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE``) with ``${role_name}``, ``${rank}`` and ``${local_rank}`` filled
+    in as torchrun's agent fills them (``local_elastic_agent.py``: role "default", the global rank)."""
+    if not template:
+        return f"[rank{rank}]: "
+    from string import Template
+
+    return Template(template).safe_substitute(role_name="default", rank=rank, local_rank=local_rank)
+
+
 class ConsoleTee:
     """Per-rank pipe chunks -> the rank's log file (raw) and the console (whole lines, prefixed; live partials
     on a terminal)."""

@@ -3,7 +3,7 @@
 import os
 
 from launcher.base.lines import tail_lines
-from launcher.execute.local.tee import MAX_PENDING, ConsoleTee
+from launcher.execute.local.tee import MAX_PENDING, ConsoleTee, console_tag
 
 
 def test_lines_are_shown_whole_and_logged_raw(tmp_path):
@@ -49,3 +49,9 @@ def test_tail_lines_reads_the_end_of_big_logs(tmp_path):
     log.write_text("".join(f"line {i}\n" for i in range(100000)))
     assert tail_lines(str(log), 3) == ["line 99997", "line 99998", "line 99999"]
     assert tail_lines(str(tmp_path / "absent"), 3) == []
+
+
+def test_console_tag_is_torchs_or_torchruns_template():
+    assert console_tag(3, 1, None) == "[rank3]: "
+    assert console_tag(3, 1, "[${role_name}${local_rank}/${rank}]:") == "[default1/3]:"
+    assert console_tag(3, 1, "${unknown} ${rank}") == "${unknown} 3"   # torchrun's safe_substitute
