@@ -251,7 +251,9 @@ def _recorded(values: Settings, sources: Sources, command: str):
         words = option.words(values[option.dest]) if source else []
         if words:
             settings.append({"words": words, "source": source})
-            remake += words
+            remake += words if option.dest != "force" else []
+    if values["output"] != "-":
+        remake.append("--force")   # rendering it again replaces the file this one is
     if values["script_args"] or sources.get("args", "default") != "default":
         settings.append({"words": ["--", *values["script_args"]], "source": sources.get("args")})
         remake += ["--", *values["script_args"]]
