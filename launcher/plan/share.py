@@ -227,13 +227,25 @@ def nodes_share(args: LaunchRequest, environ) -> LaunchRequest | None:
         raise UsageError("--nnodes names a job without a rank table: give either --rank-table FILE or --nnodes N "
                          "--node-rank K, not both" if args.rank_table else
                          "--nnodes has no hosts to reach over --ssh: --ssh starts the servers of a --rank-table")
-    if args.node_rank is None:
-        raise UsageError(f"--nnodes {args.nnodes} needs --node-rank K on each host (0 to {args.nnodes - 1})")
-    if args.node_rank >= args.nnodes:
-        raise UsageError(f"--node-rank {args.node_rank} but --nnodes is {args.nnodes}: use 0 to {args.nnodes - 1}")
-    if args.master_addr is None and args.nnodes > 1:
-        raise UsageError(f"--nnodes {args.nnodes} needs --master-addr A on every host: the address of node 0")
-    return take_job_share(args, args.nnodes, args.node_rank, args.nproc_per_node, environ, "--nnodes")
+    nnodes = args.nnodes
+    node_rank = args.node_rank if args.node_rank is not None else slurm_node(environ, nnodes)   # srun's node
+    if node_rank is None:
+        raise UsageError(f"--nnodes {nnodes} needs --node-rank K on each host (0 to {nnodes - 1})")
+    if node_rank >= nnodes:
+        raise UsageError(f"--node-rank {node_rank} but --nnodes is {nnodes}: use 0 to {nnodes - 1}")
+    if args.master_addr is None and nnodes > 1:
+        raise UsageError(f"--nnodes {nnodes} needs --master-addr A on every host: the address of node 0")
+    return take_job_share(args, nnodes, node_rank, args.nproc_per_node, environ, "--nnodes")
+
+
+def slurm_node(environ, nnodes: int) -> int | None:
+    """This node's index in a Slurm job step of ``nnodes`` nodes (SLURM_NODEID, as srun sets it on each node),
+    or None outside one, or in a step of another size."""
+    node = environ.get("SLURM_NODEID", "")
+    count = environ.get("SLURM_NNODES") or environ.get("SLURM_JOB_NUM_NODES", "")
+    if node.isdigit() and count.isdigit() and int(count) == nnodes and int(node) < nnodes:
+        return int(node)
+    return None
 
 
 def multi_host_hint(table, path: str, script: str, extra: list[str] | None = None) -> str:

@@ -202,7 +202,8 @@ _DECLARED: list[tuple[Option, tuple[str, ...]]] = [
     (Option(("--nnodes",), "without a rank table: the job's number of hosts, node K running ranks K*N.. "
                            "(with --node-rank K on each, as torchrun's --nnodes)", type=whole(1, 10**6),
             metavar="N"), ("cluster",)),
-    (Option(("--node_rank", "--node-rank"), "with --nnodes: this host's index, 0 to N-1",
+    (Option(("--node_rank", "--node-rank"),
+            "with --nnodes: this host's index, 0 to N-1 (in a Slurm step of N nodes: SLURM_NODEID)",
             type=whole(0, 10**6 - 1), metavar="K"), ("cluster",)),
     (Option(("--nproc_per_node", "--nproc-per-node"),
             "with --nnodes: ranks per host, a number or auto (one per visible GPU or NPU, else one per CPU, as "

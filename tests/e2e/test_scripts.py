@@ -18,7 +18,7 @@ import sys
 import pytest
 
 from launcher import __version__
-from tests.launching import RANK_PROGRAM, ROOT, run_dlaunch, side_by_side, write_rank_table
+from tests.launching import RANK_PROGRAM, ROOT, free_port, run_dlaunch, side_by_side, write_rank_table
 
 SCRIPTS = ROOT / "scripts"
 # Every shell metacharacter we could think of; the empty string and a newline too.
@@ -226,6 +226,22 @@ def test_slurm_script_under_a_fake_srun_runs_one_share_per_node(tmp_path, probe,
     no_side_effects(tmp_path)
 
 
+def test_slurm_script_for_a_job_without_a_rank_table(tmp_path, probe):
+    """GPU users name a job as torchrun does (cluster --nnodes): under srun node K is SLURM_NODEID and the job
+    meets at the batch script's node (the first of the allocation)."""
+    port = free_port("127.0.0.1")
+    script = render(tmp_path, "slurm", probe, "--nnodes", "2", "--nproc-per-node", "2", "--master-port", port,
+                    "--console", "none")
+    text = script.read_text()
+    assert "#SBATCH --nodes=2\n" in text and '  --master-addr "$(hostname)" \\\n' in text
+    # the fake srun runs both nodes on this machine: their meeting address is loopback here
+    result = run_script(script, "--master-addr", "127.0.0.1", cwd=tmp_path, env=fake_slurm(tmp_path))
+    assert result.returncode == 0, result.stderr
+    for rank, seen in enumerate(probes(tmp_path / "dlaunch_runs" / "slurm-4242", range(4))):
+        assert (seen["env"]["RANK"], seen["env"]["GROUP_RANK"], seen["env"]["WORLD_SIZE"]) == (
+            str(rank), str(rank // 2), "4")
+
+
 def test_header_records_version_settings_and_sources(tmp_path, table):
     (tmp_path / "c.yaml").write_text("profile: a2\ngrace_period: 3\n")
     script = render(tmp_path, "slurm", RANK_PROGRAM, "--rank-table", table, "--config", "c.yaml",
@@ -327,6 +343,8 @@ def test_output_is_never_overwritten_without_force(tmp_path):
     (["slurm", "t.py", "--rank-table", "rt4.json"], {}, "breaks rule R1"),
     (["slurm", "t.py", "--rank-table", "rt.json", "--nodes", "1", "--job-name", "a\nb"], {}, "#SBATCH line"),
     (["slurm", "t.py", "--nodes", "1"], {}, "needs --rank-table"),
+    (["slurm", "t.py", "--nnodes", "2", "--nodes", "3"], {}, "--nodes 3 but --nnodes is 2"),
+    (["slurm", "t.py", "--nnodes", "2", "--node-rank", "1"], {}, "each node's index is its SLURM_NODEID"),
     *((["slurm", "t.py", "--rank-table", "rt.json", "--nodes", "1", "--signal", bad], {},
        f"argument --signal: expected SIG@SECONDS, a signal name and whole seconds before the time limit (at most "
        f"65535) such as USR1@120, not {bad!r}")
