@@ -83,10 +83,15 @@ def _next_data(fd: int, at: int) -> int:
         os.lseek(fd, at, os.SEEK_SET)
 
 
-def with_prefix(line: bytes, prefix: bytes) -> bytes:
+def with_prefix(line: bytes, prefix: bytes, tag: bytes = b"") -> bytes:
     """``prefix + line``, unless the line carries the prefix already (torch prints ``[rank0]: `` itself):
-    the console and ``dlaunch logs`` show a line alike."""
-    return line if line.startswith(prefix) else prefix + line
+    the console and ``dlaunch logs`` show a line alike.  ``tag`` is the end of ``prefix`` that the line
+    may carry alone (``[rank2]: `` of ``[node1][rank2]: ``): then only the rest of the prefix is added."""
+    if line.startswith(prefix):
+        return line
+    if tag and prefix.endswith(tag) and line.startswith(tag):
+        return prefix[:len(prefix) - len(tag)] + line
+    return prefix + line
 
 
 class LineBuffer:

@@ -67,3 +67,35 @@ def _one(word: str) -> int:
 def pass_through(extra=()) -> tuple[int, ...]:
     """The signals forwarded without stopping: SIGUSR1, SIGUSR2 and what --forward-signals added."""
     return tuple(dict.fromkeys((*PASS_THROUGH_DEFAULT, *(extra or ()))))
+
+
+class Stopped(Exception):
+    """A stop signal arrived inside ``StopsRaise``."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+class StopsRaise:
+    """Within it, a stop signal raises ``Stopped``: for waits before anything is started, where the default
+    action would end the process without a word (and where PID 1 of a PID namespace, as in a container,
+    the kernel drops a signal that has no handler). The previous handlers come back on leaving; outside the
+    main thread, where no handler can be set, it does nothing."""
+
+    def __enter__(self) -> StopsRaise:
+        self._previous: dict = {}
+        try:
+            for sig in STOP_SIGNALS:
+                self._previous[sig] = signal.signal(sig, self._raise)
+        except ValueError:   # not the main thread
+            pass
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+    @staticmethod
+    def _raise(signum, frame) -> None:
+        raise Stopped(signum)

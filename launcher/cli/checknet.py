@@ -14,8 +14,8 @@ import os
 import sys
 from dataclasses import replace
 
-from launcher.errors import LaunchError, UsageError
-from launcher.settings.argtypes import positive_seconds
+from launcher.errors import DlaunchError, LaunchError, UsageError
+from launcher.settings.argtypes import positive_seconds, whole
 from launcher.settings.launch import (
     CONNECT_TIMEOUT,
     HCCN_TOOL,
@@ -46,6 +46,8 @@ def add_parser(sub) -> None:
                     "host's at once. Exit 0 all passed, 1 a check failed, 2 bad input.")
     p.add_argument("rank_table", metavar="RANK_TABLE", help="the job's rank table (- reads it from stdin)")
     _here(SERVER_ID, "this host's server_id in the table (default: found from its addresses)").add_to(p)
+    p.add_argument("--rank-start", type=whole(0, 10**9 - 1), metavar="K",
+                   help="this host is the server whose first rank is K (as cluster --rank-start)")
     add_check_options(p)
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     # the checks need a table whose devices can be named, not one that follows a product's topology rules
@@ -109,17 +111,29 @@ def run_checks(args: argparse.Namespace | LaunchRequest, text: str, table, serve
 
 
 def cmd_check_network(args: argparse.Namespace) -> int:
+    try:
+        return _check_network(args)
+    except DlaunchError as exc:
+        if args.json:   # a reader of --json gets JSON whatever happened; the line on stderr as ever
+            json.dump({"passed": False, "error": str(exc), "exit_code": exc.exit_code}, sys.stdout, indent=2)
+            print()
+        raise
+
+
+def _check_network(args: argparse.Namespace) -> int:
     from launcher.netcheck import report
     from launcher.plan.share import TableSource, host_share
 
-    if args.ssh and args.server_id:
-        raise UsageError("--server-id chooses one host; with --ssh every server of the table is checked")
+    if args.ssh and (args.server_id or args.rank_start is not None):
+        raise UsageError(f"{'--server-id' if args.server_id else '--rank-start'} chooses one host; with --ssh "
+                         f"every server of the table is checked")
     stdin = args.rank_table == STDIN
+    what = "the rank table on stdin" if stdin else f"rank table {args.rank_table}"
     share = host_share(TableSource(path=None if stdin else args.rank_table, text=_stdin_table() if stdin else None,
-                                   profile=args.profile, server_id=args.server_id,
-                                   what="the rank table on stdin" if stdin else f"rank table {args.rank_table}"),
-                       os.environ, every_host=args.ssh)
+                                   profile=args.profile, server_id=args.server_id, rank_start=args.rank_start,
+                                   what=what), os.environ, every_host=args.ssh)
     text, table = share.text, share.table
+    require_checkable(table, what)
     hosts = run_checks(args, text, table, share.index)
     if args.json:
         json.dump(report.as_json(hosts), sys.stdout, indent=2)
@@ -129,10 +143,23 @@ def cmd_check_network(args: argparse.Namespace) -> int:
     return report.exit_code(hosts)
 
 
+def require_checkable(table, what: str) -> None:
+    """A table whose servers repeat or whose devices share an address would have devices detect themselves:
+    refused before any check, whatever --profile (``table.rules.NETWORK_RULES``)."""
+    from launcher.table.rules import NETWORK_RULES, errors, validate
+
+    bad = errors(validate(table, "structure", NETWORK_RULES))
+    if bad:
+        more = f" (and {len(bad) - 1} more error(s))" if len(bad) > 1 else ""
+        raise UsageError(f"{what} cannot be checked: rule {bad[0].rule}: {bad[0].path}: "
+                         f"{bad[0].message.rstrip('.')}{more}")
+
+
 def check_before_launch(args: LaunchRequest, text: str, table, server_index: int | None) -> None:
     """``cluster --check-network``: the checks first; a failure stops the launch before any rank starts."""
     from launcher.netcheck import report
 
+    require_checkable(table, "the rank table")
     hosts = run_checks(args, text, table, server_index)
     if not report.passed(hosts):
         print(report.text(hosts, args.hccn_tool, [str(server.server_id) for server in table.servers]), file=sys.stderr)

@@ -32,7 +32,13 @@ def cmd_cluster(args: LaunchRequest, control=None, on_started=None, environ=None
         return launch_over_ssh(args, text, head_table, opts, environ)
     shared = nodes_share(args, environ)
     if shared is None and not args.rank_table and args.rank_table_text is None and args.job is None:
-        shared = adopt_pod(args, environ)
+        from launcher.base.signals import Stopped, StopsRaise
+
+        try:
+            with StopsRaise():   # the wait for an operator's table: before the launch's own handlers exist
+                shared = adopt_pod(args, environ)
+        except Stopped as stop:
+            return stopped_before_launch(args, environ, stop.signum)
         if shared is None:
             raise UsageError("dlaunch cluster needs --rank-table FILE: on each host, dlaunch cluster SCRIPT "
                              "--rank-table FILE --rank-start K; or from one head node, dlaunch cluster SCRIPT "
@@ -79,6 +85,22 @@ def elastic_nodes(args: LaunchRequest) -> int | None:
     if args.nnodes is not None and args.nnodes[0] < args.nnodes[1]:
         return args.nnodes[0]
     return None
+
+
+def stopped_before_launch(args: LaunchRequest, environ, signum: int) -> int:
+    """A stop signal while waiting for the job's table: no rank started; said, and in the termination message
+    (as PID 1 the container's last state), with the signal's exit code."""
+    import signal
+
+    from launcher.base.console import say
+    from launcher.execute.termination import termination_log_path, write_termination_text
+
+    said = f"interrupted by {signal.Signals(signum).name} while waiting for the job's rank table; no rank was started"
+    say(said)
+    warning = write_termination_text(termination_log_path(args.termination_log, environ), said)
+    if warning:
+        say(warning)
+    return 128 + signum
 
 
 def spare_roster(args: LaunchRequest, pool, own: int):

@@ -57,9 +57,17 @@ def write_termination_log(path: str | None, summary: dict) -> str | None:
     """Write the message for a run that did not succeed; returns a warning when the file cannot be written."""
     if not path or summary.get("status") == "succeeded":
         return None
+    return write_termination_text(path, termination_message(summary))
+
+
+def write_termination_text(path: str | None, text: str) -> str | None:
+    """``text`` as the termination message (at most 4096 bytes); a warning when it cannot be written."""
+    if not path:
+        return None
+    data = text.rstrip("\n").encode("utf-8", "replace")[:MESSAGE_LIMIT - 1].decode("utf-8", "ignore") + "\n"
     try:
         with open(path, "w", encoding="utf-8") as fh:
-            fh.write(termination_message(summary))
+            fh.write(data)
     except OSError as exc:
         return f"warning: cannot write the termination message to {path}: {exc.strerror}"
     return None

@@ -18,7 +18,11 @@ sets them (tests/data/operators.json cites the repository, path and commit of ea
   ``MS_WORKER_NUM``.  Its samples add ``XDL_IP`` (the node's address, ``status.hostIP``) and ``POD_IP``.
 
 Inside a rank of dlaunch or torchrun (``DLAUNCH_RANK_DIR`` or ``TORCHELASTIC_RUN_ID`` set) RANK and
-WORLD_SIZE are that rank's, never a pod's.
+WORLD_SIZE are that rank's, never a pod's.  ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` and ``LOCAL_WORLD_SIZE``
+are also what a user exports for torch by hand, so they say "pod" only beside what no shell sets for torch:
+ascend-operator's ``MINDX_TASK_ID`` (setCommonEnv, the job's uid), or for the four-variable pytorch plugins a
+Kubernetes container (``KUBERNETES_SERVICE_HOST``, which the kubelet puts in every container:
+kubernetes ``pkg/kubelet/kubelet_pods.go`` makeEnvironmentVariables) or Volcano's ``VC_TASK_INDEX``.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from launcher.errors import UsageError
 ASCEND_RANK_TABLE = "/user/serverid/devindex/config/hccl.json"
 ASCEND_RANK_TABLE_ENV = "DLAUNCH_ASCEND_RANK_TABLE_DEFAULT"   # tests put a temporary path in its place
 ADDRESS_VARIABLES = ("POD_IP", "XDL_IP")                        # the samples' downward-API addresses
+KUBERNETES_VARIABLES = ("KUBERNETES_SERVICE_HOST", "VC_TASK_INDEX")   # a container of Kubernetes, of Volcano
 
 
 @dataclass(frozen=True)
@@ -91,11 +96,12 @@ def detect(environ: Mapping[str, str]) -> Pod | None:
         return None
     if environ.get("MS_SCHED_HOST") and environ.get("MS_NODE_RANK", "").strip():
         return _ascend_mindspore(environ)
-    if environ.get("LOCAL_WORLD_SIZE") and environ.get("MASTER_ADDR") and environ.get("RANK"):
+    by_hand = all(environ.get(name, "").strip() for name in ("MASTER_ADDR", "WORLD_SIZE", "RANK"))
+    if by_hand and environ.get("LOCAL_WORLD_SIZE") and environ.get("MINDX_TASK_ID", "").strip():
         return _ascend_pytorch(environ)
     if environ.get("PET_NNODES", "").strip():
         return _kubeflow(environ)
-    if all(environ.get(name, "").strip() for name in ("MASTER_ADDR", "WORLD_SIZE", "RANK")):
+    if by_hand and any(environ.get(name, "").strip() for name in KUBERNETES_VARIABLES):
         return _volcano(environ)
     return None
 

@@ -27,6 +27,7 @@ class Target:
     expected_ip: str          # the table's device_ip ("" when it gives none)
     peer_ip: str | None       # the same device on the next server; None on a one-server table
     peer_server: str | None
+    ip_required: bool = True  # a 2.0 table need not name addresses: then the device's own is only shown
 
 
 @dataclass(frozen=True)
@@ -49,26 +50,26 @@ def check_device(target: Target, settings: Settings, run: Callable[[list[str], f
     """Every check of one device; never raises for the device's or the tool's faults (they are failures)."""
     row = new_row(target)
 
-    def fail(check: str, detail: str) -> None:
-        row["failures"].append({"check": check, "detail": detail})
+    def fail(check: str, detail: str, command: str = "") -> None:
+        row["failures"].append({"check": check, "detail": detail, **({"command": command} if command else {})})
 
     def call(*words: str) -> str:
         return run([settings.hccn_tool, "-i", str(target.device_id), *words], settings.timeout)
 
     try:
         row["actual_ip"] = tool.parse_ip(call("-ip", "-g"))
-        if not target.expected_ip:
+        if not target.expected_ip and target.ip_required:
             fail("ip", f"the rank table gives no device_ip; the device's address is {row['actual_ip']}")
-        elif row["actual_ip"] != target.expected_ip:
+        elif target.expected_ip and row["actual_ip"] != target.expected_ip:
             fail("ip", f"the device's address is {row['actual_ip']}, the rank table says {target.expected_ip}")
     except ToolError as exc:
-        fail("tool", str(exc))
+        fail("tool", str(exc), "-ip -g")
     try:
         row["link"] = tool.parse_link(call("-link", "-g"))
         if row["link"] != "UP":
             fail("link", f"link status {row['link']}")
     except ToolError as exc:
-        fail("tool", str(exc))
+        fail("tool", str(exc), "-link -g")
     try:
         row["tls"] = tool.parse_tls(call("-tls", "-g"))
     except ToolError:
@@ -76,7 +77,8 @@ def check_device(target: Target, settings: Settings, run: Callable[[list[str], f
     if target.peer_ip is None:
         row["health"] = "n/a"          # one server: no peer to detect
     elif not target.peer_ip:
-        row["health"] = "no peer address"   # the peer's own row says its device_ip is missing
+        # the peer's own row says its device_ip is missing; a 2.0 table names none (the check is left out)
+        row["health"] = "no peer address" if target.ip_required else "n/a"
     elif row["link"] not in (None, "UP"):
         row["health"] = "skipped"      # a link that is down reaches nothing: no need to wait for the timeout
     else:
@@ -93,7 +95,7 @@ def _net_health(row: dict, peer: str, call, settings: Settings, fail) -> None:
     try:
         call("-netdetect", "-s", "address", peer)
     except ToolError as exc:
-        fail("tool", str(exc))
+        fail("tool", str(exc), f"-netdetect -s address {peer}")
         return
     deadline = time.monotonic() + settings.health_timeout
     status, error = None, None
@@ -116,6 +118,6 @@ def _net_health(row: dict, peer: str, call, settings: Settings, fail) -> None:
     row["health"] = status or "unknown"
     if status != SUCCESS:
         if error and status is None:
-            fail("tool", error)
+            fail("tool", error, "-net_health -g")
         else:
             fail("health", f"net health towards {peer} is {status} after {settings.health_timeout:g} s")

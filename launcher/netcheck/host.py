@@ -11,7 +11,7 @@ from __future__ import annotations
 from launcher.host import hccn as tool
 from launcher.host.hccn import ToolError
 from launcher.netcheck.device import Settings, Target, check_device
-from launcher.table.model import RankTable
+from launcher.table.model import RANK_LIST, RankTable
 
 MAX_THREADS = 32
 
@@ -22,6 +22,7 @@ def targets(table: RankTable, server_index: int) -> list[Target]:
     server = servers[server_index]
     peer_server = servers[(server_index + 1) % len(servers)] if len(servers) > 1 else None
     found = []
+    named = table.layout != RANK_LIST   # a 2.0 table may name no address: its devices' are in the topology file
     for position, device in enumerate(server.devices):
         if device.device is None:
             continue   # the validator reports it; there is no device to ask
@@ -30,10 +31,25 @@ def targets(table: RankTable, server_index: int) -> list[Target]:
             same = [d for d in peer_server.devices if d.device == device.device]
             peer = same[0] if same else (peer_server.devices[position] if position < len(peer_server.devices)
                                          else None)
-            peer_ip = _text(peer.device_ip) if peer is not None else ""
+            peer_ip = _address(peer, named) if peer is not None else ""
             peer_sid = str(peer_server.server_id)
-        found.append(Target(str(server.server_id), device.device, _text(device.device_ip), peer_ip, peer_sid))
+        found.append(Target(str(server.server_id), device.device, _address(device, named), peer_ip, peer_sid,
+                            ip_required=named))
     return found
+
+
+def _address(device, named: bool) -> str:
+    """A device's address in the table: its device_ip, or in a 2.0 table the first of its level_list's
+    rank_addr_list (ascend-operator leaves that list empty: "" then)."""
+    if named:
+        return _text(device.device_ip)
+    levels = device.extra.get("level_list")
+    for level in levels if isinstance(levels, list) else []:
+        addresses = level.get("rank_addr_list") if isinstance(level, dict) else None
+        for entry in addresses if isinstance(addresses, list) else []:
+            if isinstance(entry, dict) and _text(entry.get("addr")):
+                return _text(entry.get("addr"))
+    return ""
 
 
 def _text(value) -> str:

@@ -62,7 +62,8 @@ def fix(row: dict, failure: dict, hosts: list[dict], tool_path: str | None, serv
         return f"put it back by hand: {hccn} -i {n} -netdetect -s address <the previous address>"
     if check == "npu":
         return f"look at npu-smi info -t health -i {n}; the device needs attention before a job uses it"
-    return f"run {hccn} -i {n} -ip -g by hand on {row['host']}; the driver or the device is not answering"
+    return (f"run {hccn} -i {n} {failure.get('command') or '-ip -g'} by hand on {row['host']}; the driver or the "
+            f"device is not answering")
 
 
 def regenerate(host: str, hosts: list[dict], tool_path: str | None, servers: list[str]) -> str:

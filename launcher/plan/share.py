@@ -124,8 +124,25 @@ def launch_table(args: LaunchRequest, environ: Mapping[str, str]):
             raise UsageError(f"--ranks must be at least 1, not {count}")
         devices, what = view.first(count), f"--ranks {count}"
     table = single_server_table(devices, "127.0.0.1", read_hccn_conf(args.hccn_conf))
-    require_valid(table, args.profile, what)
+    require_valid(table, device_rules(args, view.ascend, table, what), what)
     return table, 0, what, view
+
+
+def device_rules(args: LaunchRequest, npu: bool, table: RankTable, what: str) -> str:
+    """The profile a table dlaunch made for this host is checked against: the one asked for, or by default
+    HCCL's rules on an NPU host (ASCEND_RT_VISIBLE_DEVICES, /dev/davinci*) and only the table's structure for
+    CPU and GPU ranks, which HCCL's topology never constrains (torchrun runs any number); said once where the
+    default profile would have refused the job."""
+    from launcher.table.rules import errors, validate
+
+    if npu or args.source("profile") != "default":
+        return args.profile
+    if errors(validate(table, args.profile)):
+        from launcher.base.console import say
+
+        say(f"{what}: a CPU or GPU job, so HCCL's device-count rules (--profile {args.profile}) do not apply; "
+            f"checking the job's structure only (--profile structure)")
+    return "structure"
 
 
 def adopt_pod(args: LaunchRequest, environ) -> LaunchRequest | None:
@@ -219,15 +236,26 @@ def nodes_share(args: LaunchRequest, environ) -> LaunchRequest | None:
                          "--node-rank K, not both" if args.rank_table else
                          "--nnodes has no hosts to reach over --ssh: --ssh starts the servers of a --rank-table")
     span = spell_span(args.nnodes)
-    if args.node_rank is None and low == nnodes:
+    node_rank = args.node_rank if args.node_rank is not None else slurm_node(environ, nnodes)   # srun's node
+    if node_rank is None and low == nnodes:
         raise UsageError(f"--nnodes {span} needs --node-rank K on each host (0 to {nnodes - 1}); with --nnodes "
                          f"MIN:MAX node ranks are given on arrival")
-    if args.node_rank is not None and args.node_rank >= nnodes:
-        raise UsageError(f"--node-rank {args.node_rank} but --nnodes is {span}: use 0 to {nnodes - 1}")
+    if node_rank is not None and node_rank >= nnodes:
+        raise UsageError(f"--node-rank {node_rank} but --nnodes is {span}: use 0 to {nnodes - 1}")
     if args.master_addr is None and nnodes > 1:
         raise UsageError(f"--nnodes {span} needs --master-addr A on every host: the address of node 0")
-    return take_job_share(args, nnodes, args.node_rank, args.nproc_per_node, environ, "--nnodes",
+    return take_job_share(args, nnodes, node_rank, args.nproc_per_node, environ, "--nnodes",
                           min_nodes=low if low < nnodes else None)   # no node rank: rank_start None, see claim.py
+
+
+def slurm_node(environ, nnodes: int) -> int | None:
+    """This node's index in a Slurm job step of ``nnodes`` nodes (SLURM_NODEID, as srun sets it on each node),
+    or None outside one, or in a step of another size."""
+    node = environ.get("SLURM_NODEID", "")
+    count = environ.get("SLURM_NNODES") or environ.get("SLURM_JOB_NUM_NODES", "")
+    if node.isdigit() and count.isdigit() and int(count) == nnodes and int(node) < nnodes:
+        return int(node)
+    return None
 
 
 def multi_host_hint(table, path: str, script: str, extra: list[str] | None = None) -> str:

@@ -72,7 +72,8 @@ REFUSED = {
     "run_cluster.sh": {"ssh": "run_cluster.sh is one host's share; dlaunch cluster --ssh starts every host itself"},
     "slurm": {"ssh": "Slurm starts one dlaunch per node (srun)",
               "rank_start": "under Slurm each node's share comes from SLURM_NODEID",
-              "server_id": "under Slurm each node's share comes from SLURM_NODEID"},
+              "server_id": "under Slurm each node's share comes from SLURM_NODEID",
+              "node_rank": "under Slurm each node's index is its SLURM_NODEID"},
 }
 NOT_RENDERED = {"config"}  # config files are inlined as flags: the script needs none of them
 MAX_SIGNAL_SECONDS = 65535   # sbatch's own limit for --signal's time
@@ -251,7 +252,9 @@ def _recorded(values: Settings, sources: Sources, command: str):
         words = option.words(values[option.dest]) if source else []
         if words:
             settings.append({"words": words, "source": source})
-            remake += words
+            remake += words if option.dest != "force" else []
+    if values["output"] != "-":
+        remake.append("--force")   # rendering it again replaces the file this one is
     if values["script_args"] or sources.get("args", "default") != "default":
         settings.append({"words": ["--", *values["script_args"]], "source": sources.get("args")})
         remake += ["--", *values["script_args"]]
@@ -264,8 +267,8 @@ def _slurm_settings(values: Settings, servers: int | None, required: bool) -> di
     if nodes is not None and nodes < 1:
         raise UsageError(f"--nodes must be at least 1, not {nodes}")
     if nodes is not None and servers is not None and nodes != servers:
-        raise UsageError(f"--nodes {nodes} but {values['rank_table']} has {servers} server(s): Slurm starts one "
-                         f"dlaunch per node, one node per server")
+        has = f"{values['rank_table']} has {servers} server(s)" if values["rank_table"] else f"--nnodes is {servers}"
+        raise UsageError(f"--nodes {nodes} but {has}: Slurm starts one dlaunch per node, one node per server")
     nodes = nodes or servers
     if required and nodes is None:
         raise UsageError(f"cannot read {values['rank_table']} now to count its servers: give --nodes")
@@ -329,14 +332,17 @@ def _resolve(values: Settings, sources: Sources) -> dict:
     notes = _drop_misfits(values, sources, base, command, shipped)
     if not values["output"]:
         raise UsageError("dlaunch script needs -o FILE (- for stdout)")
-    if command == "cluster" and not values["rank_table"] and not values.get("ssh"):
-        raise UsageError(f"the {name} template runs dlaunch cluster, which needs --rank-table FILE")
+    if command == "cluster" and not values["rank_table"] and not values.get("ssh") and not values.get("nnodes"):
+        raise UsageError(f"the {name} template runs dlaunch cluster, which needs --rank-table FILE (or, without a "
+                         f"rank table, --nnodes N)")
     if values["script"].startswith("-"):
         raise UsageError(f"SCRIPT {values['script']!r} looks like an option")
     _refuse_secrets(values)
     _absolute_paths(values, sources)
     groups, settings, remake = _recorded(values, sources, command)
     servers, world_size = _table_info(values)
+    if values.get("nnodes") and not values["rank_table"]:
+        servers = values["nnodes"][1]   # a job without a rank table: one node per --nnodes (its MAX)
     slurm = _slurm_settings(values, servers, required=base == "slurm")
     for note in notes:
         say(f"script: {note}")
@@ -345,7 +351,8 @@ def _resolve(values: Settings, sources: Sources) -> dict:
         "dlaunch": [sys.executable, "-m", "launcher"],
         "launch_groups": groups, "launch_options": [w for g in groups for w in g],
         "script_args": list(values["script_args"]), "settings": settings, "remake": remake,
-        "rank_table": values["rank_table"], "servers": servers, "world_size": world_size, "run_id": values["run_id"],
+        "rank_table": values["rank_table"], "servers": servers, "nnodes": values.get("nnodes"),
+        "master_given": bool(values.get("master_addr")), "world_size": world_size, "run_id": values["run_id"],
         "output_name": "-" if values["output"] == "-" else os.path.basename(values["output"]), **slurm,
     }
 

@@ -207,7 +207,8 @@ _DECLARED: list[tuple[Option, tuple[str, ...]]] = [
     (Option(("--last-call",), "with --nnodes MIN:MAX: once MIN hosts joined, wait this long for more before the "
                               "job starts (default 30, torchrun's last_call_timeout)", type=seconds, default=30.0,
             metavar="SECONDS", to_hosts=True), ("cluster",)),
-    (Option(("--node_rank", "--node-rank"), "with --nnodes: this host's index, 0 to N-1",
+    (Option(("--node_rank", "--node-rank"),
+            "with --nnodes: this host's index, 0 to N-1 (in a Slurm step of N nodes: SLURM_NODEID)",
             type=whole(0, 10**6 - 1), metavar="K"), ("cluster",)),
     (Option(("--nproc_per_node", "--nproc-per-node"),
             "with --nnodes: ranks per host, a number or auto (one per visible GPU or NPU, else one per CPU, as "

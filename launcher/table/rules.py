@@ -365,10 +365,14 @@ PROFILE_HELP = {
 }
 
 
-def validate(table: RankTable, profile: str = DEFAULT_PROFILE) -> list[Problem]:
-    """Every problem the profile's rules find, errors and warnings, in rule order; in a 2.0 table's terms
-    (``rank_list[i]``) when its servers were made from its ranks."""
-    found = [problem for rule in PROFILES[profile] for problem in rule(table)]
+# what a network check needs of any table, whatever its profile: each server once, each device its own address
+NETWORK_RULES: tuple[Rule, ...] = (rule_servers, rule_device_ids)
+
+
+def validate(table: RankTable, profile: str = DEFAULT_PROFILE, rules: tuple[Rule, ...] = ()) -> list[Problem]:
+    """Every problem the profile's rules (and ``rules``) find, errors and warnings, in rule order; in a 2.0
+    table's terms (``rank_list[i]``) when its servers were made from its ranks."""
+    found = [problem for rule in dict.fromkeys((*PROFILES[profile], *rules)) for problem in rule(table)]
     return [_in_table_terms(table, problem) for problem in found] if table.paths else _copies_said_once(table, found)
 
 

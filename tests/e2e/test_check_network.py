@@ -445,3 +445,61 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
     with pytest.raises(SystemExit) as stopped:   # argparse's own errors: usage, one line, exit 2
         main(["check-network", str(table), "--health-timeout", "0"])
     assert stopped.value.code == 2 and "--health-timeout: 0 seconds is out of range" in capsys.readouterr().err
+
+
+def test_rank_start_that_the_hint_suggests_is_taken(tmp_path):
+    """'pass --rank-start or --server-id', the hint says when no address matches: both are taken."""
+    tool_path = install_tool(tmp_path / "driver", healthy_hosts())
+    table = write_table(tmp_path / "rt.json")
+    result = run_dlaunch("check-network", table, "--rank-start", "2", "--hccn-tool", tool_path, "--health-timeout",
+                         "5", "--json", cwd=tmp_path, env={"HCCN_FAKE_HOST": HOSTS[1], "HCCN_FAKE_STATE": ""})
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert [host["host"] for host in json.loads(result.stdout)["hosts"]] == [HOSTS[1]]
+
+
+def test_a_table_whose_devices_would_detect_themselves_is_refused_first(tmp_path):
+    """A server block pasted twice: each device's peer would be itself. Refused before any tool call."""
+    tool_path = install_tool(tmp_path / "driver", healthy_hosts())
+    table = json.loads(write_table(tmp_path / "rt.json").read_text())
+    twice = dict(table["server_list"][0], device=[dict(d, rank_id=str(int(d["rank_id"]) + 2))
+                                                  for d in table["server_list"][0]["device"]])
+    table["server_list"][1] = twice
+    (tmp_path / "twice.json").write_text(json.dumps(table))
+    result = check_local(tmp_path, tool_path, table=tmp_path / "twice.json")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "cannot be checked: rule R4 server-id: server_list[1].server_id: repeats server_list[0]" in result.stderr
+    assert not (tool_path.parent / "hccn_state.json.run" / "calls.log").exists()
+
+
+def test_json_is_printed_on_errors_too(tmp_path):
+    result = run_dlaunch("check-network", tmp_path / "absent.json", "--json", cwd=tmp_path)
+    assert result.returncode == 2
+    answer = json.loads(result.stdout)
+    assert answer["passed"] is False and answer["exit_code"] == 2 and "cannot read" in answer["error"]
+    assert "cannot read" in result.stderr
+
+
+def test_the_fix_for_a_failing_call_names_that_call(tmp_path):
+    tool_path = install_tool(tmp_path / "driver", healthy_hosts(changes={(0, 1): {"fail": ["link"]}}))
+    result = check_local(tmp_path, tool_path)
+    assert result.returncode == 1, result.stdout + result.stderr
+    line = next(line for line in result.stdout.splitlines() if line.startswith(f"host {HOSTS[0]} device 1:"))
+    assert "fix: run" in line and " -i 1 -link -g by hand" in line and "-ip -g" not in line
+
+
+def test_a_valid_2_0_table_passes(tmp_path):
+    """ascend-operator's 2.0 tables name no device address (its rank_addr_list is empty): the addresses are
+    shown, and neither the address nor the peer's health fails a device."""
+    tool_path = install_tool(tmp_path / "driver", healthy_hosts())
+    ranks = [{"rank_id": p * 2 + d, "local_id": d, "device_id": d,
+              "level_list": [{"net_layer": 0, "net_instance_id": "sp0", "net_type": "TOPO_FILE_DESC",
+                              "net_attr": "", "rank_addr_list": []}]} for p in range(2) for d in range(2)]
+    table = tmp_path / "hccl.json"
+    table.write_text(json.dumps({"status": "completed", "server_list": [], "server_count": "", "version": "2.0",
+                                 "rank_list": ranks, "rank_count": 4}))
+    result = run_dlaunch("check-network", table, "--server-id", "pod0", "--hccn-tool", tool_path, "--json",
+                         cwd=tmp_path, env={"HCCN_FAKE_HOST": HOSTS[0], "HCCN_FAKE_STATE": ""})
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = result_rows(result.stdout)
+    assert [(row["actual_ip"], row["failures"], row["health"]) for row in rows.values()] == [
+        (device_ip(0, 0), [], "n/a"), (device_ip(0, 1), [], "n/a")]

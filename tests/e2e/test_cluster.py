@@ -143,6 +143,15 @@ def test_a_job_without_a_rank_table_named_as_torchrun_names_it(tmp_path):
             assert got == [{"sum": 10.0, "world": 4}]
 
 
+def test_torchs_own_rank_tag_is_not_prefixed_twice(tmp_path):
+    """A line torch prefixed ``[rank0]: `` itself gets the host's prefix only (docs/run.md)."""
+    (tmp_path / "tag.py").write_text('print("[rank0]: Traceback (most recent call last):")\nprint("plain")\n')
+    done = run_dlaunch("cluster", "--nnodes", "1", "--node-rank", "0", "--nproc-per-node", "1", "--master-addr",
+                       "127.0.0.1", "tag.py", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "[node0][rank0]: Traceback (most recent call last):\n[node0][rank0]: plain\n" in done.stdout
+
+
 @pytest.mark.parametrize("flags, message", [
     (("--node-rank", "1"), "--node-rank goes with --nnodes N"),
     (("--nnodes", "2", "--master-addr", "10.0.0.1"), "--nnodes 2 needs --node-rank K on each host (0 to 1)"),

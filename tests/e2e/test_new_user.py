@@ -65,7 +65,7 @@ def test_resume_that_took_the_script_says_so(tmp_path):
 
 
 def test_profile_hints_name_only_profiles_that_accept_the_table(tmp_path):
-    strict = dlaunch("run", RANK_PROGRAM, "--ranks", "3", "--dry-run", cwd=tmp_path)
+    strict = dlaunch("run", RANK_PROGRAM, "--ranks", "3", "--profile", "atlas910", "--dry-run", cwd=tmp_path)
     assert strict.returncode == 2 and "--profile a2 or structure would accept it" in strict.stderr
     relaxed = dlaunch("run", RANK_PROGRAM, "--ranks", "9", "--profile", "a2", "--dry-run", cwd=tmp_path)
     assert relaxed.returncode == 2 and "--profile structure would accept it" in relaxed.stderr

@@ -68,3 +68,32 @@ def test_not_pid1_the_orphans_of_a_rank_are_reaped_while_it_runs(tmp_path):
     done = run_dlaunch("run", PROGRAM, "--ranks", "1", "--output-dir", tmp_path / "runs", "--", "0", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert (latest_run(tmp_path / "runs") / "rank_000" / "zombies").read_text() == "0"
+
+
+def test_sigterm_while_waiting_for_the_operators_table_stops_pid1_at_once(tmp_path):
+    """An AscendJob pod's dlaunch waits for hccl.json to be completed; the kubelet's SIGTERM then (the job
+    deleted) must stop it at once with 143 and a termination message, not be dropped (PID 1 has no default
+    action) until --join-timeout runs out."""
+    table = tmp_path / "hccl.json"
+    table.write_text('{"status": "initializing"}')
+    argv = ["unshare", "--pid", "--fork", "--mount-proc",
+            *dlaunch_argv("cluster", PROGRAM, "--join-timeout", "120", "--output-dir", tmp_path / "runs",
+                          "--termination-log", tmp_path / "termination")]
+    proc = subprocess.Popen(argv, cwd=tmp_path, env=dlaunch_env({"RANK_TABLE_FILE": str(table)}),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        waiting = proc.stderr.readline()
+        assert "waiting up to 120 s (--join-timeout) for rank table" in waiting, waiting
+        pid1 = psutil.Process(proc.pid).children()[0]
+        started = time.monotonic()
+        pid1.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert time.monotonic() - started < 10
+    message = (tmp_path / "termination").read_text()
+    assert message == "interrupted by SIGTERM while waiting for the job's rank table; no rank was started\n"
+    assert "Traceback" not in err and not (tmp_path / "runs").exists()

@@ -64,7 +64,7 @@ def test_an_elastic_or_malformed_job_size_is_one_line():
     with pytest.raises(UsageError, match="elastic"):
         detect({"PET_NNODES": "1:4", "PET_NODE_RANK": "0"})
     with pytest.raises(UsageError, match=r"WORLD_SIZE='two'"):
-        detect({"MASTER_ADDR": "m", "WORLD_SIZE": "two", "RANK": "0"})
+        detect({"MASTER_ADDR": "m", "WORLD_SIZE": "two", "RANK": "0", "VC_TASK_INDEX": "0"})
 
 
 def test_a_pod_finds_its_server_by_container_ip_when_pods_share_a_node():

@@ -314,8 +314,8 @@ def test_console_selection_and_whole_lines(tmp_path, out, console, shown):
 
 
 @pytest.mark.parametrize("argv,fragment", [
-    (["--ranks", "3"], "R1 device-count"),
-    (["--devices", "2-5"], "R2 device-half"),
+    (["--ranks", "3", "--profile", "atlas910"], "R1 device-count"),   # asked for: on CPU too
+    (["--devices", "2-5", "--profile", "atlas910"], "R2 device-half"),
     (["--ranks", "0"], "at least 1"),
     (["--console", "zero"], "bad --console"),
     (["--console", "5"], "job has 2 ranks"),
@@ -340,6 +340,24 @@ def test_missing_script_and_unknown_option_exit_2(tmp_path, out):
     assert result.returncode == 2 and "script not found" in result.stderr and not out.exists()
     result = run_dlaunch("run", RANK_PROGRAM, "--ranks", "2", "--epochs", "3", cwd=tmp_path)
     assert result.returncode == 2 and "--epochs" in result.stderr
+
+
+@pytest.mark.parametrize("argv, env", [
+    (["--ranks", "3"], {}), (["--ranks", "6"], {}), (["--devices", "2-5"], {}),
+    ([], {"CUDA_VISIBLE_DEVICES": "0,1,2"}),
+])
+def test_cpu_and_gpu_jobs_of_any_size_run_without_hccls_rules(tmp_path, out, argv, env):
+    """HCCL's 1/2/4/8 rules are an NPU's; torchrun --nproc-per-node 3 runs, so does dlaunch run --ranks 3."""
+    result = run_dlaunch("run", RANK_PROGRAM, *argv, "--output-dir", out, cwd=tmp_path,
+                         env=env)
+    assert result.returncode == 0, result.stderr
+    assert "--profile atlas910) do not apply" in result.stderr and result.stderr.count("do not apply") == 1
+
+
+def test_npu_jobs_keep_hccls_rules(tmp_path, out):
+    result = run_dlaunch("run", RANK_PROGRAM, "--ranks", "3", "--dry-run", "--output-dir", out, cwd=tmp_path,
+                         env={"ASCEND_RT_VISIBLE_DEVICES": "0,1,2,3"})
+    assert result.returncode == 2 and "R1 device-count" in result.stderr
 
 
 def test_relaxed_profile_allows_3_ranks(tmp_path, out):

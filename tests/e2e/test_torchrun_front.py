@@ -117,3 +117,23 @@ def test_two_nodes_meet_on_an_ipv6_master_address(tmp_path):
         rank_dir = latest_run(out) / f"rank_{node_rank:03d}"
         assert json.loads((rank_dir / "allreduce.jsonl").read_text().splitlines()[-1]) == {"sum": 3.0, "world": 2}
         assert json.loads((rank_dir / "env.json").read_text())["MASTER_ADDR"] == "::1"
+
+
+def test_log_line_prefix_template_is_torchruns(tmp_path):
+    """TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE: the console lines of each rank carry the prefix real torchrun gives
+    them (-t 3, where torchrun's console shows its workers' output through the template)."""
+    (tmp_path / "hello.py").write_text("import os\nprint('hello from', os.environ['RANK'])\n")
+    env = {**CLEAN, "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": "<${role_name}|${rank}|${local_rank}> "}
+    torchrun = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+                               "2", "-t", "3", "--log-dir", tmp_path / "torch", "hello.py"], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=120)
+    assert torchrun.returncode == 0, torchrun.stderr
+    ours = subprocess.run(dlaunch_argv("torchrun", "--standalone", "--nproc-per-node", "2", "--log-dir",
+                                       tmp_path / "runs", "hello.py"), cwd=tmp_path,
+                          env={**env, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=120)
+    assert ours.returncode == 0, ours.stderr
+
+    def shown(text):
+        return sorted(line for line in text.splitlines() if line.startswith("<"))
+    expected = ["<default|0|0> hello from 0", "<default|1|1> hello from 1"]
+    assert shown(torchrun.stdout) == expected and shown(ours.stdout) == expected

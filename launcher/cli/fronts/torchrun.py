@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -70,19 +71,24 @@ torchrun flag                  dlaunch
 --nnodes N (or N:N)            N nodes: dlaunch cluster, node K runs ranks K*nproc.. (needs --node-rank)
 --nnodes MIN:MAX               elastic: cluster --nnodes MIN:MAX, node ranks given on arrival without --node-rank
 --node-rank K                  cluster --rank-start K*nproc; GROUP_RANK=K
---master-addr A --master-port P   --master-addr A --master-port P (several nodes: default port 29500)
+--master-addr A --master-port P   --master-addr A --master-port P (several nodes: default port 29500;
+                               0 on one node: a free port)
 --rdzv-backend static|c10d --rdzv-endpoint A:P   the same as --master-addr A --master-port P
---rdzv-id ID                   --run-id ID: the run directory's name and TORCHELASTIC_RUN_ID
+--rdzv-id ID                   --run-id ID: the run directory's name and TORCHELASTIC_RUN_ID (characters other
+                               than letters, digits, '.', '_', '-' become '_': job:7 is job_7)
 --standalone                   one node, a free port on 127.0.0.1
 --max-restarts K               --max-restarts K
 -m, --no-python, --run-path    -m, --no-python, python SCRIPT
 --log-dir D                    --output-dir D: run directories go there
--r/--redirects, -t/--tee, --local-ranks-filter   --console: which ranks' output the console shows
+-r/--redirects, -t/--tee, --local-ranks-filter   --console: which ranks' output the console shows (local
+                               ranks the node does not have show nothing, as under torchrun)
+--logs-specs default           torchrun's own: each rank's output in rank_NNN/output.log
 --shutdown-timeout S           --grace-period S
 --rdzv-conf last_call_timeout=S,join_timeout=S   --last-call S, --join-timeout S
+TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE   the console's prefix of each rank's lines (${role_name} ${rank} ${local_rank})
 accepted, no effect: --monitor-interval, --start-method, other --rdzv-conf keys, --local-addr, --event-log-handler null
 refused (exit 2): --rdzv-backend other than static/c10d, --nnodes N of several nodes without --node-rank,
---role other than default, --logs-specs, --numa-binding,
+--role other than default, --logs-specs other than default, --master-port 0 on several nodes, --numa-binding,
 --duplicate-std*-filters, --virtual-local-rank, --signals-to-handle other than the default."""
 
 
@@ -207,7 +213,7 @@ def _refusals(ns: argparse.Namespace) -> list[str]:
     if str(ns.role) != "default":
         refused.append(f"--role {str(ns.role)[:40]}: dlaunch names every rank's role 'default' (ROLE_NAME)")
     for dest in ("logs_specs", "numa_binding"):
-        if getattr(ns, dest):
+        if getattr(ns, dest) and not (dest == "logs_specs" and ns.logs_specs == "default"):   # torchrun's own
             refused.append(f"--{dest.replace('_', '-')} is not supported: each rank's output goes to "
                            f"rank_NNN/output.log in the run directory, and dlaunch does not pin ranks to NUMA nodes")
     for dest in ("duplicate_stdout_filters", "duplicate_stderr_filters"):
@@ -232,8 +238,12 @@ def _console(ns: argparse.Namespace, node_rank: int, nproc: int, notes: list[str
     """--console for torchrun's -r/-t/--local-ranks-filter: torchrun shows every worker's output by default."""
     shown = set(range(nproc))
     if ns.local_ranks_filter.strip():
-        shown = {_number("--local-ranks-filter", part, 0, nproc - 1)
+        named = {_number("--local-ranks-filter", part, 0, 10**6)
                  for part in ns.local_ranks_filter.split(",") if part.strip()}
+        shown = named & set(range(nproc))   # torchrun shows nothing of a local rank the node does not have
+        if named - shown:
+            notes.append(f"--local-ranks-filter {ns.local_ranks_filter}: this node has local ranks 0 to "
+                         f"{nproc - 1}; {','.join(map(str, sorted(named - shown)))} show nothing")
     for flag, text in (("--redirects", ns.redirects), ("--tee", ns.tee)):
         if str(text).strip() not in ("0", ""):
             notes.append(f"{flag} {text}: every rank's output always goes to rank_NNN/output.log in the run "
@@ -259,7 +269,8 @@ def translate(ns: argparse.Namespace, nproc: int, devices: list[int]) -> Transla
     least, nodes = node_count(ns.nnodes)
     notes: list[str] = []
     addr, port_number = ns.master_addr, None
-    if ns.master_port not in (None, ""):
+    free_port = str(ns.master_port).strip() == "0"   # torchrun runs one node on it; dlaunch picks a free port
+    if ns.master_port not in (None, "") and not free_port:
         port_number = _port("--master-port", ns.master_port)
     if ns.rdzv_endpoint.strip() and not ns.standalone:
         addr, given = endpoint(ns.rdzv_endpoint)
@@ -276,7 +287,9 @@ def translate(ns: argparse.Namespace, nproc: int, devices: list[int]) -> Transla
         flags["output_dir"] = ns.log_dir
     fresh = ns.rdzv_id not in ("", "none")   # it names the job: each launch of the line its own directory
     if fresh:
-        flags["run_id"] = ns.rdzv_id
+        flags["run_id"] = re.sub(r"[^A-Za-z0-9._-]", "_", ns.rdzv_id)
+        if flags["run_id"] != ns.rdzv_id:
+            notes.append(f"--rdzv-id {ns.rdzv_id[:60]}: run id {flags['run_id'][:60]} (a run directory's name)")
     if ns.dlaunch_run_id:   # dlaunch's own --run-id names the directory itself
         flags["run_id"], fresh = ns.dlaunch_run_id, False
     if ns.shutdown_timeout not in (None, ""):
@@ -293,6 +306,9 @@ def translate(ns: argparse.Namespace, nproc: int, devices: list[int]) -> Transla
         if port_number is not None:
             flags["master_port"] = port_number
         return Translation("run", script, flags, script_args, notes=notes, fresh_run_id=fresh)
+    if free_port and port_number is None:
+        raise UsageError(f"--master-port 0 picks a free port, which the other nodes cannot know: give every node "
+                         f"the same --master-port P (--nnodes {nodes})")
     flags.update(master_addr=addr, master_port=TORCHRUN_DEFAULT_PORT if port_number is None else port_number)
     if ns.node_rank in (None, "") and least < nodes:   # elastic: node ranks given on arrival (execute/job/claim.py)
         console = _console(ns, 0, nproc, notes)

@@ -123,6 +123,10 @@ class RankSpawner:
                                 stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=setup,
                                 pass_fds=(extra_fd,) if extra_fd is not None else ())
 
+    def variable(self, name: str, env: Mapping[str, str]) -> str | None:
+        """One variable of the environment a process with ``env`` gets (its own, else the inherited)."""
+        return env.get(name, self._environ.get(name))
+
     def full_env(self, env: Mapping[str, str]) -> dict[str, str]:
         """The environment a process gets: the inherited variables, ``env`` over them, the markers over both."""
         full = self._environ.copy()

@@ -35,6 +35,20 @@ def _last_segment(line: bytes) -> bytes:
     return b""
 
 
+PREFIX_TEMPLATE_ENV = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"   # torchrun's (torch/distributed/run.py)
+
+
+def console_tag(rank: int, local_rank: int | None, template: str | None) -> str:
+    """The prefix of a rank's console lines: ``[rankN]: `` (torch's own tag), or torchrun's template (the rank's
+    ``TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE``) with ``${role_name}``, ``${rank}`` and ``${local_rank}`` filled
+    in as torchrun's agent fills them (``local_elastic_agent.py``: role "default", the global rank)."""
+    if not template:
+        return f"[rank{rank}]: "
+    from string import Template
+
+    return Template(template).safe_substitute(role_name="default", rank=rank, local_rank=local_rank)
+
+
 class ConsoleTee:
     """Per-rank pipe chunks -> the rank's log file (raw) and the console (whole lines, prefixed; live partials
     on a terminal)."""
@@ -44,14 +58,16 @@ class ConsoleTee:
         self.live = os.isatty(console_fd) if live is None else live
         self._buffers: dict[int, LineBuffer] = {}
         self._prefix: dict[int, bytes] = {}
+        self._tag: dict[int, bytes] = {}   # the part of the prefix torch may have printed itself
         self._log_fd: dict[int, int | None] = {}
         self._shown: int | None = None   # whose unfinished line is on screen, the cursor at its end
         if self.live:
             console.live_line = self
 
-    def add(self, key: int, prefix: str, log_fd: int) -> None:
+    def add(self, key: int, prefix: str, log_fd: int, tag: str = "") -> None:
         self._buffers[key] = LineBuffer(MAX_PENDING)
         self._prefix[key] = prefix.encode()
+        self._tag[key] = tag.encode()
         self._log_fd[key] = log_fd
 
     def feed(self, key: int, chunk: bytes) -> str | None:
@@ -102,10 +118,10 @@ class ConsoleTee:
         pending = self._buffers[key].pending
         out = self.erase() if self.live and (lines or pending or previous == key) else b""
         if lines:
-            prefix = self._prefix[key]
+            prefix, tag = self._prefix[key], self._tag[key]
             for line in lines.removesuffix(b"\n").split(b"\n"):   # a line past MAX_PENDING comes unended
                 line = _last_segment(line)
-                out += with_prefix(line, prefix) + b"\n"
+                out += with_prefix(line, prefix, tag) + b"\n"
         if out or pending:
             out += self.redraw(key if pending else previous)
         if out:

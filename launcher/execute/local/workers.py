@@ -29,7 +29,7 @@ from launcher.execute.local.peers import PeerWait, watch_due
 from launcher.execute.local.processes import AttemptProcesses, RankProcess, kill_groups, killpg_quietly, watch_exits
 from launcher.execute.local.reaper import Reaper, become_subreaper, marker_chain, sweep
 from launcher.execute.local.spawn import RankSpawner, open_rank_files
-from launcher.execute.local.tee import ConsoleTee, close_pipe
+from launcher.execute.local.tee import PREFIX_TEMPLATE_ENV, ConsoleTee, close_pipe, console_tag
 from launcher.execute.local.warm import Standbys
 from launcher.execute.results import AttemptResult, RankResult, how_it_ended
 from launcher.execute.signals import SignalWatch
@@ -430,9 +430,10 @@ class LocalWorkers:
             self._watch_reaper(selector)
             result.pid = process.proc.pid
             if spec.console:
-                prefix = f"[{spec.server_id}][rank{spec.rank}]: " if prefix_host else f"[rank{spec.rank}]: "
                 assert spec.rank is not None   # a console spec is a rank, never the scheduler (plan.py)
-                tee.add(spec.rank, prefix, log_fd)
+                template = self.spawner.variable(PREFIX_TEMPLATE_ENV, spec.env)
+                tag = console_tag(spec.rank, spec.local_rank, template)   # a line carrying it gets only the host's
+                tee.add(spec.rank, f"[{spec.server_id}]{tag}" if prefix_host else tag, log_fd, tag)
                 selector.register(read_fd, selectors.EVENT_READ, ("pipe", spec.rank))
                 read_fd = log_fd = None   # the tee owns them now
         finally:

@@ -9,6 +9,7 @@ import pytest
 
 from launcher.cli import main
 from launcher.cli.fronts.torchrun import translate, with_env_defaults
+from launcher.errors import UsageError
 
 
 def _translated(argv, environ=None, nproc=2):
@@ -44,6 +45,28 @@ def test_pet_nproc_per_node_launches_that_many(tmp_path, monkeypatch, capsys):
     assert "2 rank(s)" in capsys.readouterr().out
 
 
+def test_rank_and_world_size_exported_in_a_shell_are_not_a_pod(tmp_path, monkeypatch, capsys):
+    """torchrun ignores a shell's RANK/WORLD_SIZE/MASTER_ADDR (its workers get WORLD_SIZE 2); so does dlaunch:
+    a pod needs what only its operator sets (launcher/host/pods.py; tests/data/operators.json)."""
+    from launcher.cli.fronts.torchrun import with_pod_defaults
+    from launcher.host.pods import detect
+
+    shell = {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500",
+             "LOCAL_WORLD_SIZE": "2"}
+    assert detect(shell) is None
+    ns, _ = _translated(["--nproc-per-node", "2", "train.py"])
+    assert with_pod_defaults(ns, shell) == []
+    assert detect({**shell, "KUBERNETES_SERVICE_HOST": "10.96.0.1"}).nnodes == 2       # a PyTorchJob pod
+    assert detect({**shell, "MINDX_TASK_ID": "uid"}).operator.startswith("Ascend")      # an AscendJob pod
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("")
+    for name, value in shell.items():
+        monkeypatch.setenv(name, value)
+    assert main(["torchrun", "--nproc-per-node", "2", "--log-dir", str(tmp_path), "--dry-run", "train.py"]) == 0
+    out = capsys.readouterr().out
+    assert "2 rank(s)" in out and "pod" not in out.lower()
+
+
 def test_endpoint_module_and_console_mapping():
     _, done = _translated(["--nnodes", "2:2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "10.1.2.3:29400",
                            "--node-rank", "0", "--local-ranks-filter", "1", "--rdzv-id", "job7", "-m", "pkg.train"])
@@ -65,6 +88,22 @@ def test_elastic_nnodes_is_a_cluster_job_of_max_nodes_forming_with_min_and_node_
     assert any("timeout=5" in note and "no effect" in note for note in done.notes)
     _, fixed = _translated(["--nnodes=2:2", "--node-rank=1", "--rdzv-endpoint=h:1", "t.py"])
     assert fixed.job.min_nodes is None and fixed.flags["rank_start"] == 2   # node 1 of 2-rank nodes
+
+
+def test_lines_torchrun_2_13_runs_are_taken():
+    """torchrun runs each of these (checked against torch 2.13): its own --logs-specs value, a filter naming
+    a local rank the node lacks (nothing of it shown), a run id with ':' and --master-port 0 on one node."""
+    _, done = _translated(["--logs-specs", "default", "--local-ranks-filter", "5", "t.py"])
+    assert done.command == "run" and done.flags["console"] == "none"
+    assert any("5 show nothing" in note for note in done.notes)
+    _, done = _translated(["--local-ranks-filter", "1,5", "t.py"])
+    assert done.flags["console"] == "1"
+    _, done = _translated(["--rdzv-id", "job:7", "--master-port", "0", "t.py"])
+    assert done.flags["run_id"] == "job_7" and "master_port" not in done.flags   # a free port
+    with pytest.raises(UsageError, match="--master-port 0 picks a free port"):
+        _translated(["--nnodes", "2", "--node-rank", "0", "--master-port", "0", "t.py"])
+    with pytest.raises(UsageError, match="--logs-specs is not supported"):
+        _translated(["--logs-specs", "mine", "t.py"])
 
 
 @pytest.mark.parametrize("argv, says", [

@@ -3,7 +3,7 @@
 import os
 
 from launcher.base.lines import tail_lines
-from launcher.execute.local.tee import MAX_PENDING, ConsoleTee
+from launcher.execute.local.tee import MAX_PENDING, ConsoleTee, console_tag
 
 
 def test_lines_are_shown_whole_and_logged_raw(tmp_path):
@@ -18,6 +18,18 @@ def test_lines_are_shown_whole_and_logged_raw(tmp_path):
     shown = os.read(console_r, 65536)
     assert shown == b"[rank3]: hello\n[rank3]: world\n[rank3]: tail without newline\n"
     assert log.read_bytes() == b"hello\nworld\ntail without newline"
+
+
+def test_a_line_torch_tagged_gets_only_the_hosts_prefix(tmp_path):
+    """docs/run.md: a line torch already prefixed ``[rankN]: `` is not prefixed twice, on several hosts too."""
+    console_r, console_w = os.pipe()
+    tee = ConsoleTee(console_w)
+    tee.add(2, "[node1][rank2]: ", os.open(tmp_path / "l", os.O_WRONLY | os.O_CREAT), "[rank2]: ")
+    tee.feed(2, b"[rank2]: Traceback\nplain\n[rank3]: another rank's tag\n")
+    tee.close(2)
+    os.close(console_w)
+    assert os.read(console_r, 65536) == (b"[node1][rank2]: Traceback\n[node1][rank2]: plain\n"
+                                         b"[node1][rank2]: [rank3]: another rank's tag\n")
 
 
 def test_endless_line_is_shown_in_bounded_pieces(tmp_path):
@@ -37,3 +49,9 @@ def test_tail_lines_reads_the_end_of_big_logs(tmp_path):
     log.write_text("".join(f"line {i}\n" for i in range(100000)))
     assert tail_lines(str(log), 3) == ["line 99997", "line 99998", "line 99999"]
     assert tail_lines(str(tmp_path / "absent"), 3) == []
+
+
+def test_console_tag_is_torchs_or_torchruns_template():
+    assert console_tag(3, 1, None) == "[rank3]: "
+    assert console_tag(3, 1, "[${role_name}${local_rank}/${rank}]:") == "[default1/3]:"
+    assert console_tag(3, 1, "${unknown} ${rank}") == "${unknown} 3"   # torchrun's safe_substitute
