@@ -1,0 +1,103 @@
+"""Step times read from the lines a training script already prints: no code change in the script.
+
+Recognised (milliseconds per step; each checked by a plain substring before any regex runs, so a line that
+is no step line costs a few ``in`` tests):
+
+- Megatron-LM and MindSpeed, ``training_log`` in ``megatron/training/training.py``:
+  ``' elapsed time per iteration (ms): {:.1f} |'``, e.g.
+  `` [2025-04-13 23:41:12] iteration       10/    1000 | consumed samples: 160 | elapsed time per iteration
+  (ms): 1147.6 | learning rate: ...`` (the iteration, where the line names one, is the step);
+- MindFormers' ``MFLossMonitor`` (``mindformers/core/callback/callback.py``): ``per_step_time: %dms``, e.g.
+  ``{ Epoch:[  1/  2], step:[    2/   19], loss: 10.633, per_step_time: 1752ms, lr: 1e-05, ...`` and the newer
+  ``{ step:[    2/   10], loss:  11.755612, per_step_time:    710ms, ...``;
+- MindSpore's ``TimeMonitor`` (``mindspore/train/callback/_time_monitor.py``):
+  ``"epoch time: {:5.3f} ms, per step time: {:5.3f} ms"`` (one line per epoch: the epoch's mean step);
+- a user's pattern: a regular expression with a named group ``ms`` (milliseconds) or ``s`` (seconds), and
+  optionally ``step``; it runs on the lines that hold its ``literal`` (every line when none is given).
+
+HF Trainer's and Lightning's tqdm progress bars redraw one line with carriage returns and print rates,
+not step times: not recognised (yet). Lines are at most ``metrics.MAX_LINE`` long where they are read.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+MEGATRON_TEXT = "elapsed time per iteration (ms):"
+MEGATRON = re.compile(r"elapsed time per iteration \(ms\):\s*([0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?)")
+MEGATRON_STEP = re.compile(r"\biteration\s+([0-9]+)\s*/")
+MINDFORMERS_TEXT = "per_step_time:"
+MINDFORMERS = re.compile(r"per_step_time:\s*([0-9]+(?:\.[0-9]*)?)\s*ms")
+MINDFORMERS_STEP = re.compile(r"\bstep:\s*\[\s*([0-9]+)\s*/")
+TIME_MONITOR_TEXT = "per step time:"
+TIME_MONITOR = re.compile(r"per step time:\s*([0-9]+(?:\.[0-9]*)?)\s*ms")
+
+
+@dataclass(frozen=True)
+class StepLine:
+    """One step line: how long a step took (ms) and, where the line says, which step it was."""
+
+    ms: float
+    step: int | None = None
+
+
+@dataclass(frozen=True)
+class UserPattern:
+    """A user's step line: ``regex`` with a named group ``ms`` or ``s`` (and optionally ``step``), tried
+    only on lines containing ``literal`` (a cheap filter; empty: every line)."""
+
+    regex: re.Pattern
+    literal: str = ""
+
+    @classmethod
+    def parse(cls, text: str, literal: str = "") -> UserPattern:
+        """``text`` compiled; ValueError when it is no regex or names neither ``ms`` nor ``s``."""
+        try:
+            regex = re.compile(text)
+        except re.error as exc:
+            raise ValueError(f"step pattern {text!r}: {exc}") from None
+        if not {"ms", "s"} & set(regex.groupindex):
+            raise ValueError(f"step pattern {text!r}: it needs a named group (?P<ms>...) or (?P<s>...)")
+        return cls(regex, literal)
+
+
+def _number(text: str) -> float | None:
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if value == value and 0 <= value < float("inf") else None
+
+
+def _step(regex: re.Pattern, line: str) -> int | None:
+    match = regex.search(line)
+    return int(match.group(1)) if match else None
+
+
+def step_line(line: str, user: UserPattern | None = None) -> StepLine | None:
+    """The step time a line reports, or None. A user's pattern is tried first."""
+    if user is not None and (not user.literal or user.literal in line):
+        match = user.regex.search(line)
+        if match:
+            groups = match.groupdict()
+            ms = _number(groups["ms"]) if groups.get("ms") else None
+            if ms is None and groups.get("s"):
+                seconds = _number(groups["s"])
+                ms = None if seconds is None else seconds * 1000.0
+            if ms is not None:
+                step = groups.get("step")
+                return StepLine(ms, int(step) if step and step.isdigit() else None)
+    if MEGATRON_TEXT in line:
+        match = MEGATRON.search(line)
+        ms = _number(match.group(1)) if match else None
+        return None if ms is None else StepLine(ms, _step(MEGATRON_STEP, line))
+    if MINDFORMERS_TEXT in line:
+        match = MINDFORMERS.search(line)
+        ms = _number(match.group(1)) if match else None
+        return None if ms is None else StepLine(ms, _step(MINDFORMERS_STEP, line))
+    if TIME_MONITOR_TEXT in line:
+        match = TIME_MONITOR.search(line)
+        ms = _number(match.group(1)) if match else None
+        return None if ms is None else StepLine(ms)
+    return None
