@@ -33,4 +33,7 @@ def add_parser(sub) -> None:
     p.add_argument("--json", action="store_true", help="print JSON (with --watch: one object a line)")
     p.add_argument("--hang-after", type=positive_seconds, metavar="SECONDS",
                    help="call a running rank hung when it has printed nothing for this long")
+    p.add_argument("--step-pattern", metavar="REGEX",
+                   help="a step line of yours: a regex with a named group ms (or s, seconds), e.g. "
+                        "'took (?P<ms>[0-9.]+) ms'; Megatron, MindFormers and TimeMonitor lines are known already")
     p.set_defaults(handler=_run)

@@ -12,10 +12,11 @@ import os
 import time
 from typing import Any
 
-from launcher.contract import RANK_DIR_ENV
+from launcher.contract import RANK_DIR_ENV, Role
 from launcher.execute.results import job_verdict, restarted_how
 from launcher.host.devices import host_names
 from launcher.observe import tell_problems
+from launcher.observe.stragglers import log_steps, scores
 from launcher.observe.torchft import lighthouse_of, quorum
 from launcher.rundir.read import (
     RankRef,
@@ -38,9 +39,10 @@ def _is_local(host: str, names: set[str]) -> bool:
 class Observer:
     """Looks at a run's ranks: keeps psutil objects between looks, so CPU % spans the refresh interval."""
 
-    def __init__(self, run_dir: str, hang_after: float | None = None):
+    def __init__(self, run_dir: str, hang_after: float | None = None, step_pattern=None):
         self.run_dir = run_dir
         self.hang_after = hang_after
+        self.step_pattern = step_pattern            # steps.UserPattern, or None: the frameworks' lines only
         self._procs: dict[int, Any] = {}        # pid -> psutil.Process
         self._primed: set = set()                  # processes whose CPU % has a start
         self._launchers: set[int] = set()          # launcher pids seen (pids files, parents of ranks)
@@ -213,6 +215,10 @@ class Observer:
         snap = {"run_id": run.run_id, "run_dir": run.run_dir, "time": now, **self._overall(run, refs, rows),
                 "hosts": sorted({ref.host for ref in run.ranks}), "world_size": run.world_size, "ranks": rows,
                 "missing_hosts": run.missing_hosts}
+        steps = scores([log_steps(row["log"], row["rank"], row["host"], self.step_pattern) for row in rows
+                        if row.get("role", Role.RANK) == Role.RANK])
+        if steps:   # step times the ranks printed: straggler scores (observe.stragglers)
+            snap["steps"] = steps
         roster = run.roster()
         if roster:   # --spares: active, standing by, replaced
             snap["roster"] = roster

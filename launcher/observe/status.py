@@ -13,8 +13,11 @@ from dataclasses import dataclass
 
 from launcher.base.console import printable
 from launcher.contract import Role
+from launcher.errors import UsageError
 from launcher.execute.results import how_it_ended, roster_line, who
 from launcher.observe.processes import Observer
+from launcher.observe.steps import UserPattern
+from launcher.observe.stragglers import straggler_line
 from launcher.observe.torchft import quorum_line
 from launcher.rundir.read import run_directory
 
@@ -56,6 +59,9 @@ def headline(snap: dict) -> list[str]:
         lines.append(quorum_line(snap["torchft"]))
     if snap.get("roster"):
         lines.append(roster_line(snap["roster"]))
+    steps = straggler_line(snap.get("steps"))
+    if steps:
+        lines.append(steps)
     if missing:
         names = ", ".join(f"{h['host']} (ranks {h['ranks']})" for h in missing)
         lines.append(f"never reported: {names}: no plan or summary of theirs in this run directory")
@@ -123,13 +129,18 @@ class StatusRequest:
     interval: float
     json: bool
     hang_after: float | None
+    step_pattern: str | None = None
 
 
 def cmd_status(args: StatusRequest) -> int:
     import shutil
 
+    try:
+        pattern = UserPattern.parse(args.step_pattern) if args.step_pattern else None
+    except ValueError as exc:
+        raise UsageError(f"--step-pattern: {exc}") from None
     run_dir = run_directory(args.run_dir, args.output_dir)
-    observer = Observer(run_dir, hang_after=args.hang_after)
+    observer = Observer(run_dir, hang_after=args.hang_after, step_pattern=pattern)
     out = sys.stdout
     try:
         while True:

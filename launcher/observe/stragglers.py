@@ -15,11 +15,13 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+from launcher.base.lines import tail_lines
 from launcher.observe.steps import UserPattern, step_line
 
 THRESHOLD = 0.75     # a score under this flags the rank (or host)
 WINDOW = 10          # steps in the "current" median, and in each window of the "best" one
 MAX_TIMES = 4096     # step times kept per rank (the newest)
+TAIL_BYTES = 1 << 20  # status reads the last MiB of each rank's log (logs can be gigabytes)
 SHOWN = 3            # slowest ranks and hosts named on the status line
 
 
@@ -52,6 +54,11 @@ def read_steps(rank: int, host: str, lines, user: UserPattern | None = None) -> 
         if found is not None:
             steps.add(found.ms, found.step)
     return steps
+
+
+def log_steps(path: str, rank: int, host: str, user: UserPattern | None = None) -> RankSteps:
+    """A rank's step times from the end of its log (its last ``TAIL_BYTES``): bounded cost per refresh."""
+    return read_steps(rank, host, tail_lines(path, MAX_TIMES * 8, TAIL_BYTES), user)
 
 
 def individual(times) -> tuple[float, float]:

@@ -53,3 +53,30 @@ def test_a_launcher_gone_without_a_summary_ends_the_run_without_one(in_tmp, monk
     snap = Observer(plan.run_dir).snapshot()
     assert (snap["status"], snap["finished"], snap["exit_code"]) == \
         ("ended without a summary (launcher gone)", True, None)
+
+
+def test_status_scores_the_ranks_step_lines_and_names_the_slowest(in_tmp, monkeypatch):
+    from launcher.observe.status import format_status
+    from launcher.observe.steps import UserPattern
+
+    plan = a_run_that_started(in_tmp)
+    for spec in plan.ranks:
+        ms = 140.0 if spec.rank == 1 else 100.0
+        with open(spec.log_file, "w") as fh:
+            fh.writelines(f" iteration {i:8d}/     100 | elapsed time per iteration (ms): {ms:.1f} |\n"
+                          for i in range(1, 31))
+    write_json(plan.host_file("summary", "json"), the_summary(plan))
+    snap = Observer(plan.run_dir).snapshot()
+    slowest = snap["steps"]["ranks"][0]
+    assert (slowest["rank"], slowest["relative"], slowest["flagged"], slowest["last_step"]) == (1, 0.714, True, 30)
+    assert "steps: slowest rank 1 (140.0 ms/step, relative 0.71, individual 1.00, flagged)" in format_status(snap)
+    with open(plan.ranks[0].log_file, "w") as fh:
+        fh.write("took 300 ms\n")
+    mine = Observer(plan.run_dir, step_pattern=UserPattern.parse(r"took (?P<ms>\d+) ms")).snapshot()
+    assert mine["steps"]["ranks"][0]["rank"] == 0 and mine["steps"]["ranks"][0]["relative"] == 0.467
+
+
+def test_status_without_step_lines_has_no_steps(in_tmp, monkeypatch):
+    plan = a_run_that_started(in_tmp)
+    write_json(plan.host_file("summary", "json"), the_summary(plan))
+    assert "steps" not in Observer(plan.run_dir).snapshot()

@@ -95,3 +95,10 @@ def test_no_step_times_no_scores():
 def test_read_steps_from_log_lines():
     steps = read_steps(3, "h", ["hello", MEGATRON, TIME_MONITOR])
     assert list(steps.times) == [1147.6, 123.457] and steps.last_step == 10
+
+
+def test_status_refuses_a_step_pattern_without_a_time_group(tmp_path, capsys):
+    from launcher import cli
+
+    assert cli.main(["status", str(tmp_path), "--step-pattern", r"(?P<t>\d+)"]) == 2
+    assert "named group" in capsys.readouterr().err
