@@ -12,13 +12,14 @@ import pytest
 from tests.e2e.test_job_hosts import HOSTS
 from tests.launching import free_port, kill_run, run_dlaunch, start_dlaunch, wait_until, write_rank_table
 
-# Each run of a rank appends its pid to runs.txt; SIGTERM is recorded, then the rank exits 143.
+# Each run of a rank appends its pid to runs.txt; SIGTERM is recorded (the trap set first: a test that waits
+# for runs.txt then stops the rank must find sigterm.txt), then the rank exits 143.
 RANK = """
+trap 'echo "$(date +%s.%N)" > "$DLAUNCH_RANK_DIR/sigterm.txt"; exit 143' TERM
 echo "$$ $(date +%s.%N)" >> "$DLAUNCH_RANK_DIR/runs.txt"
 env | grep -E '^(RANK|LOCAL_RANK|WORLD_SIZE|MASTER_PORT|DLAUNCH_RANK_DIR|TORCHELASTIC_RESTART_COUNT)=' | sort \
   >> "$DLAUNCH_RANK_DIR/env.txt"
 env | grep '^HCCL_ASYNC_ERROR_HANDLING=' >> "$DLAUNCH_RANK_DIR/env.txt"
-trap 'echo "$(date +%s.%N)" > "$DLAUNCH_RANK_DIR/sigterm.txt"; exit 143' TERM
 if [ "$RANK" = "$FAIL_RANK" ] && [ "$(wc -l < "$DLAUNCH_RANK_DIR/runs.txt")" = 1 ]; then sleep 0.5; exit 3; fi
 i=0; while [ $i -lt $((STEPS * 10)) ]; do sleep 0.1; i=$((i + 1)); done
 """
