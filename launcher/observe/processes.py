@@ -16,7 +16,7 @@ from launcher.contract import RANK_DIR_ENV, Role
 from launcher.execute.results import job_verdict, restarted_how
 from launcher.host.devices import host_names
 from launcher.observe import tell_problems
-from launcher.observe.stragglers import log_steps, scores
+from launcher.base.stragglers import log_steps, scores
 from launcher.observe.torchft import lighthouse_of, quorum
 from launcher.rundir.read import (
     RankRef,

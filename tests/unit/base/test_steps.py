@@ -4,8 +4,8 @@ import random
 
 import pytest
 
-from launcher.observe.steps import StepLine, UserPattern, step_line
-from launcher.observe.stragglers import RankSteps, read_steps, scores, straggler_line
+from launcher.base.steps import StepLine, UserPattern, step_line
+from launcher.base.stragglers import RankSteps, read_steps, scores, straggler_line
 
 MEGATRON = (" [2025-04-13 23:41:12] iteration       10/    1000 | consumed samples:          160 | elapsed time per "
             "iteration (ms): 1147.6 | learning rate: 0.000000E+00 | global batch size:    16 | loss scale: 8388608.0 |")

@@ -16,7 +16,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from launcher.base.lines import tail_lines
-from launcher.observe.steps import UserPattern, step_line
+from launcher.base.steps import UserPattern, step_line
 
 THRESHOLD = 0.75     # a score under this flags the rank (or host)
 WINDOW = 10          # steps in the "current" median, and in each window of the "best" one
