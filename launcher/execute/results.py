@@ -68,6 +68,7 @@ class RankResult:
     returncode: int | None = None   # as Popen: negative for "killed by signal"
     spawn_error: str | None = None
     hang: str | None = None          # why dlaunch judged this rank hung, if it did
+    stopped_first: bool = False      # a hang: its stack or step showed it is the rank the others wait for
     stack_file: str | None = None
     role: Role = Role.RANK
     restarts: list = field(default_factory=list)   # its earlier runs in this attempt (restarted alone): how each ended
@@ -94,6 +95,7 @@ class RankResult:
                 "exit_code": self.exit_code, "signal": self.signal_name, "log": self.log_file,
                 **({"spawn_error": self.spawn_error} if self.spawn_error else {}),
                 **({"hung": True, "reason": self.hang} if self.hang else {}),
+                **({"stopped_first": True} if self.stopped_first else {}),
                 **({"stack_file": self.stack_file} if self.stack_file else {}),
                 **({"role": self.role} if self.role != Role.RANK else {}),
                 **({"restarts": self.restarts} if self.restarts else {})}

@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable
 
 from launcher.contract import ExitCode
+from launcher.execute.blame import blamed_cause
 from launcher.execute.budget import RestartBudget
 from launcher.execute.job import protocol
 from launcher.execute.job.membership import Membership
@@ -312,8 +313,11 @@ class Coordinator(Membership):
         if kind in ("stop", "result", "stack") and isinstance(attempt, int) and attempt < self.attempt:
             self._send(peer, self._attempt_message())   # a host behind the job (it joined late): catch up
         elif kind == "stop" and attempt == self.attempt:
+            cause = {**message["cause"], "host": self.hosts[peer.index]}
             if self.stop is None:
-                self._stopping({**message["cause"], "host": self.hosts[peer.index]}, skip=peer.index)
+                self._stopping(cause, skip=peer.index)
+            elif cause.get("stopped_first") and self.stop.get("kind") == "hung" and not self.stop.get("stopped_first"):
+                self.stop = cause   # a hang called on two hosts: the job's cause is the rank the others wait for
         elif kind == "stack" and attempt == self.attempt:
             self._gather_stack(peer.index, str(message["rank"]), str(message["text"]))
         elif kind == "result" and attempt == self.attempt:
@@ -399,6 +403,8 @@ class Coordinator(Membership):
         results = {i: r for i, r in self.results.items() if i in running}
         if not results and not self.lost:
             return
+        if self.stacks and self.stop is not None and self.stop.get("kind") == "hung":
+            self.stop = blamed_cause(self.stop, self.stacks)
         verdict = job_verdict(self.stop, results, self.lost, self.hosts)
         verdict["absent_hosts"] = [self.hosts[i] for i in running if i not in self.ever_joined and i not in self.lost]
         stop = self.stop or {}

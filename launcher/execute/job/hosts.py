@@ -97,7 +97,29 @@ def _write_job_stacks(plan, stacks: dict) -> None:
             path = attempt_file(directory, f"rank_{int(rank):03d}", "txt", plan.attempt)
             with open(path, "w", encoding="utf-8") as fh:
                 fh.write(f"# rank {rank} on host {entry['host']}\n{entry['text']}")
+        blame = _blame(stacks)
+        with open(attempt_file(directory, "stopped_first", "txt", plan.attempt), "w", encoding="utf-8") as fh:
+            fh.write("\n".join(blame) + "\n")
     except OSError as exc:
         say(f"cannot gather the job's stacks into {directory}: {describe_os_error(exc)}")
         return
-    say(f"every rank's stack, from every host: {directory}")
+    say(blame[0])
+    say(f"every rank's stack, from every host: {directory} (stopped_first.txt: every rank's last step)")
+
+
+def _blame(stacks: dict) -> list[str]:
+    """Which rank of the whole job stopped first (``execute.blame``), then a line per rank: its host, last step,
+    how long before the newest rank's its last sign of life was, and whether it waits in a collective."""
+    from launcher.execute.blame import blame_line, read_state, stopped_first
+
+    states = [read_state(int(rank), entry["host"], entry["text"]) for rank, entry in stacks.items()]
+    states.sort(key=lambda state: state.rank)
+    newest = max((state.last_sign for state in states if state.last_sign is not None), default=None)
+    lines = [blame_line(stopped_first(states), hosts=len({state.host for state in states}))]
+    for state in states:
+        behind = "-" if state.last_sign is None or newest is None else f"{newest - state.last_sign:.2f} s"
+        where = {True: "in a collective", False: "in no collective", None: "no stack"}[state.in_collective]
+        lines.append(f"rank {state.rank} on host {state.host}: last step "
+                     f"{'-' if state.last_step is None else state.last_step}, last sign of life {behind} before "
+                     f"the newest, {where}")
+    return lines
