@@ -12,11 +12,12 @@ import os
 import time
 from typing import Any
 
+from launcher.base.steps import UserPattern
+from launcher.base.stragglers import log_steps, scores
 from launcher.contract import RANK_DIR_ENV, Role
 from launcher.execute.results import job_verdict, restarted_how
 from launcher.host.devices import host_names
 from launcher.observe import tell_problems
-from launcher.base.stragglers import log_steps, scores
 from launcher.observe.torchft import lighthouse_of, quorum
 from launcher.rundir.read import (
     RankRef,
@@ -35,6 +36,18 @@ CPU_SAMPLE_SECONDS = 0.2      # status: the window of the first CPU % sample
 def _is_local(host: str, names: set[str]) -> bool:
     return host in names or host.startswith("127.") or not host
 
+
+
+def launch_pattern(run: Run) -> UserPattern | None:
+    """The ``--step-pattern`` the run was launched with (any host's plan), for a status that gave none."""
+    for plan in run.plans.values():
+        text = plan.get("step_pattern")
+        if isinstance(text, str) and text:
+            try:
+                return UserPattern.parse(text)
+            except ValueError:   # a plan edited by hand: the frameworks' lines still count
+                return None
+    return None
 
 class Observer:
     """Looks at a run's ranks: keeps psutil objects between looks, so CPU % spans the refresh interval."""
@@ -215,7 +228,8 @@ class Observer:
         snap = {"run_id": run.run_id, "run_dir": run.run_dir, "time": now, **self._overall(run, refs, rows),
                 "hosts": sorted({ref.host for ref in run.ranks}), "world_size": run.world_size, "ranks": rows,
                 "missing_hosts": run.missing_hosts}
-        steps = scores([log_steps(row["log"], row["rank"], row["host"], self.step_pattern) for row in rows
+        pattern = self.step_pattern or launch_pattern(run)
+        steps = scores([log_steps(row["log"], row["rank"], row["host"], pattern) for row in rows
                         if row.get("role", Role.RANK) == Role.RANK])
         if steps:   # step times the ranks printed: straggler scores (observe.stragglers)
             snap["steps"] = steps

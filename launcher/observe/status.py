@@ -12,12 +12,12 @@ import time
 from dataclasses import dataclass
 
 from launcher.base.console import printable
+from launcher.base.steps import UserPattern
+from launcher.base.stragglers import straggler_line
 from launcher.contract import Role
 from launcher.errors import UsageError
 from launcher.execute.results import how_it_ended, roster_line, who
 from launcher.observe.processes import Observer
-from launcher.base.steps import UserPattern
-from launcher.base.stragglers import straggler_line
 from launcher.observe.torchft import quorum_line
 from launcher.rundir.read import run_directory
 

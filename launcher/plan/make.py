@@ -107,6 +107,9 @@ class Policy:
     device_release_timeout: float = 15.0   # before a restart: wait for device memory to be released
     waiting_notice: float = 30.0  # silent ranks and missing peers this long: say so (0: never)
     hang_timeout: float | None = None   # stop the job (exit 124) after this long without a sign of life
+    hang_learn: bool = False      # --hang-learn: the budget learned from the job's silences, hang_timeout its bound
+    straggler_report: float = 60.0   # judge the step times this often; a line for a rank under 0.75 (0: never)
+    step_pattern: str | None = None  # a user's step line (base.steps.UserPattern), besides the frameworks'
     prefix_host: bool = False     # console lines carry the host as well as the rank (cluster)
 
 

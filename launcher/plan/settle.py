@@ -97,8 +97,9 @@ def launch_options(args: LaunchRequest, table, server_index: int, environ: Mappi
                                  device_release_timeout=args.device_release_timeout,
                                  health_gate=args.health_gate or bool(args.health_check),
                                  health_check=args.health_check, unfit_exit_code=unfit_exit_code(environ),
-                                 waiting_notice=args.waiting_notice, hang_timeout=args.hang_timeout,
-                                 prefix_host=cluster),
+                                 waiting_notice=args.waiting_notice, hang_timeout=hang_bound(args),
+                                 hang_learn=args.hang_learn, straggler_report=args.straggler_report,
+                                 step_pattern=args.step_pattern, prefix_host=cluster),
                    console=console, master_addr=master_addr,
                    master_port=master_port,
                    host_files_suffix=host_suffix(table.servers[server_index].server_id) if cluster and not head
@@ -136,6 +137,16 @@ def max_restarts(args: LaunchRequest) -> int:
     if args.spares and args.source("max_restarts") == "default":
         return max(args.max_restarts, args.spares)
     return args.max_restarts
+
+
+LEARNED_HANG_BOUND = 1800.0   # --hang-learn without --hang-timeout: torch's default collective timeout, 30 min
+
+
+def hang_bound(args: LaunchRequest) -> float | None:
+    """``--hang-timeout``; with ``--hang-learn`` and none given, the learned timeouts' bound is 30 minutes."""
+    if args.hang_timeout is None and args.hang_learn:
+        return LEARNED_HANG_BOUND
+    return args.hang_timeout
 
 
 def unfit_exit_code(environ: Mapping[str, str]) -> int:

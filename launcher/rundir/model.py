@@ -127,6 +127,9 @@ class PlanFile(TypedDict, total=False):
     attempt: Number
     host_files_suffix: str
     hang_timeout: float | None
+    hang_learn: bool
+    straggler_report: float
+    step_pattern: str | None
     waiting_notice: float
     ranks: list[RankSpecFile]
     resume: ResumePointFile | None

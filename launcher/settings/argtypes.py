@@ -75,3 +75,14 @@ def spell_span(span) -> str:
 
 
 port = whole(1, 65535)
+
+
+def step_pattern(value) -> str:
+    """A user's step line (``base.steps.UserPattern``): a regular expression naming ``ms`` or ``s``."""
+    from launcher.base.steps import UserPattern
+
+    try:
+        UserPattern.parse(str(value))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return str(value)

@@ -11,7 +11,7 @@ import argparse
 
 from launcher.base.signals import signal_list, signal_names
 from launcher.host.devices import MAX_DEVICES
-from launcher.settings.argtypes import node_span, port, positive_seconds, seconds, spell_span, whole
+from launcher.settings.argtypes import node_span, port, positive_seconds, seconds, spell_span, step_pattern, whole
 from launcher.settings.layers import FLAG, LIST, OPTIONAL, Option, add_options
 from launcher.table.rules import DEFAULT_PROFILE, PROFILE_HELP
 
@@ -161,6 +161,18 @@ _DECLARED: list[tuple[Option, tuple[str, ...]]] = [
             help="stop the job as failed (exit 124) when a rank shows no sign of life (output, "
                  "launcher.heartbeat.beat(), a checkpoint) for this long; every rank's stack is saved first "
                  "(py-spy)", to_hosts=True),
+    _shared("--hang-learn", kind=FLAG, default=False,
+            help="learn the hang timeout from the job: after its first 5 steps, 5 x the longest silence of a rank "
+                 "between signs of life (at least 1 s), with a budget of its own for a checkpoint save or a "
+                 "heartbeat.phase(); --hang-timeout (default 1800) stays the upper bound; kept in the run "
+                 "directory for restarts", to_hosts=True),
+    _shared("--straggler-report", type=seconds, default=60.0, metavar="SECONDS",
+            help="judge the ranks' step times this often and say when a rank falls under 0.75 of the fastest "
+                 "(relative) or of its own best (individual) (default 60; 0: never)", to_hosts=True),
+    _shared("--step-pattern", type=step_pattern, metavar="REGEX",
+            help="a step line of the script's own, besides Megatron's, MindFormers', MindSpore's and tqdm's: a "
+                 "regular expression with a group (?P<ms>...) or (?P<s>...), optionally (?P<step>...)",
+            to_hosts=True),
     _shared("--health-gate", kind=FLAG, default=False,
             help="before the first start and every restart, check this host: storage (the run directory "
                  "writable), npu-smi's device health, nvidia-smi, hccn_tool's link and net health (each where the "

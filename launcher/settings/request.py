@@ -64,6 +64,9 @@ class LaunchRequest:
     max_failures_per_hour: int | None
     device_release_timeout: float
     hang_timeout: float | None
+    hang_learn: bool
+    straggler_report: float
+    step_pattern: str | None
     hccn_conf: str
     health_gate: bool
     health_check: str | None

@@ -1,8 +1,9 @@
 """dlaunch status names a slow rank from the Megatron-style step lines of a real run."""
 
 import json
+import time
 
-from tests.launching import ROOT, latest_run, run_dlaunch
+from tests.launching import ROOT, latest_run, run_dlaunch, start_dlaunch
 
 
 def test_status_names_the_rank_40_percent_slower(tmp_path):
@@ -17,3 +18,48 @@ def test_status_names_the_rank_40_percent_slower(tmp_path):
     assert [row["rank"] for row in snap["steps"]["ranks"] if row["flagged"]] == [2]
     text = run_dlaunch("status", run_dir, cwd=tmp_path, timeout=30).stdout
     assert "steps: slowest rank 2 (" in text and "1 rank(s) under 0.75" in text
+
+
+def test_the_console_names_the_throttled_rank_of_8_within_three_report_intervals(tmp_path):
+    """8 ranks, rank 5 40% slower per step: one console line names it (relative near 0.71) within three
+    --straggler-report intervals of every rank having printed the ten steps a score needs."""
+    window = tmp_path / "tenth"
+    proc = start_dlaunch("run", "--ranks", "8", "--output-dir", tmp_path / "runs", "--straggler-report", "1",
+                         ROOT / "tests/programs/step_rank.py", "--", "--steps", "150", "--slow-rank", "5",
+                         "--window-file", window, cwd=tmp_path)
+    said = []
+    for line in proc.stderr:
+        said.append((time.time(), line))
+    assert proc.wait(timeout=60) == 0, "".join(line for _, line in said)
+    named = [(at, line) for at, line in said if "straggler:" in line]
+    assert named and "rank 5 takes" in named[0][1], "".join(line for _, line in said)
+    relative = float(named[0][1].split("relative ")[1].split(",")[0])
+    assert abs(relative - 1 / 1.4) < 0.08, named[0][1]
+    ready = max(float((tmp_path / f"tenth.{rank}").read_text()) for rank in range(8))
+    assert named[0][0] - ready <= 3 * 1.0, (named[0][0] - ready, named[0][1])
+    assert all("rank 5 takes" in line and line.count("takes") == 1 for _, line in named)   # no other rank named
+
+
+def test_200_steps_of_5_percent_jitter_flag_no_rank(tmp_path):
+    out = tmp_path / "runs"
+    result = run_dlaunch("run", "--ranks", "8", "--output-dir", out, "--straggler-report", "0.5",
+                         ROOT / "tests/programs/step_rank.py", "--", "--steps", "200", "--ms", "20", "--slow", "1",
+                         "--jitter", "0.05", cwd=tmp_path, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "straggler:" not in result.stderr
+    snap = json.loads(run_dlaunch("status", "--json", latest_run(out), cwd=tmp_path, timeout=30).stdout)
+    assert len(snap["steps"]["ranks"]) == 8 and not any(row["flagged"] for row in snap["steps"]["ranks"])
+
+
+def test_a_launchs_own_step_pattern_names_the_straggler_and_status_reads_it_from_the_plan(tmp_path):
+    out = tmp_path / "runs"
+    result = run_dlaunch("run", "--ranks", "3", "--output-dir", out, "--straggler-report", "0.5", "--step-pattern",
+                         r"took (?P<ms>[0-9.]+) ms", ROOT / "tests/programs/step_rank.py", "--", "--plain",
+                         "--steps", "60", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "straggler: rank 2 takes" in result.stderr, result.stderr
+    snap = json.loads(run_dlaunch("status", "--json", latest_run(out), cwd=tmp_path, timeout=30).stdout)
+    assert [row["rank"] for row in snap["steps"]["ranks"] if row["flagged"]] == [2]
+    bad = run_dlaunch("run", "--ranks", "1", "--step-pattern", "took ([0-9]+", ROOT / "tests/programs/step_rank.py",
+                      cwd=tmp_path)
+    assert bad.returncode == 2 and "--step-pattern" in bad.stderr and "Traceback" not in bad.stderr, bad.stderr

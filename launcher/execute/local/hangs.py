@@ -14,12 +14,15 @@ dead data loader) is on record.
 
 from __future__ import annotations
 
+import json
 import os
 import time
+from dataclasses import dataclass
 
 from launcher.base.lines import tail_lines
 from launcher.checkpoint import names as ckptnames
 from launcher.contract import HEARTBEAT_FILE
+from launcher.execute.local.hangclock import CHECK_SECONDS, CHECKPOINT, WARMUP_STEPS, HangClock
 from launcher.plan.make import RankSpec
 from launcher.rundir.paths import attempt_file
 
@@ -53,13 +56,56 @@ def last_sign_of_life(spec: RankSpec, started: float) -> float:
     return max(signs)
 
 
-class HangWatch:
-    """Which rank, if any, has been silent for longer than ``timeout`` seconds."""
+def read_heartbeat(path: str) -> tuple[int | None, str | None]:
+    """(step, phase) a rank's heartbeat says (``beat(step=N)``, ``heartbeat.phase(...)``); (None, None) for a
+    plain touch, or a file that is not (yet) what beat() writes."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.loads(fh.read(4096) or "null")
+    except (OSError, ValueError):
+        return None, None
+    if not isinstance(data, dict):
+        return None, None
+    step, phase = data.get("step"), data.get("phase")
+    return (step if isinstance(step, int) and not isinstance(step, bool) else None,
+            phase if isinstance(phase, str) and phase else None)
 
-    def __init__(self, timeout: float, started: float):
+
+@dataclass
+class Pulse:
+    """What the watch knows of one rank between looks."""
+
+    sign: float                       # its last sign of life seen
+    heartbeat: float = 0.0            # its heartbeat file's time when last read
+    step: int | None = None           # the newest step it reported (beat(step=N), a step line)
+    steps: int = 0                    # how many step reports were seen this attempt
+    beat_phase: str | None = None     # the phase its heartbeat names
+    phase: str | None = None          # the phase it is in (its heartbeat's, or a save being written), since when
+    phase_since: float = 0.0
+
+
+def _steps_between(before: int | None, now: int | None, reports: int) -> int:
+    """Steps a rank made between two reports (a heartbeat is written at most once a second, a log line may
+    cover several steps): the difference of their step numbers where both are known, else the reports."""
+    if before is not None and now is not None and now > before:
+        return now - before
+    return reports
+
+
+class HangWatch:
+    """Which rank, if any, has been silent for longer than its budget: ``timeout`` (``--hang-timeout``), or with
+    a ``clock`` (``--hang-learn``, ``hangclock``) the budget learned from the job's own silences."""
+
+    def __init__(self, timeout: float, started: float, clock: HangClock | None = None, multi_host: bool = False):
         self.timeout = timeout
+        self.multi_host = multi_host         # the rank the others wait for may be on another host
         self.started = started
-        self.interval = min(0.5, timeout / 4)
+        self.clock = clock
+        self.interval = CHECK_SECONDS if clock else min(0.5, timeout / 4)
+        self.pulses: dict[str, Pulse] = {}   # rank directory -> what was seen of it
+        self.steps = 0                       # the job's steps seen this attempt (the most any rank reported)
+        self.phase_seen = 0.0                # when a rank of this host was last seen in a phase
+        self.silent_for: dict[str, float] = {}   # rank directory -> its silence at the last look
         self._next_check = 0.0
         self._last_wake = 0.0
 
@@ -75,6 +121,8 @@ class HangWatch:
         self._last_wake = now
         if gap > self.interval + LAUNCHER_GAP_SECONDS:
             self.started = max(self.started, time.time())
+            for pulse in self.pulses.values():   # nor is it a silence to learn from
+                pulse.sign = max(pulse.sign, self.started)
             self._next_check = now + self.interval
             return False
         if now < self._next_check:
@@ -85,28 +133,93 @@ class HangWatch:
     def last_sign_of_life(self, spec: RankSpec) -> float:
         return last_sign_of_life(spec, self.started)
 
+    def budget(self) -> float:
+        """The silence this host's ranks are allowed now."""
+        if self.clock is None:
+            return self.timeout
+        phase = next((pulse.phase for pulse in self.pulses.values() if pulse.phase), None)
+        if phase is not None:
+            return self.clock.phase_budget(phase)
+        return self.clock.step_budget() if self.steps > 0 else self.clock.bound
+
+    def budget_name(self) -> str:
+        """How the budget in force came about, for the hang's message."""
+        if self.clock is None or self.budget() == self.clock.bound:
+            return "--hang-timeout"
+        phase = next((pulse.phase for pulse in self.pulses.values() if pulse.phase), None)
+        learned = f"learned {phase} budget" if phase else "learned hang timeout"
+        return f"{learned} {self.budget():.3g} s"
+
+    def stepped(self, spec: RankSpec, count: int, step: int | None = None) -> None:
+        """``count`` step lines of ``spec``'s were read (the launch's step reader): progress for the warm-up."""
+        pulse = self.pulses.get(spec.rank_dir)
+        if pulse is not None and count:
+            pulse.steps += _steps_between(pulse.step, step, count)
+            pulse.step = step if step is not None else pulse.step
+            self._count_steps()
+
     def find_hung(self, live: list[RankSpec], now: float | None = None) -> tuple[RankSpec, float] | None:
-        """The live rank silent the longest, if it has been silent past the timeout."""
+        """The live rank silent the longest, if it has been silent past the budget."""
         now = time.time() if now is None else now
-        silences = [(now - self.last_sign_of_life(spec), spec) for spec in live]
-        if not silences:
+        if not live:
             return None
+        silences = [(now - self._look(spec, now), spec) for spec in live]
+        self.silent_for = {spec.rank_dir: silence for silence, spec in silences}
+        self._count_steps()
         silent_for, spec = max(silences, key=lambda pair: pair[0])
-        return (spec, silent_for) if silent_for >= self.timeout else None
+        return (spec, silent_for) if silent_for >= self.budget() else None
+
+    def _look(self, spec: RankSpec, now: float) -> float:
+        """The rank's last sign of life; with a clock, what its heartbeat says and what its silence taught."""
+        sign = self.last_sign_of_life(spec)
+        pulse = self.pulses.setdefault(spec.rank_dir, Pulse(sign))
+        beat_path = os.path.join(spec.rank_dir, HEARTBEAT_FILE)
+        beat_time = _mtime(beat_path)
+        changed_at = now
+        if beat_time != pulse.heartbeat:
+            pulse.heartbeat = changed_at = beat_time   # a phase begins and ends when beat() wrote so
+            step, pulse.beat_phase = read_heartbeat(beat_path)
+            if step is not None and step != pulse.step:
+                pulse.steps += _steps_between(pulse.step, step, 1)
+                pulse.step = step
+        phase = pulse.beat_phase
+        if phase is None and spec.ckpt_dir is not None and _saves_in_progress(spec.ckpt_dir):
+            phase, changed_at = CHECKPOINT, now
+        if phase != pulse.phase:
+            if pulse.phase is not None and self.clock is not None:
+                self.clock.saw_phase(pulse.phase, max(0.0, changed_at - pulse.phase_since))
+            pulse.phase, pulse.phase_since = phase, changed_at
+        if pulse.phase is not None:
+            self.phase_seen = now
+        if sign > pulse.sign:
+            if self.clock is not None and self.steps >= WARMUP_STEPS and pulse.sign > self.phase_seen:
+                self.clock.saw_silence(sign - pulse.sign)   # a silence outside any phase, past the warm-up
+            pulse.sign = sign
+        return sign
+
+    def _count_steps(self) -> None:
+        steps = max((pulse.steps for pulse in self.pulses.values()), default=0)
+        if steps > self.steps:
+            if self.clock is not None:
+                self.clock.saw_steps(steps - max(self.steps, WARMUP_STEPS) if steps > WARMUP_STEPS else 0)
+            self.steps = steps
 
 
-def describe_hang(spec: RankSpec, silent_for: float) -> str:
+def describe_hang(spec: RankSpec, silent_for: float, budget: str = "--hang-timeout", why: str | None = None) -> str:
     last = tail_lines(spec.log_file, 1)
     said = f"its last line, {silent_for:.1f} s ago: {last[0]!r}" if last else "it printed nothing"
+    first = f"; it stopped first: {why}" if why else ""
     return (f"rank {spec.rank} hung: no output, heartbeat or checkpoint for {silent_for:.1f} s "
-            f"(--hang-timeout); {said}")
+            f"({budget}){first}; {said}")
 
 
-def dump_stacks(specs_and_pids: list[tuple[RankSpec, int]],
-                attempt: int) -> tuple[dict[int | None, str], str | None]:
-    """Write every rank's Python stack to ``rank_dir/stack.txt`` in parallel; (files by rank, None for MindSpore's
-    scheduler; why none) ."""
+def dump_stacks(specs_and_pids: list[tuple[RankSpec, int]], attempt: int,
+                headers: dict[str, str] | None = None) -> tuple[dict[int | None, str], str | None]:
+    """Write every rank's Python stack to ``rank_dir/stack.txt`` in parallel, after its ``headers`` line (by
+    rank directory: ``blame.header``); (files by rank, None for MindSpore's scheduler; why none) ."""
     import subprocess
+
+    headers = headers or {}
 
     py_spy = _find_py_spy()
     files: dict[int | None, str] = {}
@@ -115,13 +228,15 @@ def dump_stacks(specs_and_pids: list[tuple[RankSpec, int]],
         for spec, _ in specs_and_pids:
             path = attempt_file(spec.rank_dir, "stack", "txt", attempt)
             with open(path, "w", encoding="utf-8") as fh:
-                fh.write(why + "\n")
+                fh.write(headers.get(spec.rank_dir, "") + why + "\n")
             files[spec.rank] = path
         return files, why
     running = []
     for spec, pid in specs_and_pids:
         path = attempt_file(spec.rank_dir, "stack", "txt", attempt)
         out = open(path, "wb")
+        out.write(headers.get(spec.rank_dir, "").encode())
+        out.flush()
         running.append((spec, path, out, subprocess.Popen([py_spy, "dump", "--pid", str(pid)], stdout=out,
                                                           stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)))
     deadline = time.monotonic() + STACK_DUMP_SECONDS
@@ -153,25 +268,54 @@ def _beside_python(name: str) -> str | None:
 
 
 def check_hangs(hangs: HangWatch, live: list, attempt: int):
-    """If a rank (of ``live``, RankProcess objects) has hung: every live rank's stack recorded, and the hung
-    rank's result returned; else None."""
+    """If a rank (of ``live``, RankProcess objects) has hung: every live rank's stack recorded, and the result of
+    the rank that stopped first (``execute.blame``; else the one silent longest) returned; else None."""
+    from launcher.execute.blame import read_state, stopped_first
+
     found = hangs.find_hung([p.spec for p in live])
     if not found:
         return None
     spec, silent_for = found
+    dump_rank_stacks(live, attempt, hangs)
+    culprit = stopped_first([read_state(p.spec.rank, "", _read(p.result.stack_file)) for p in live])
+    why = None
+    if culprit is not None:
+        spec = next(p.spec for p in live if p.spec.rank == culprit[0].rank)
+        silent_for, why = hangs.silent_for.get(spec.rank_dir, silent_for), culprit[1]
     hung = next(p.result for p in live if p.spec is spec)
-    hung.hang = describe_hang(spec, silent_for)
-    dump_rank_stacks(live, attempt)
+    hung.hang = describe_hang(spec, silent_for, hangs.budget_name(), why)
+    hung.stopped_first = culprit is not None
+    if culprit is None and hangs.multi_host:
+        hung.hang += ("; no rank here stands out (the one the others wait for may be on another host: the "
+                      "master host reads every host's stacks)")
     return hung
 
 
-def dump_rank_stacks(live: list, attempt: int) -> None:
-    """Every live rank's stack into its rank directory (py-spy), recorded in its result."""
+def _read(path: str | None) -> str:
+    if not path:
+        return ""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return fh.read(1 << 20)
+    except OSError:
+        return ""
+
+
+def dump_rank_stacks(live: list, attempt: int, hangs: HangWatch | None = None) -> None:
+    """Every live rank's stack into its rank directory (py-spy), after a line with its last sign of life and
+    step (``blame.header``), recorded in its result."""
     from launcher.base.console import say
+    from launcher.execute.blame import header
     from launcher.rundir.create import describe_os_error
 
+    headers = {}
+    for p in live:
+        pulse = hangs.pulses.get(p.spec.rank_dir) if hangs is not None else None
+        sign = hangs.last_sign_of_life(p.spec) if hangs is not None else last_sign_of_life(p.spec, 0.0)
+        step = pulse.step if pulse is not None else read_heartbeat(os.path.join(p.spec.rank_dir, HEARTBEAT_FILE))[0]
+        headers[p.spec.rank_dir] = header(sign, step)
     try:
-        files, why = dump_stacks([(p.spec, p.popen.pid) for p in live], attempt)
+        files, why = dump_stacks([(p.spec, p.popen.pid) for p in live], attempt, headers)
     except OSError as exc:   # a full disk must not turn a hang into a traceback
         files, why = {}, f"no stack could be written: {describe_os_error(exc)}"
     for process in live:

@@ -15,8 +15,7 @@ import os
 import socket
 import time
 
-from launcher.base.console import say
-from launcher.execute.local.hangs import HangWatch, check_hangs, last_sign_of_life
+from launcher.execute.local.hangs import last_sign_of_life
 from launcher.plan.make import LaunchPlan
 
 REPEAT_SECONDS = 60.0
@@ -68,17 +67,3 @@ class PeerWait:
         stamp = time.strftime("%H:%M:%S", time.localtime(quiet_since))
         return (f"this host's ranks have been silent since {stamp} ({now - quiet_since:.0f} s), waiting for "
                 f"their peers: " + "; ".join(parts))
-
-
-def watch_due(ranks: list, hangs: HangWatch | None, peers: PeerWait | None, attempt: int):
-    """The periodic watches of an attempt's ranks, each when due (at most once an interval; the live ranks
-    are listed only then, not on every wake-up): missing peers said, a hung rank's result returned."""
-    peers_due, hangs_due = bool(peers and peers.due()), bool(hangs and hangs.due())
-    if not (peers_due or hangs_due):
-        return None
-    live = [p for p in ranks if p.alive]
-    if peers and peers_due:
-        waiting = peers.check([p.spec for p in live])
-        if waiting:
-            say(waiting)
-    return check_hangs(hangs, live, attempt) if hangs and hangs_due else None

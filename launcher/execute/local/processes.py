@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
     from launcher.execute.local.notice import SurvivorWindow
     from launcher.execute.local.tee import ConsoleTee
+    from launcher.execute.local.watches import Watches
     from launcher.host.mindcluster import ResetWatch
 
 
@@ -80,6 +81,7 @@ class AttemptProcesses:
         self.last: RankProcess | None = None   # global rank 0 after a window: signalled once the others ended
         self.killed = False
         self.reset: ResetWatch | None = None   # MindCluster's reset file, in an AscendJob pod
+        self.watches: Watches | None = None   # the periodic looks at the live ranks (hangs, peers, steps)
         self.selector: selectors.BaseSelector | None = None   # the attempt's selector and console tee (workers)
         self.tee: ConsoleTee | None = None
         self.unwatched: list[RankProcess] = []   # started, but no pidfd (an old kernel): _dispatch polls them

@@ -25,7 +25,7 @@ MAX_PENDING = 1 << 16  # a "line" longer than this (a progress bar without newli
 ERASE_LINE = b"\r\x1b[K"
 
 
-def _last_segment(line: bytes) -> bytes:
+def last_segment(line: bytes) -> bytes:
     """What a terminal shows of a line drawn with carriage returns: its last non-empty ``\r`` segment."""
     if b"\r" not in line:
         return line
@@ -110,7 +110,7 @@ class ConsoleTee:
             return b""
         key = candidates[-1]
         self._shown = key
-        return self._prefix[key] + _last_segment(self._buffers[key].pending)
+        return self._prefix[key] + last_segment(self._buffers[key].pending)
 
     def _show(self, key: int, lines: bytes) -> None:
         """Finished ``lines`` of ``key``, each prefixed, then (live) the newest unfinished line again."""
@@ -120,7 +120,7 @@ class ConsoleTee:
         if lines:
             prefix, tag = self._prefix[key], self._tag[key]
             for line in lines.removesuffix(b"\n").split(b"\n"):   # a line past MAX_PENDING comes unended
-                line = _last_segment(line)
+                line = last_segment(line)
                 out += with_prefix(line, prefix, tag) + b"\n"
         if out or pending:
             out += self.redraw(key if pending else previous)

@@ -23,14 +23,15 @@ import time
 from launcher.base.console import say
 from launcher.contract import LAUNCHER_ID_ENV, LAUNCHER_IDS_ENV, ExitCode, Role
 from launcher.execute.local import recovery
-from launcher.execute.local.hangs import HangWatch, dump_rank_stacks
+from launcher.execute.local.hangclock import HangClock, clock_path, load_clock
+from launcher.execute.local.hangs import dump_rank_stacks
 from launcher.execute.local.notice import SurvivorWindow, clear_notices, notice_cause
-from launcher.execute.local.peers import PeerWait, watch_due
 from launcher.execute.local.processes import AttemptProcesses, RankProcess, kill_groups, killpg_quietly, watch_exits
 from launcher.execute.local.reaper import Reaper, become_subreaper, marker_chain, sweep
 from launcher.execute.local.spawn import RankSpawner, open_rank_files
 from launcher.execute.local.tee import PREFIX_TEMPLATE_ENV, ConsoleTee, close_pipe, console_tag
 from launcher.execute.local.warm import Standbys
+from launcher.execute.local.watches import Watches
 from launcher.execute.results import AttemptResult, RankResult, how_it_ended
 from launcher.execute.signals import SignalWatch
 from launcher.host.mindcluster import ResetWatch
@@ -65,6 +66,7 @@ class LocalWorkers:
         self.reaper = Reaper(self.launcher_id)
         self.standbys: Standbys | None = None   # --warm-restarts: the next attempt's interpreters
         self.zombies: ZombieCollector | None = None   # the launch's collector of orphans: ticked by the event loop
+        self.hang_clock: HangClock | None = None   # --hang-learn: what the attempts taught, kept across them
         self.marker_chain = marker_chain(environ, self.launcher_id)
         # what every rank inherits, read (masked for env.log, encoded for the spawn) once, not once per rank
         self._environ = dict(environ)
@@ -149,8 +151,9 @@ class LocalWorkers:
         unbounded wait.
         """
         plan = attempt.plan
-        hangs = HangWatch(plan.policy.hang_timeout, time.time()) if plan.policy.hang_timeout else None
-        peers = PeerWait(plan, time.time()) if plan.peers and plan.policy.waiting_notice > 0 else None
+        if plan.policy.hang_learn and plan.policy.hang_timeout and self.hang_clock is None:
+            self.hang_clock = load_clock(clock_path(plan.run_dir, plan.host_files_suffix), plan.policy.hang_timeout)
+        watches = attempt.watches = Watches(plan, self.hang_clock)
         rest_until: float | None = None   # after the last rank: how long the scheduler and the pipes may take
         while True:
             if attempt.ranks_done():
@@ -176,8 +179,8 @@ class LocalWorkers:
                 timeout = attempt.window.wait()
             elif attempt.deadline is not None:
                 timeout = max(0.0, attempt.deadline - time.monotonic())
-            elif hangs or peers or attempt.reset:
-                timeout = min(watch.interval for watch in (hangs, peers, attempt.reset) if watch)
+            elif watches.interval or attempt.reset:
+                timeout = min(i for i in (watches.interval, attempt.reset and attempt.reset.interval) if i)
             else:
                 timeout = None
             if attempt.due:   # --restart-delay: the next rank due to start again
@@ -191,7 +194,7 @@ class LocalWorkers:
                 if process.waiting and not attempt.stopping:
                     self._respawn(attempt, process)
             if not attempt.stopping and not attempt.ranks_done():
-                hung = watch_due(attempt.ranks, hangs, peers, plan.attempt)
+                hung = watches.tick(attempt.ranks, plan.attempt)
                 if hung is not None:
                     self._begin_stop(attempt, root_cause=hung)
                 if attempt.reset is not None and not attempt.stopping:
@@ -250,7 +253,8 @@ class LocalWorkers:
         elif kind == "job_stop" and not attempt.stopping:
             say(f"stopping this host's {attempt.describe_alive()}: {value['why']}")
             if value["cause"].get("kind") == "hung":   # a hang elsewhere: where were this host's ranks?
-                dump_rank_stacks([p for p in attempt.ranks if p.alive], attempt.plan.attempt)
+                dump_rank_stacks([p for p in attempt.ranks if p.alive], attempt.plan.attempt,
+                                 attempt.watches.hangs if attempt.watches else None)
             self._begin_stop(attempt, stopped_by=value)
         elif kind == "signal" and value in self.signals.pass_through:
             self._pass_on(attempt, value)
@@ -382,6 +386,8 @@ class LocalWorkers:
             os.close(key.fd)
         tee.finish()
         selector.close()
+        if attempt.watches is not None:
+            attempt.watches.close()
         self.reaper.check()
         standbys = self.standbys.pids() if self.standbys is not None else set()   # the next attempt's: kept
         sweep(self.launcher_id, keep={self.reaper.pid, *standbys}, quiet_rounds=2,   # 2: a pid-hopping daemon

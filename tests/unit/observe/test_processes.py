@@ -56,8 +56,8 @@ def test_a_launcher_gone_without_a_summary_ends_the_run_without_one(in_tmp, monk
 
 
 def test_status_scores_the_ranks_step_lines_and_names_the_slowest(in_tmp, monkeypatch):
-    from launcher.observe.status import format_status
     from launcher.base.steps import UserPattern
+    from launcher.observe.status import format_status
 
     plan = a_run_that_started(in_tmp)
     for spec in plan.ranks:

@@ -1,0 +1,117 @@
+"""The ranks' step times while they train: read from their logs as they grow, and from ``beat(step=N)``.
+
+Most ranks write straight into their log file (``tee.py``: the launcher never touches those bytes), so the
+launcher reads what each log gained since its last look, every ``INTERVAL`` seconds, and keeps the lines
+``base.steps`` recognises (Megatron, MindFormers, MindSpore's TimeMonitor, ``--step-pattern``).  The cost is
+bounded whatever a rank prints: at most ``READ_LIMIT`` bytes of a log per look (a rank that printed more
+has its newest bytes read, the older skipped: step times are a sample, not a ledger).  A rank that calls
+``beat(step=N)`` gives exact step times: the time between two heartbeats over the steps between them.
+
+What is read feeds the straggler scores (``base.stragglers``: the console line, ``straggler.py``) and the
+hang watch's warm-up (``HangWatch.stepped``: a learned timeout waits for the job's first steps).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+from launcher.base.steps import UserPattern, step_line
+from launcher.base.stragglers import RankSteps
+from launcher.contract import HEARTBEAT_FILE
+from launcher.execute.local.hangs import read_heartbeat
+from launcher.execute.local.tee import last_segment
+
+INTERVAL = 0.5            # seconds between looks at the logs
+READ_LIMIT = 64 << 10     # bytes of one log read per look, at most
+PENDING_LIMIT = 64 << 10  # an unfinished line longer than this is dropped (a progress bar without newlines)
+
+
+@dataclass
+class _Log:
+    """Where the reader is in one rank's log, and its heartbeat's last step."""
+
+    offset: int = 0
+    pending: bytes = b""
+    beat_mtime: float = 0.0      # the heartbeat's time when last read
+    beat_time: float = 0.0       # when it first said beat_step
+    beat_step: int | None = None
+
+
+class StepReader:
+    """Step times of every rank of this host, as their logs grow."""
+
+    def __init__(self, user: UserPattern | None = None, host: str = ""):
+        self.user = user
+        self.host = host
+        self.steps: dict[int, RankSteps] = {}
+        self._logs: dict[str, _Log] = {}
+        self._next = 0.0
+
+    def due(self) -> bool:
+        now = time.monotonic()
+        if now < self._next:
+            return False
+        self._next = now + INTERVAL
+        return True
+
+    def read(self, spec) -> tuple[int, int | None]:
+        """(how many step lines, the newest step they name) of one rank (a ``RankSpec``) since the last look; a
+        heartbeat that moved on adds a step time too."""
+        steps = self.steps.setdefault(spec.rank, RankSteps(spec.rank, self.host))
+        log = self._logs.setdefault(spec.rank_dir, _Log())
+        count, newest = 0, None
+        for line in self._new_lines(spec.log_file, log):
+            found = step_line(line, self.user)
+            if found is not None:
+                steps.add(found.ms, found.step)
+                count, newest = count + 1, found.step if found.step is not None else newest
+        beat = self._beat(os.path.join(spec.rank_dir, HEARTBEAT_FILE), log)
+        if beat is not None:   # a step time only: the hang watch counts heartbeat steps itself
+            steps.add(*beat)
+        return count, newest
+
+    def _new_lines(self, path: str, log: _Log) -> list[str]:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            return []
+        try:
+            size = os.fstat(fd).st_size
+            if size < log.offset:   # truncated: read it again from its start
+                log.offset, log.pending = 0, b""
+            start = max(log.offset, size - READ_LIMIT)
+            if start > log.offset:  # too much to read: the newest bytes only, from a whole line
+                log.pending = b""
+            data = os.pread(fd, size - start, start) if size > start else b""
+        finally:
+            os.close(fd)
+        skip_partial = start > log.offset
+        log.offset = start + len(data)
+        data = log.pending + data
+        lines = data.split(b"\n")
+        log.pending = lines.pop()
+        if len(log.pending) > PENDING_LIMIT:
+            log.pending = b""
+        if skip_partial and lines:
+            lines.pop(0)
+        return [last_segment(line).decode("utf-8", "replace") for line in lines]   # a progress bar: as drawn
+
+    def _beat(self, path: str, log: _Log) -> tuple[float, int] | None:
+        """(ms per step, step) between this heartbeat and the one before, when ``beat(step=N)`` moved on."""
+        try:
+            beat_time = os.stat(path).st_mtime
+        except OSError:
+            return None
+        if beat_time == log.beat_mtime:
+            return None
+        log.beat_mtime = beat_time
+        step = read_heartbeat(path)[0]
+        if step is None or step == log.beat_step:
+            return None
+        before_time, before_step = log.beat_time, log.beat_step
+        log.beat_time, log.beat_step = beat_time, step   # when the rank was first seen at this step
+        if before_step is None or step < before_step:
+            return None
+        return (beat_time - before_time) * 1000.0 / (step - before_step), step

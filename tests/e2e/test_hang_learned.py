@@ -1,0 +1,102 @@
+"""Hang timeouts learned from the job, and the rank that stopped first named across hosts (issue 37's goal).
+
+Two real ``dlaunch cluster`` hosts on 127.0.0.2 and 127.0.0.3, 4 gloo ranks each (tests/programs/
+lockstep_rank.py): every rank all-reduces every 0.2 s and reports its step with ``beat(step=N)``; at step 30
+every rank spends 3 s in ``heartbeat.phase("checkpoint")``; rank 6 stops at step 50 outside any collective,
+the 7 others wait for it in all_reduce.  With ``--hang-learn`` (bound 60 s) the hang is called within
+5 x the silence the job showed + 1 s of rank 6 stopping, the 3 s save does not trip it, and the master host
+names rank 6 from every host's stacks.
+"""
+
+import json
+import threading
+import time
+
+from tests.launching import ROOT, free_port, kill_run, start_dlaunch, write_rank_table
+
+PROGRAM = str(ROOT / "tests" / "programs" / "lockstep_rank.py")
+HOSTS = ("127.0.0.2", "127.0.0.3")
+
+
+def timed_lines(proc, lines):
+    """Every stderr line of ``proc`` with the time it arrived."""
+    def read():
+        for line in proc.stderr:
+            lines.append((time.time(), line.rstrip("\n")))
+    thread = threading.Thread(target=read, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_learned_timeout_calls_the_hang_of_rank_6_quickly_and_the_master_names_it(tmp_path):
+    table = write_rank_table(tmp_path / "rt.json", HOSTS, devices_per_host=4)
+    run_id, port, stopped = "learned", free_port(HOSTS[0]), tmp_path / "stopped"
+    procs, lines, readers = [], [[], []], []
+    try:
+        for index in (0, 1):
+            cwd = tmp_path / f"host{index}"
+            cwd.mkdir()
+            procs.append(start_dlaunch(
+                "cluster", PROGRAM, "--rank-table", table, "--rank-start", index * 4, "--run-id", run_id,
+                "--profile", "structure", "--master-port", port, "--hang-learn", "--hang-timeout", "60",
+                "--grace-period", "2", "--host-timeout", "5", "--", "--save-at", "30", "--save-seconds", "3",
+                "--stop-rank", "6", "--stop-at", "50", "--stopped-file", stopped, cwd=cwd))
+            readers.append(timed_lines(procs[-1], lines[index]))
+        codes = [proc.wait(timeout=150) for proc in procs]
+        for reader in readers:
+            reader.join(timeout=10)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+        kill_run(run_id)
+    said = ["\n".join(line for _, line in host) for host in lines]
+    t0 = lines[0][0][0]
+    print("\n".join(f"{at - t0:6.2f} {line}" for host in lines for at, line in host))
+    assert codes[1] == 124 or codes[0] == 124, said
+    called = min(at for host in lines for at, line in host if " hung: " in line)
+    run_dirs = [tmp_path / f"host{index}" / "dlaunch_runs" / run_id for index in (0, 1)]
+    learned = [json.loads((run_dir / f"hang_timeouts.{host}.json").read_text())
+               for run_dir, host in zip(run_dirs, HOSTS)]
+    silence = max(clock["silence_s"] for clock in learned)
+    took = called - float(stopped.read_text())
+    print(f"learned silence {silence:.3f} s, budget {max(c['step_budget_s'] for c in learned):.2f} s; "
+          f"hang called {took:.2f} s after rank 6 stopped")
+    assert took <= 5 * silence + 1.0, said
+    assert all(clock["phases_s"].get("checkpoint", 0) >= 2.5 for clock in learned), learned   # the save: seen
+    assert "rank 6 on host 127.0.0.3 stopped first: its stack is in no collective while the 7 others wait in " \
+           "one" in said[0], said[0]
+    summary = (run_dirs[0] / "job_stacks" / "stopped_first.txt").read_text().splitlines()
+    assert summary[0].startswith("rank 6 on host 127.0.0.3 stopped first")
+    rows = {int(line.split()[1]): line for line in summary[1:]}
+    assert sorted(rows) == list(range(8)) and "in no collective" in rows[6]
+    assert all("in a collective" in rows[rank] for rank in rows if rank != 6)
+    assert all(int(rows[rank].split("last step ")[1].split(",")[0]) >= 45 for rank in rows), summary
+    for run_dir, host in zip(run_dirs, HOSTS):   # the job's verdict, on every host, names rank 6
+        cause = json.loads((run_dir / f"summary.{host}.json").read_text())["job"]["root_cause"]
+        assert (cause["rank"], cause["host"], cause["stopped_first"]) == (6, "127.0.0.3", True), cause
+
+
+def test_a_restart_applies_what_the_first_attempt_learned_from_its_first_step(tmp_path):
+    """Attempt 0 learns the budget (steps every 0.2 s) and fails at step 25; attempt 1 has it from its first
+    step: rank 1 stopping at step 3 is called in about a second, not after the bound's 60 s, and no warm-up."""
+    stopped = tmp_path / "stopped"
+    proc = start_dlaunch("run", ROOT / "tests/programs/paced_steps.py", "--ranks", "2", "--output-dir",
+                         tmp_path / "runs", "--run-id", "carried", "--hang-learn", "--hang-timeout", "60",
+                         "--max-restarts", "1", "--", "--fail-at", "25", "--stop-at", "3", "--stopped-file", stopped,
+                         cwd=tmp_path)
+    lines = []
+    reader = timed_lines(proc, lines)
+    try:
+        code = proc.wait(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        kill_run("carried")
+    reader.join(timeout=10)
+    said = "\n".join(line for _, line in lines)
+    assert code == 124, said
+    called = min(at for at, line in lines if " hung: " in line)
+    learned = json.loads((tmp_path / "runs" / "carried" / "hang_timeouts.json").read_text())
+    assert learned["counted_steps"] >= 10 and learned["step_budget_s"] < 3, learned
+    assert "learned hang timeout" in said and called - float(stopped.read_text()) < learned["step_budget_s"] + 1.5
