@@ -47,7 +47,7 @@ class StepReader:
         self.host = host
         self.steps: dict[int, RankSteps] = {}
         self._logs: dict[str, _Log] = {}
-        self._next = 0.0
+        self._next = time.monotonic() + INTERVAL   # nothing to read in a launch's first half second
 
     def due(self) -> bool:
         now = time.monotonic()
