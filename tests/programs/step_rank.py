@@ -1,7 +1,8 @@
 """A rank printing Megatron-style step lines; by default rank 2 takes 40% longer per step.
 
 ``--slow-rank R --slow F`` makes rank R take F times as long; ``--jitter J`` varies every step by up to +-J
-(a fraction); ``--plain`` prints a line of its own instead of Megatron's; ``--window-file F`` gets the time this rank printed its tenth step (straggler scores need ten).
+(a fraction); ``--plain`` prints a line of its own instead of Megatron's; ``--window-file F`` gets the time
+this rank printed its tenth step (straggler scores need ten).
 """
 import argparse
 import os
