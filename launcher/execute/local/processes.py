@@ -121,8 +121,8 @@ class AttemptProcesses:
         """``3 rank(s)``, or ``3 rank(s) and the scheduler``: what is still running, as messages name it."""
         ranks = sum(1 for p in self.ranks if p.alive)
         scheduler = self.scheduler is not None and self.scheduler.alive
-        if not self.plan.ranks:   # an operator's scheduler pod: the scheduler alone
-            return "the MindSpore scheduler" if scheduler else "0 processes"
+        if not self.plan.ranks and self.plan.scheduler is not None:   # an operator's scheduler pod: it alone
+            return "the MindSpore scheduler" if scheduler else "no process"
         return f"{ranks} rank(s)" + (" and the scheduler" if scheduler else "")
 
 
