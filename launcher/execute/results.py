@@ -239,7 +239,6 @@ def closing_lines(summary: dict, summary_path: str) -> list[str]:
         return [f"the job succeeded{restarted} in {took:.1f} s with this host standing by as a spare; run "
                 f"directory {summary['run_dir']}"]
     alone = not summary["ranks"] and bool(summary.get("scheduler"))   # an operator's scheduler pod: no rank
-    stopped_here = "the MindSpore scheduler" if alone else f"{count} rank(s)"
     if summary["status"] == "succeeded":
         return [("the MindSpore scheduler exited 0" if alone else f"all {count} rank(s) exited 0")
                 + f"{restarted} in {took:.1f} s; run directory {summary['run_dir']}"]
@@ -266,10 +265,12 @@ def closing_lines(summary: dict, summary_path: str) -> list[str]:
                      + ("the MindSpore scheduler" if alone else f"this host's {count} rank(s)")
                      + f"; exit code {summary['exit_code']}{restarted}; summary {summary_path}")
     elif summary.get("launcher_error"):
-        lines.append(f"{summary['launcher_error']}: stopped " + (stopped_here if alone else f"all {count} rank(s)")
+        lines.append(f"{summary['launcher_error']}: stopped "
+                     + ("the MindSpore scheduler" if alone else f"all {count} rank(s)")
                      + f"; exit code {summary['exit_code']}; summary {summary_path}")
     else:
-        lines.append(f"interrupted by {summary['interrupted_by']}; stopped {stopped_here}; summary {summary_path}")
+        lines.append(f"interrupted by {summary['interrupted_by']}; stopped "
+                     + ("the MindSpore scheduler" if alone else f"{count} rank(s)") + f"; summary {summary_path}")
     if summary.get("no_restart"):
         lines.insert(-1, f"restarts stopped: {summary['no_restart']}; exit code {summary['exit_code']}: do not "
                          f"requeue")
