@@ -240,8 +240,10 @@ def closing_lines(summary: dict, summary_path: str) -> list[str]:
     if summary["status"] == "succeeded" and summary.get("standby"):
         return [f"the job succeeded{restarted} in {took:.1f} s with this host standing by as a spare; run "
                 f"directory {summary['run_dir']}"]
+    alone = not summary["ranks"] and bool(summary.get("scheduler"))   # an operator's scheduler pod: no rank
     if summary["status"] == "succeeded":
-        return [f"all {count} rank(s) exited 0{restarted} in {took:.1f} s; run directory {summary['run_dir']}"]
+        return [("the MindSpore scheduler exited 0" if alone else f"all {count} rank(s) exited 0")
+                + f"{restarted} in {took:.1f} s; run directory {summary['run_dir']}"]
     lines = []
     if cause and cause.get("hung"):
         lines.append(cause["reason"])
@@ -255,19 +257,22 @@ def closing_lines(summary: dict, summary_path: str) -> list[str]:
             lines.append("last lines of its log:")
             lines += [f"    | {printable(line)}" for line in cause["log_tail"]]
         if cause.get("role") == Role.SCHEDULER:
-            stopped = f"stopped all {count} rank(s); "
+            stopped = f"stopped all {count} rank(s); " if count else ""
         else:
             others = sum(1 for r in summary["ranks"] if r["rank"] != cause.get("rank"))
             stopped = f"stopped the other {others} rank(s); " if others else ""
         lines.append(f"{stopped}exit code {summary['exit_code']}{restarted}; summary {summary_path}")
     elif summary.get("stopped_by"):
-        lines.append(f"stopped: {summary['stopped_by']['why']}; stopped this host's {count} rank(s); exit code "
-                     f"{summary['exit_code']}{restarted}; summary {summary_path}")
+        lines.append(f"stopped: {summary['stopped_by']['why']}; stopped "
+                     + ("the MindSpore scheduler" if alone else f"this host's {count} rank(s)")
+                     + f"; exit code {summary['exit_code']}{restarted}; summary {summary_path}")
     elif summary.get("launcher_error"):
-        lines.append(f"{summary['launcher_error']}: stopped all {count} rank(s); exit code {summary['exit_code']}; "
-                     f"summary {summary_path}")
+        lines.append(f"{summary['launcher_error']}: stopped "
+                     + ("the MindSpore scheduler" if alone else f"all {count} rank(s)")
+                     + f"; exit code {summary['exit_code']}; summary {summary_path}")
     else:
-        lines.append(f"interrupted by {summary['interrupted_by']}; stopped {count} rank(s); summary {summary_path}")
+        lines.append(f"interrupted by {summary['interrupted_by']}; stopped "
+                     + ("the MindSpore scheduler" if alone else f"{count} rank(s)") + f"; summary {summary_path}")
     if summary.get("no_restart"):
         lines.insert(-1, f"restarts stopped: {summary['no_restart']}; exit code {summary['exit_code']}: do not "
                          f"requeue")

@@ -52,6 +52,8 @@ def headline(snap: dict) -> list[str]:
     if missing:
         total = count + sum(h["count"] for h in missing)
         line += f"; {count} of {total} rank(s) on {hosts} of {hosts + len(missing)} host(s)"
+    elif not count and any(row.get("role") == Role.SCHEDULER for row in snap["ranks"]):
+        line += "; the MindSpore scheduler only (an operator's scheduler pod: the job's ranks run in other pods)"
     else:
         line += f"; {count} rank(s) on {hosts} host(s)"
     lines = [line]

@@ -21,8 +21,11 @@ def describe(plan: LaunchPlan, port_chosen_at_start: bool = False) -> str:
     import shlex
 
     port = "a free port, chosen at start" if port_chosen_at_start else str(plan.master_port)
+    alone = not plan.ranks and plan.scheduler is not None   # an operator's scheduler pod (plan/make.py)
     head = (f"run {plan.run_id}: server {plan.server_id} stands by as a spare (--spares): no rank until it takes "
             f"the place of a host the job loses or finds unfit" if plan.standby else
+            f"run {plan.run_id}: MindSpore's scheduler alone (the job's scheduler pod; its {plan.world_size} rank(s) "
+            f"run in the worker pods)" if alone else
             f"run {plan.run_id}: {len(plan.ranks)} rank(s) on server {plan.server_id} "
             f"(server {plan.server_index + 1} of {plan.server_count}), world size {plan.world_size}")
     lines = [head,
@@ -50,7 +53,8 @@ def describe(plan: LaunchPlan, port_chosen_at_start: bool = False) -> str:
     base_env = shown_env(base) if base is not None else {}
     for spec in plan.processes():
         if spec.role == Role.SCHEDULER:
-            lines.append("MindSpore scheduler (not a rank; started first, stopped with the ranks)")
+            lines.append("MindSpore scheduler (not a rank; " + ("the worker pods' ranks register with it)" if alone
+                                                                else "started first, stopped with the ranks)"))
         elif spec.role == Role.STORE:
             lines.append(f"store of TorchFT replica group {spec.replica_group} (started first, again with its group)")
         elif spec.role == Role.LIGHTHOUSE:

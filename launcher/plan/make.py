@@ -249,11 +249,12 @@ def make_plan(table: RankTable, server_index: int, opts: Options, rank_table_fil
     ``DLAUNCH_RESUME_STEP`` ("EPOCH_STEP").
     """
     server = table.servers[server_index]
-    world_size = table.device_count
     inherited = {**inherited, **opts.extra_env}   # what a rank inherits, as the defaults below must see it
+    world_size = _operator_world_size(inherited) if opts.ms_scheduler_pod else table.device_count
     run_dir = os.path.join(opts.output_dir, opts.run_id)
     shown = console_ranks(opts.console, world_size)
-    devices = server.placed()   # in rank order, ranks and device ids as numbers (the table was validated)
+    # in rank order, ranks and device ids as numbers (the table was validated); none in the scheduler's pod
+    devices = [] if opts.ms_scheduler_pod else server.placed()
     local_devices = [dev.device for dev in devices]
     argv = opts.command.argv(opts.python)
     specs = []
@@ -277,9 +278,6 @@ def make_plan(table: RankTable, server_index: int, opts: Options, rank_table_fil
             master_port=opts.master_port, run_id=opts.run_id, run_dir=run_dir, rank_dir=rank_dir,
             ckpt_dir=ckpt_dir, error_file=error_file, restart_count=attempt, max_restarts=opts.policy.max_restarts,
             inherited=inherited, job_name=opts.job_name)
-        if opts.ms_scheduler_pod:
-            env.pop("RANK_TABLE_FILE")   # the operator's MS_ROLE=MS_SCHED and MS_* make it the scheduler
-            env.pop("DEVICE_ID")
         if opts.ms_scheduler or opts.ms_scheduler_elsewhere:
             env.pop("RANK_TABLE_FILE")   # with it, MindSpore's init() takes the rank-table path, not the scheduler
             env.update(mindspore_worker_environment(rank=rank, world_size=world_size, master_addr=opts.master_addr,
@@ -304,7 +302,7 @@ def make_plan(table: RankTable, server_index: int, opts: Options, rank_table_fil
             replica_group=opts.replicas.group_of(rank) if opts.replicas is not None else None))
     is_master = any(d.rank == 0 for d in server.devices)
     scheduler = None
-    if opts.ms_scheduler and not opts.ms_scheduler_elsewhere and is_master:
+    if (opts.ms_scheduler and not opts.ms_scheduler_elsewhere and is_master) or opts.ms_scheduler_pod:
         sched_dir = os.path.join(run_dir, SCHEDULER_DIR)
         env = mindspore_scheduler_environment(world_size=world_size, master_addr=opts.master_addr,
                                               master_port=opts.master_port, topo_timeout=opts.ms_topo_timeout,
@@ -316,7 +314,8 @@ def make_plan(table: RankTable, server_index: int, opts: Options, rank_table_fil
             rank=None, local_rank=None, device_id=None, server_id=str(server.server_id), argv=argv,
             cwd=sched_dir if opts.policy.cwd_mode == CWD_RANK else opts.launch_dir, env={**opts.extra_env, **env},
             rank_dir=sched_dir, log_file=attempt_file(sched_dir, "output", "log", attempt),
-            env_log=attempt_file(sched_dir, "env", "log", attempt), ckpt_dir=None, error_file=None, console=False,
+            env_log=attempt_file(sched_dir, "env", "log", attempt), ckpt_dir=None, error_file=None,
+            console=opts.ms_scheduler_pod and 0 in shown,   # the pod's log is its output, as rank 0's elsewhere
             role=Role.SCHEDULER)
     return LaunchPlan(
         run_id=opts.run_id, run_dir=run_dir, output_dir=opts.output_dir, server_id=str(server.server_id),
@@ -329,6 +328,16 @@ def make_plan(table: RankTable, server_index: int, opts: Options, rank_table_fil
                for index, other in enumerate(table.servers) if index != server_index],
         is_master=is_master, scheduler=scheduler,
         services=_services(opts, run_dir, str(server.server_id), {spec.replica_group for spec in specs}, attempt))
+
+
+def _operator_world_size(inherited: dict) -> int:
+    """The job's size in the operator's scheduler pod, which has no rank table: its ``MS_WORKER_NUM`` (checked
+    by ``host/pods.py``, which made this a scheduler pod), the number the worker pods' ranks register as."""
+    text = inherited.get("MS_WORKER_NUM", "").strip()
+    if not text.isdigit() or int(text) < 1:
+        raise UsageError(f"MS_WORKER_NUM={text[:40]!r}: MindSpore's scheduler pod needs the job's number of "
+                         f"ranks (a whole number of at least 1)")
+    return int(text)
 
 
 def _services(opts: Options, run_dir: str, server_id: str, groups: set, attempt: int) -> list[RankSpec]:

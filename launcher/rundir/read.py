@@ -285,6 +285,9 @@ def select_ranks(run: Run, wanted: list[str] | None) -> list[RankRef]:
         raise UsageError(f"run {run.run_id} has no MindSpore scheduler (it ran without --ms-scheduler)")
     known = {ref.rank for ref in run.ranks if ref.role == Role.RANK}
     unknown = sorted(chosen - known - {SCHEDULER_RANK})
+    if unknown and not known and any(ref.role == Role.SCHEDULER for ref in run.ranks):
+        raise UsageError(f"run {run.run_id} has no rank {unknown[0]}: it ran MindSpore's scheduler alone (an "
+                         f"operator's scheduler pod): --rank scheduler")
     if unknown:
         raise UsageError(f"run {run.run_id} has no rank {unknown[0]} (its ranks: "
                          f"{numlists.format_ranges(sorted(known)) or 'none yet'})")

@@ -1,8 +1,9 @@
 """Real MindSpore 2.10 (CPU) under --ms-scheduler and dlaunch msrun: the cluster forms, and dlaunch's guarantees hold.
 
 MindSpore takes seconds to import and its cluster seconds to form, so launches are few: one 4-rank msrun line
-(init, AllReduce, a DATA_PARALLEL step), then four 2-rank launches side by side: three failures (a rank exits
-3 after init; Ctrl-C; the scheduler SIGKILLed) and an msrun line over two nodes of one rank each.  Skipped
+(init, AllReduce, a DATA_PARALLEL step), then 2-rank launches side by side: three failures (a rank exits
+3 after init; Ctrl-C; the scheduler SIGKILLed), an msrun line over two nodes of one rank each, MindSpore's
+recovery, and an AscendJob's scheduler pod beside its worker pod.  Skipped
 without MindSpore, unless CI or DLAUNCH_REQUIRE_MINDSPORE=1 (scripts/test.sh) says it must be there: then its
 absence fails.
 """
@@ -170,12 +171,36 @@ def _msrun_two_nodes(tmp_path: Path) -> dict:
     return {"results": results, "run_dir": run_dir, "left": left}
 
 
+def _operator_pods(tmp_path: Path) -> dict:
+    """An AscendJob's MindSpore pods as ascend-operator starts them (tests/e2e/test_pods.py): a scheduler pod
+    (MS_ROLE=MS_SCHED) and one worker pod of two ranks, each a dlaunch cluster with no flag, on its own address."""
+    from tests.e2e.test_pods import clean_env, pod_env
+
+    root = tmp_path / "operator"
+    table = root / "hccl.json"
+    root.mkdir()
+    table.write_text(json.dumps({"status": "completed", "version": "1.0", "server_count": "1", "server_list": [
+        {"server_id": "127.0.0.9", "host_ip": "127.0.0.9", "container_ip": "127.0.0.3", "device": [
+            {"device_id": str(d), "device_ip": f"192.0.2.{10 + d}", "rank_id": str(d)} for d in range(2)]}]}))
+    port = free_port("127.0.0.2")
+
+    def pod(role: str):
+        cwd = root / role
+        cwd.mkdir()
+        env = clean_env({**pod_env("ascendjob_mindspore", 0, master="127.0.0.2", port=str(port), nproc="2",
+                                   world="2", ms_role=role), **QUIET, "POD_IP": "127.0.0.3",
+                         "DLAUNCH_ASCEND_RANK_TABLE_DEFAULT": str(table)})
+        return run_dlaunch("cluster", MS_RANK, "--", "--allreduce", cwd=cwd, timeout=FORMING, env=env), cwd
+
+    return side_by_side(pod, "MS_SCHED", "MS_WORKER")
+
+
 @pytest.fixture(scope="module")
 def side_launches(tmp_path_factory):
     """Four 2-rank launches at once (three failures, two msrun nodes): one wait for MindSpore, not four."""
     tmp = tmp_path_factory.mktemp("ms-side")
     return side_by_side(lambda run: run(tmp), _rank_fails_after_init, _ctrl_c, _scheduler_killed, _msrun_two_nodes,
-                        _recovered)
+                        _recovered, _operator_pods)
 
 
 def _nothing_left(outcome: dict) -> None:
@@ -217,6 +242,21 @@ def test_the_scheduler_killed_mid_run_fails_the_job_naming_it(side_launches):
     page = outcome["run_dir"].parent / "report.html"
     assert run_dlaunch("report", outcome["run_dir"], "-o", page, cwd=outcome["run_dir"].parent).returncode == 0
     assert "the MindSpore scheduler</strong>" in page.read_text() and "None" not in page.read_text()
+
+
+def test_the_operators_scheduler_pod_serves_the_worker_pods_ranks_as_mindspores_scheduler(side_launches):
+    """Issue 38, item 10: the scheduler pod ran its scheduler as "rank 0"; as MindSpore's scheduler (no rank, in
+    scheduler/) it still forms the cluster of the worker pod's ranks, and ends with them."""
+    pods = side_launches[_operator_pods]
+    (sched, sched_dir), (worker, worker_dir) = pods["MS_SCHED"], pods["MS_WORKER"]
+    assert worker.returncode == 0, worker.stderr[-3000:]
+    assert sched.returncode == 0 and "the MindSpore scheduler exited 0 in " in sched.stderr, sched.stderr[-3000:]
+    [run] = (sched_dir / "dlaunch_runs").glob("ascendjob-*")
+    assert not list(run.glob("rank_[0-9]*")) and summary(run, "summary.scheduler.json")["scheduler"]["exit_code"] == 0
+    [worker_run] = (worker_dir / "dlaunch_runs").glob("ascendjob-*")
+    for rank in range(2):
+        seen = ms_records(worker_run / f"rank_{rank:03d}")
+        assert seen["init"]["ms_rank"] == rank and seen["init"]["ms_size"] == 2 and seen["allreduce"]["sum"] == 3
 
 
 def test_msrun_over_two_nodes_runs_each_share_and_the_scheduler_with_node_0(side_launches):

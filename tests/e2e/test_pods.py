@@ -189,20 +189,56 @@ def test_ascendjob_pods_wait_for_the_table_and_find_their_server_by_pod_ip(tmp_p
         assert json.loads(Path(env["RANK_TABLE_FILE"]).read_text())["status"] == "completed"
 
 
-def test_mindspores_scheduler_pod_runs_the_script_once_as_the_scheduler(tmp_path):
+SCHEDULER = """
+import json, os, sys
+with open("env_scheduler.json", "w") as fh:
+    json.dump(dict(os.environ), fh)
+print("scheduler serving the cluster")
+sys.exit(int(sys.argv[1]))
+"""
+
+
+def test_mindspores_scheduler_pod_runs_the_script_once_as_the_scheduler_not_as_rank_0(tmp_path):
     """AscendJob (MindSpore) gives its scheduler a pod of its own (MS_ROLE=MS_SCHED, no devices): dlaunch cluster
-    runs the script there once, with the operator's MS_* and neither a rank table nor a device of its own."""
+    runs the script there once as MindSpore's scheduler, as ``--ms-scheduler``'s, with the operator's MS_*: no
+    rank, no device, no rank table, its files in ``scheduler/`` (no ``rank_000``), "the MindSpore scheduler exited
+    0" and a ``sched`` row in ``status``; its exit code is the pod's."""
+    script = tmp_path / "sched.py"
+    script.write_text(SCHEDULER)
     env = clean_env(pod_env("ascendjob_mindspore", 0, master="127.0.0.2", port="8118", nproc="8", world="16",
                             ms_role="MS_SCHED"))
-    done = subprocess.run(dlaunch_argv("cluster", DUMP), cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=60)
+    outcomes = {}
+    for code in (0, 3):
+        cwd = tmp_path / f"exit{code}"
+        cwd.mkdir()
+        outcomes[code] = subprocess.run(dlaunch_argv("cluster", script, "--", code), cwd=cwd, env=env,
+                                        capture_output=True, text=True, timeout=60)
+    done = outcomes[0]
     assert done.returncode == 0, done.stderr
-    assert "MindSpore scheduler" in done.stderr and "Traceback" not in done.stderr
-    dumped = json.loads((tmp_path / "env_0.json").read_text())
-    assert (dumped["MS_ROLE"], dumped["MS_SCHED_HOST"], dumped["MS_SCHED_PORT"], dumped["MS_WORKER_NUM"]) == (
-        "MS_SCHED", "127.0.0.2", "8118", "16")
-    assert "RANK_TABLE_FILE" not in dumped and "DEVICE_ID" not in dumped
-    assert list(tmp_path.glob("dlaunch_runs/*/summary*.json"))   # a run directory like any other
+    assert "this pod is the job's MindSpore scheduler" in done.stderr and "Traceback" not in done.stderr
+    assert "dlaunch: the MindSpore scheduler exited 0 in " in done.stderr and "rank(s)" not in done.stderr
+    assert "[scheduler]: scheduler serving the cluster" in done.stdout + done.stderr   # the pod's log shows it
+    run = next((tmp_path / "exit0" / "dlaunch_runs").glob("ascendjob-*"))
+    assert not list(run.glob("rank_[0-9]*")) and (run / "scheduler" / "output.log").is_file()
+    dumped = json.loads((tmp_path / "exit0" / "env_scheduler.json").read_text())
+    assert (dumped["MS_ROLE"], dumped["MS_SCHED_HOST"], dumped["MS_SCHED_PORT"], dumped["MS_WORKER_NUM"],
+            dumped["DLAUNCH_RANK_DIR"]) == ("MS_SCHED", "127.0.0.2", "8118", "16", str(run / "scheduler"))
+    assert not {"RANK", "DEVICE_ID", "RANK_TABLE_FILE", "LOCAL_RANK"} & set(dumped)
+    summary = json.loads(next(run.glob("summary*.json")).read_text())
+    assert summary["ranks"] == [] and summary["scheduler"]["exit_code"] == 0
+    status = subprocess.run(dlaunch_argv("status", run), cwd=tmp_path, env=env, capture_output=True, text=True,
+                            timeout=60)
+    assert status.returncode == 0, status.stderr
+    rows = status.stdout.splitlines()
+    assert "succeeded, exit code 0; the MindSpore scheduler only" in rows[0], status.stdout
+    assert [row.split()[:3] for row in rows[2:]] == [["sched", "scheduler", "-"]], status.stdout
+    snap = json.loads(subprocess.run(dlaunch_argv("status", run, "--json"), cwd=tmp_path, env=env,
+                                     capture_output=True, text=True, timeout=60).stdout)
+    assert [(row["role"], row["state"]) for row in snap["ranks"]] == [("scheduler", "exited 0")]   # no rank row
+    failed = outcomes[3]
+    assert failed.returncode == 3, failed.stderr
+    assert "the MindSpore scheduler (host scheduler) exited with code 3" in failed.stderr, failed.stderr
+    assert "rank(s)" not in failed.stderr and "Traceback" not in failed.stderr
 
 
 def test_dlaunch_torchrun_in_a_volcano_pod_takes_the_job_from_the_pod(tmp_path):

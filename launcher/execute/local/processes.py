@@ -105,7 +105,11 @@ class AttemptProcesses:
 
     def ranks_done(self) -> bool:
         """Every rank has ended.  Asked on every wake-up of the loop (each chunk of console output): the ranks
-        known to have ended are not looked at again, so 1,024 ranks cost O(1) per wake-up, not a scan."""
+        known to have ended are not looked at again, so 1,024 ranks cost O(1) per wake-up, not a scan.
+        In an operator's scheduler pod, whose plan is MindSpore's scheduler alone, the scheduler is what ends
+        the attempt (it serves the job's ranks in the other pods until they are done)."""
+        if not self.plan.ranks and self.plan.scheduler is not None:
+            return self.scheduler is None or not self.scheduler.running
         ranks, first = self.ranks, self._first_live
         while first < len(ranks) and not ranks[first].running:
             first += 1
@@ -119,6 +123,8 @@ class AttemptProcesses:
         """``3 rank(s)``, or ``3 rank(s) and the scheduler``: what is still running, as messages name it."""
         ranks = sum(1 for p in self.ranks if p.alive)
         scheduler = self.scheduler is not None and self.scheduler.alive
+        if not self.plan.ranks and self.plan.scheduler is not None:   # an operator's scheduler pod: it alone
+            return "the MindSpore scheduler" if scheduler else "no process"
         return f"{ranks} rank(s)" + (" and the scheduler" if scheduler else "")
 
 

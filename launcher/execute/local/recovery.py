@@ -40,7 +40,8 @@ def restart_reason(attempt: AttemptProcesses, process: RankProcess) -> str | Non
     policy = attempt.plan.policy
     if process.restart_why:
         return process.restart_why
-    if process.spec.role == Role.SCHEDULER and policy.ms_recovery and not attempt.ranks_done():   # (not stopped last)
+    # (not the scheduler stopped once the ranks ended; one alone in its pod ended by itself)
+    if process.spec.role == Role.SCHEDULER and policy.ms_recovery and (not attempt.ranks or not attempt.ranks_done()):
         return _within(len(process.result.restarts), policy.max_restarts,
                        "MindSpore's recovery (MS_ENABLE_RECOVERY=1): ")
     if process.spec.role != Role.RANK:

@@ -38,10 +38,21 @@ def last_segment(line: bytes) -> bytes:
 PREFIX_TEMPLATE_ENV = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"   # torchrun's (torch/distributed/run.py)
 
 
-def console_tag(rank: int, local_rank: int | None, template: str | None) -> str:
+SCHEDULER_KEY = -1   # the tee's key for MindSpore's scheduler, which has no rank (on the console in its own pod)
+
+
+def console_key(rank: int | None) -> int:
+    """Whose console pipe a key names: the rank's number, or SCHEDULER_KEY for the scheduler (rank None)."""
+    return SCHEDULER_KEY if rank is None else rank
+
+
+def console_tag(rank: int | None, local_rank: int | None, template: str | None) -> str:
     """The prefix of a rank's console lines: ``[rankN]: `` (torch's own tag), or torchrun's template (the rank's
     ``TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE``) with ``${role_name}``, ``${rank}`` and ``${local_rank}`` filled
-    in as torchrun's agent fills them (``local_elastic_agent.py``: role "default", the global rank)."""
+    in as torchrun's agent fills them (``local_elastic_agent.py``: role "default", the global rank).
+    MindSpore's scheduler (rank None), shown in the scheduler pod of an operator's job, is ``[scheduler]: ``."""
+    if rank is None:
+        return "[scheduler]: "
     if not template:
         return f"[rank{rank}]: "
     from string import Template

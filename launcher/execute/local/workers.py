@@ -29,7 +29,7 @@ from launcher.execute.local.notice import SurvivorWindow, clear_notices, notice_
 from launcher.execute.local.processes import AttemptProcesses, RankProcess, kill_groups, killpg_quietly, watch_exits
 from launcher.execute.local.reaper import Reaper, become_subreaper, marker_chain, sweep
 from launcher.execute.local.spawn import RankSpawner, open_rank_files
-from launcher.execute.local.tee import PREFIX_TEMPLATE_ENV, ConsoleTee, close_pipe, console_tag
+from launcher.execute.local.tee import PREFIX_TEMPLATE_ENV, ConsoleTee, close_pipe, console_key, console_tag
 from launcher.execute.local.warm import Standbys
 from launcher.execute.local.watches import Watches
 from launcher.execute.results import AttemptResult, RankResult, how_it_ended
@@ -302,8 +302,7 @@ class LocalWorkers:
             os.close(process.pidfd)
             process.pidfd = None
         assert attempt.selector is not None and attempt.tee is not None
-        if result.rank is not None:
-            close_pipe(attempt.selector, attempt.tee, result.rank)
+        close_pipe(attempt.selector, attempt.tee, console_key(result.rank))
         result.returncode = result.end = None
         process.restart_why = None
         self._spawn(process, attempt.selector, attempt.tee, attempt.plan.policy.prefix_host)
@@ -435,12 +434,12 @@ class LocalWorkers:
             self.reaper.watch(process.proc.pid)
             self._watch_reaper(selector)
             result.pid = process.proc.pid
-            if spec.console:
-                assert spec.rank is not None   # a console spec is a rank, never the scheduler (plan.py)
+            if spec.console:   # a rank, or the scheduler of a scheduler pod (its key: console_key)
                 template = self.spawner.variable(PREFIX_TEMPLATE_ENV, spec.env)
                 tag = console_tag(spec.rank, spec.local_rank, template)   # a line carrying it gets only the host's
-                tee.add(spec.rank, f"[{spec.server_id}]{tag}" if prefix_host else tag, log_fd, tag)
-                selector.register(read_fd, selectors.EVENT_READ, ("pipe", spec.rank))
+                tee.add(console_key(spec.rank), f"[{spec.server_id}]{tag}" if prefix_host and spec.rank is not None
+                        else tag, log_fd, tag)
+                selector.register(read_fd, selectors.EVENT_READ, ("pipe", console_key(spec.rank)))
                 read_fd = log_fd = None   # the tee owns them now
         finally:
             for fd in (log_fd, read_fd, write_fd):

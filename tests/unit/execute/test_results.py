@@ -43,3 +43,37 @@ def test_rank_0_with_checkpoints_still_needs_every_rank(tmp_path, monkeypatch):
     listed = count_listings(monkeypatch)
     assert results._newest_complete_checkpoint(plan) is None
     assert len(listed) > 8   # rank 0's, then every rank's: the early end applies only to an empty rank 0
+
+
+def scheduler_pod_summary(tmp_path, returncode=0, interrupted_by=None) -> dict:
+    """The summary of an operator's scheduler pod (its plan: MindSpore's scheduler alone) whose scheduler ended
+    with ``returncode``."""
+    from launcher.contract import Role
+    from tests.unit.plan.test_make import scheduler_pod_plan
+
+    plan = scheduler_pod_plan(tmp_path)
+    spec = plan.scheduler
+    sched = results.RankResult(spec.rank, spec.local_rank, spec.device_id, spec.server_id, spec.log_file,
+                               spec.error_file, pid=4242, start=1.0, end=2.0, returncode=returncode,
+                               role=Role.SCHEDULER)
+    failed = returncode != 0 and interrupted_by is None
+    attempt = results.AttemptResult(attempt=0, ranks=[], scheduler=sched, root_cause=sched if failed else None,
+                                    interrupted_by=interrupted_by)
+    return results.summarize(plan, [attempt], started=0.0)
+
+
+def test_the_scheduler_pods_closing_line_names_the_scheduler_not_a_rank(in_tmp):
+    summary = scheduler_pod_summary(in_tmp)
+    assert summary["ranks"] == [] and summary["scheduler"]["exit_code"] == 0 and summary["exit_code"] == 0
+    [line] = results.closing_lines(summary, "summary.json")
+    assert line.startswith("the MindSpore scheduler exited 0 in ") and "rank" not in line
+
+
+def test_the_scheduler_pods_exit_code_is_its_schedulers(in_tmp):
+    summary = scheduler_pod_summary(in_tmp, returncode=3)
+    assert (summary["status"], summary["exit_code"]) == ("failed", 3)
+    lines = results.closing_lines(summary, "summary.json")
+    assert lines[0].startswith("the MindSpore scheduler (host scheduler) exited with code 3; log: ")
+    assert lines[-1] == "exit code 3; summary summary.json"   # no "stopped all 0 rank(s)"
+    interrupted = results.closing_lines(scheduler_pod_summary(in_tmp, -15, interrupted_by=15), "summary.json")
+    assert interrupted == ["interrupted by SIGTERM; stopped the MindSpore scheduler; summary summary.json"]

@@ -3,7 +3,7 @@
 import os
 
 from launcher.base.lines import tail_lines
-from launcher.execute.local.tee import MAX_PENDING, ConsoleTee, console_tag
+from launcher.execute.local.tee import MAX_PENDING, ConsoleTee, console_key, console_tag
 
 
 def test_lines_are_shown_whole_and_logged_raw(tmp_path):
@@ -55,3 +55,20 @@ def test_console_tag_is_torchs_or_torchruns_template():
     assert console_tag(3, 1, None) == "[rank3]: "
     assert console_tag(3, 1, "[${role_name}${local_rank}/${rank}]:") == "[default1/3]:"
     assert console_tag(3, 1, "${unknown} ${rank}") == "${unknown} 3"   # torchrun's safe_substitute
+
+
+def test_mindspores_scheduler_has_its_own_tag_and_a_key_no_rank_has():
+    """In an operator's scheduler pod the scheduler (no rank) is on the console: tagged as the scheduler, never
+    as a rank, whatever torchrun template the pod has, and keyed apart from every rank."""
+    assert console_tag(None, None, None) == console_tag(None, None, "[${rank}]") == "[scheduler]: "
+    assert console_key(None) < 0 and console_key(0) == 0
+
+
+def test_the_scheduler_is_shown_and_logged_like_a_rank(tmp_path):
+    out, log = tmp_path / "console", tmp_path / "output.log"
+    with open(out, "wb") as console_file:
+        tee = ConsoleTee(console_file.fileno(), live=False)
+        tee.add(console_key(None), console_tag(None, None, None), os.open(log, os.O_WRONLY | os.O_CREAT))
+        tee.feed(console_key(None), b"serving the cluster\n")
+        tee.close(console_key(None))
+    assert out.read_text() == "[scheduler]: serving the cluster\n" and log.read_text() == "serving the cluster\n"
