@@ -68,11 +68,64 @@ def test_a_daemon_that_keeps_hopping_pids_does_not_outlive_a_launch_that_ends_no
         try:
             assert wait_until(lambda tag=tag: not _hoppers(tag), timeout=1.0), f"launch {attempt}: a hopper outlived it"
         finally:
-            for pid in _hoppers(tag):
+            _kill_hoppers(tag)
+
+
+def _kill_hoppers(tag: str) -> None:
+    """A hopper's pid is stale by the time a kill lands as often as not: kill its process group (the chain keeps
+    it), which no fork escapes."""
+    for pid in _hoppers(tag):
+        try:
+            os.killpg(os.getpgid(pid), 9)
+        except ProcessLookupError:
+            pass
+
+
+def test_one_kill_of_a_hopping_daemon_ends_its_whole_chain():
+    """The sweep's kill (reaper._kill) of a daemon that forks and exits in a loop: one call, on a pid that may
+    already have forked its successor, ends the chain (issue 38, item 27: a signal to the pid alone lost the race
+    to the next fork, and the daemon outlived the launch). Run as a subreaper, as the launcher is, which reaps."""
+    tag = f"{os.getpid()}-one-kill"
+    result = _python(f"""
+        import ctypes, os, subprocess, sys, time
+        from launcher.execute.local import reaper
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)   # PR_SET_CHILD_SUBREAPER
+        code = "import os\\nwhile True:\\n    if os.fork():\\n        os._exit(0)\\n"
+        env = dict(os.environ, HOPPER_TAG={tag!r})
+        def running(pid):
+            try:
+                return open(f"/proc/{{pid}}/stat").read().split(") ")[1][0] != "Z"
+            except OSError:
+                return False
+        survived = 0
+        for _ in range(20):   # the pid alone: about a third of the chains survived it
+            subprocess.Popen([sys.executable, "-c", code], start_new_session=True, env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            time.sleep(0.1)   # hopping: the first pid is long gone
+            current = []
+            while not current:   # the hop now running (between two, it is its parent's child for a moment)
+                current = [int(p) for p in open(f"/proc/{{os.getpid()}}/task/{{os.getpid()}}/children").read().split()
+                           if running(p)]
+            reaper._kill(current[0])
+            time.sleep(0.1)
+            while True:   # reap every hop's zombie
                 try:
-                    os.kill(pid, 9)
-                except ProcessLookupError:
-                    pass
+                    if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                        break
+                except ChildProcessError:
+                    break
+            alive = [p for p in open(f"/proc/{{os.getpid()}}/task/{{os.getpid()}}/children").read().split()
+                     if running(p)]
+            survived += bool(alive)
+            for p in alive:
+                os.killpg(os.getpgid(int(p)), 9)
+        print("survived", survived)
+    """, timeout=60)
+    try:
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.split() == ["survived", "0"], result.stdout + result.stderr
+    finally:
+        _kill_hoppers(tag)
 
 
 TICKER = """

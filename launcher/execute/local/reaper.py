@@ -47,6 +47,8 @@ from launcher.contract import LAUNCHER_ID_ENV, LAUNCHER_IDS_ENV
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
+LAUNCHER_SESSION = os.getsid(0)   # the user's terminal session: its groups (a shell's pipeline) are never killed;
+# read at import, so the watchdog, which leaves it (setsid), still knows it
 SWEEP_SECONDS = 5.0          # a sweep keeps looking for new marked processes this long at most
 SWEEP_QUIET_ROUNDS = 3       # ... and stops after this many rounds that found nothing
 SWEEP_PAUSE = 0.001         # between rounds: long enough for a fork-and-exit loop to show its next pid
@@ -209,8 +211,21 @@ def _last_pid() -> bytes | None:
     return fields[4] if len(fields) > 4 else None
 
 
-def _kill(pid: int) -> None:
+def _kill(pid: int, spared_groups: frozenset[int] = frozenset()) -> None:
+    """SIGKILL ``pid`` and its process group, where it has a session of its own (a rank, a daemon): not the
+    launcher's session, whose groups are the user's shell's, nor a kept process's group.
+
+    The group is what catches a daemon that forks and exits in a loop (a new pid every hop, the group kept): a
+    signal to a pid lands after it forked its successor as often as not, while a signal to its group reaches
+    every member at once, and the kernel makes a fork that races it fail (``copy_process`` refuses while a
+    group signal is pending), so no successor is left."""
     try:
+        group = os.getpgid(pid) if os.getsid(pid) != LAUNCHER_SESSION else 0   # never a group of the user's shell
+    except OSError:
+        group = 0
+    try:
+        if group > 1 and group not in spared_groups:
+            os.killpg(group, signal.SIGKILL)
         os.kill(pid, signal.SIGKILL)
     except OSError as exc:
         if exc.errno not in (errno.ESRCH, errno.EPERM):
@@ -224,6 +239,17 @@ def _reap_children(keep: set[int]) -> None:
             os.waitpid(pid, os.WNOHANG)
         except ChildProcessError:
             continue
+
+
+def _groups(pids: set[int]) -> set[int]:
+    """The process groups of ``pids`` (those still alive)."""
+    groups = set()
+    for pid in pids:
+        try:
+            groups.add(os.getpgid(pid))
+        except OSError:
+            continue
+    return groups
 
 
 def _children(pid: int) -> set[int]:
@@ -249,6 +275,7 @@ def sweep(launcher_id: str, keep: set[int], quiet_rounds: int = SWEEP_QUIET_ROUN
     (``orphaned``) owns no tree: every round scans /proc for the marker, ORPHANED_PAUSE apart, since a rank
     the launcher was spawning shows the marker only once its exec is done."""
     keep = keep | {os.getpid()}
+    spared = frozenset(_groups(keep))
     killed: set[int] = set()
     # the tree is complete only where the kernel lists children (CONFIG_PROC_CHILDREN): else the marker decides
     tree_only = subreaper and not orphaned and os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children")
@@ -264,7 +291,7 @@ def sweep(launcher_id: str, keep: set[int], quiet_rounds: int = SWEEP_QUIET_ROUN
                 if not found and last:
                     break
         for pid in found:
-            _kill(pid)
+            _kill(pid, spared)
         if found:
             last_kill = time.monotonic()
         killed |= found
