@@ -268,12 +268,13 @@ def sweep(launcher_id: str, keep: set[int], quiet_rounds: int = SWEEP_QUIET_ROUN
     The launcher at the end of an attempt (its ranks all dead): a round reads its own tree only (cheap: one
     host's end stays fast when many launchers share a machine).  As their ``subreaper`` every descendant that
     loses its parent (a daemon's double fork, a nested launcher killed) is handed to this process, so the tree
-    is all there is; without that (prctl refused) one scan of all of /proc for the marker ends the sweep, or
-    starts the rounds over: that scan reads every process's environment, the biggest cost of a host's stop
-    when 16 launchers share 2 cores.  Two quiet rounds: one can miss a daemon that forks and exits in a loop
-    (caught between its parent's exit and its move to this subreaper).  The watchdog of a launcher that died
-    (``orphaned``) owns no tree: every round scans /proc for the marker, ORPHANED_PAUSE apart, since a rank
-    the launcher was spawning shows the marker only once its exec is done."""
+    is all there is; without that (prctl refused), or once the sweep killed something (a daemon may hop between
+    two looks at the tree), one scan of all of /proc for the marker ends the sweep, or starts the rounds over:
+    that scan reads every process's environment, the biggest cost of a host's stop when 16 launchers share 2
+    cores, so a sweep that killed nothing skips it.  Two quiet rounds: one can miss a daemon that forks and
+    exits in a loop (caught between its parent's exit and its move to this subreaper).  The watchdog of a
+    launcher that died (``orphaned``) owns no tree: every round scans /proc for the marker, ORPHANED_PAUSE
+    apart, since a rank the launcher was spawning shows the marker only once its exec is done."""
     keep = keep | {os.getpid()}
     spared = frozenset(_groups(keep))
     killed: set[int] = set()
@@ -284,7 +285,7 @@ def sweep(launcher_id: str, keep: set[int], quiet_rounds: int = SWEEP_QUIET_ROUN
         found = _descendants(os.getpid()) - keep
         if not found:
             last = quiet + 1 >= quiet_rounds and time.monotonic() - last_kill >= (SWEEP_SETTLE if killed else 0.0)
-            if last and tree_only:
+            if last and tree_only and not killed:   # nothing was left: no scan (a host's stop stays cheap)
                 break
             if last or orphaned:
                 found = marked_processes(launcher_id) - keep
