@@ -9,7 +9,10 @@ watching costs the launcher a few ``stat`` calls and one directory listing per
 rank per check, whatever the rank prints.  Before the job is stopped, the
 Python stack of every rank on this host goes into its rank directory
 (``py-spy dump``), so the blocking call (an all_reduce one rank never joined, a
-dead data loader) is on record.
+dead data loader) is on record, after a line with the rank's last sign of life and
+step, from which ``execute.blame`` names the rank that stopped first.  The budget is
+``--hang-timeout``, or with ``--hang-learn`` what the job's own silences taught
+(``hangclock``).
 """
 
 from __future__ import annotations
@@ -78,7 +81,7 @@ class Pulse:
     sign: float                       # its last sign of life seen
     heartbeat: float = 0.0            # its heartbeat file's time when last read
     step: int | None = None           # the newest step it reported (beat(step=N), a step line)
-    steps: int = 0                    # how many step reports were seen this attempt
+    steps: int = 0                    # the steps it made this attempt, as far as its reports tell
     beat_phase: str | None = None     # the phase its heartbeat names
     phase: str | None = None          # the phase it is in (its heartbeat's, or a save being written), since when
     phase_since: float = 0.0
@@ -170,7 +173,8 @@ class HangWatch:
         return (spec, silent_for) if silent_for >= self.budget() else None
 
     def _look(self, spec: RankSpec, now: float) -> float:
-        """The rank's last sign of life; with a clock, what its heartbeat says and what its silence taught."""
+        """The rank's last sign of life, noting what its heartbeat says (step, phase) and, with a clock, what the
+        silence that just ended and the phase that just ended taught."""
         sign = self.last_sign_of_life(spec)
         pulse = self.pulses.setdefault(spec.rank_dir, Pulse(sign))
         beat_path = os.path.join(spec.rank_dir, HEARTBEAT_FILE)
