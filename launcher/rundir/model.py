@@ -159,6 +159,7 @@ class RankEntryFile(TypedDict, total=False):
     log: Path
     spawn_error: str
     hung: bool
+    stopped_first: bool   # a hang: the rank the others waited for (execute.blame)
     reason: str | None
     stack_file: Path
     role: str
