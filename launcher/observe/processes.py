@@ -18,6 +18,7 @@ from launcher.contract import RANK_DIR_ENV, Role
 from launcher.execute.results import job_verdict, restarted_how
 from launcher.host.devices import host_names
 from launcher.observe import tell_problems
+from launcher.observe.hangview import hang_view
 from launcher.observe.torchft import lighthouse_of, quorum
 from launcher.rundir.read import (
     RankRef,
@@ -233,6 +234,8 @@ class Observer:
                         if row.get("role", Role.RANK) == Role.RANK])
         if steps:   # step times the ranks printed: straggler scores (observe.stragglers)
             snap["steps"] = steps
+        if any(cause.get("hung") for cause in snap["root_causes"]):   # every rank's last step, who stopped first
+            snap["hang"] = hang_view(run)
         roster = run.roster()
         if roster:   # --spares: active, standing by, replaced
             snap["roster"] = roster

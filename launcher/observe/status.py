@@ -75,10 +75,22 @@ def headline(snap: dict) -> list[str]:
                          + (cause.get("reason") or f"rank {cause.get('rank')} hung"))
             if cause.get("stack_file"):
                 lines.append(f"stacks: {cause['stack_file']}")
+            lines += hang_lines(snap.get("hang"))
             continue
         how = how_it_ended(cause)
         lines.append(f"root cause: {who(cause)} {how}")
     return lines
+
+
+def hang_lines(view: dict | None) -> list[str]:
+    """``stopped first: ...`` and every rank's last step (``*``: its stack is in no collective)."""
+    if not view:
+        return []
+    marks = {False: "*", True: "", None: "?"}
+    steps = ", ".join(f"{row['rank']}: {'-' if row['last_step'] is None else row['last_step']}"
+                      f"{marks[row['in_collective']]}" for row in view["ranks"])
+    return [view["stopped_first"],
+            f"last steps: {steps} (*: in no collective, ?: no stack)"]
 
 
 def finished_code(snap: dict) -> int:

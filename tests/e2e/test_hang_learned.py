@@ -12,7 +12,7 @@ import json
 import threading
 import time
 
-from tests.launching import ROOT, free_port, kill_run, start_dlaunch, write_rank_table
+from tests.launching import ROOT, free_port, kill_run, run_dlaunch, start_dlaunch, write_rank_table
 
 PROGRAM = str(ROOT / "tests" / "programs" / "lockstep_rank.py")
 HOSTS = ("127.0.0.2", "127.0.0.3")
@@ -51,8 +51,6 @@ def test_a_learned_timeout_calls_the_hang_of_rank_6_quickly_and_the_master_names
                 proc.kill()
         kill_run(run_id)
     said = ["\n".join(line for _, line in host) for host in lines]
-    t0 = lines[0][0][0]
-    print("\n".join(f"{at - t0:6.2f} {line}" for host in lines for at, line in host))
     assert codes[1] == 124 or codes[0] == 124, said
     called = min(at for host in lines for at, line in host if " hung: " in line)
     run_dirs = [tmp_path / f"host{index}" / "dlaunch_runs" / run_id for index in (0, 1)]
@@ -72,6 +70,10 @@ def test_a_learned_timeout_calls_the_hang_of_rank_6_quickly_and_the_master_names
     assert sorted(rows) == list(range(8)) and "in no collective" in rows[6]
     assert all("in a collective" in rows[rank] for rank in rows if rank != 6)
     assert all(int(rows[rank].split("last step ")[1].split(",")[0]) >= 45 for rank in rows), summary
+    status = run_dlaunch("status", run_dirs[0], cwd=tmp_path, timeout=30).stdout   # the master's run directory
+    assert "rank 6 on host 127.0.0.3 stopped first: its stack is in no collective" in status, status
+    steps = status.split("last steps: ")[1].split(" (")[0].split(", ")
+    assert len(steps) == 8 and [s.endswith("*") for s in steps] == [rank == 6 for rank in range(8)], status
     for run_dir, host in zip(run_dirs, HOSTS):   # the job's verdict, on every host, names rank 6
         cause = json.loads((run_dir / f"summary.{host}.json").read_text())["job"]["root_cause"]
         assert (cause["rank"], cause["host"], cause["stopped_first"]) == (6, "127.0.0.3", True), cause
