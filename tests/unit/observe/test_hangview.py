@@ -4,7 +4,8 @@ from launcher.execute.blame import header
 from launcher.observe.hangview import hang_view
 from launcher.rundir.read import Run
 
-WAITING = 'Process 10: python\n\nThread 10 (idle): "MainThread"\n    all_reduce (torch/distributed/distributed_c10d.py:1)\n'
+WAITING = ('Process 10: python\n\nThread 10 (idle): "MainThread"\n'
+           '    all_reduce (torch/distributed/distributed_c10d.py:1)\n')
 SLEEPING = 'Process 11: python\n\nThread 11 (idle): "MainThread"\n    <module> (train.py:6)\n'
 
 
