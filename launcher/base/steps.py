@@ -12,11 +12,23 @@ is no step line costs a few ``in`` tests):
   ``{ step:[    2/   10], loss:  11.755612, per_step_time:    710ms, ...``;
 - MindSpore's ``TimeMonitor`` (``mindspore/train/callback/_time_monitor.py``):
   ``"epoch time: {:5.3f} ms, per step time: {:5.3f} ms"`` (one line per epoch: the epoch's mean step);
+- tqdm progress bars as HF Trainer's ``ProgressCallback`` (no description) and Lightning's
+  ``TQDMProgressBar`` (``Epoch N:``) draw them: `` 45%|████▌     | 45/100 [00:12<00:15,  3.61it/s]``,
+  ``Epoch 0:  45%|████▌     | 45/100 [00:12<00:15,  3.61it/s, v_num=0, loss=0.5]``. The step is the count
+  before ``/`` (``45it [...]`` without a total); the step time 1000 / rate ms for ``it/s``, 1000 x rate for
+  ``s/it`` (plain tqdm's form under one step a second: ``1.23s/it``; Lightning prints ``0.50it/s``). The rate
+  is tqdm's: a moving average for HF, the epoch's mean so far for Lightning (``smoothing=0``). Not steps:
+  bars with another description (``Validation DataLoader 0:``, ``Loading checkpoint shards:``), bars drawn
+  under another (an evaluation's while the training bar is open: each redraw ends in the cursor-up escape
+  ``ESC[A``), and HF's ``{'loss': ..., 'train_runtime': ...}`` dicts. Only ranks that draw a bar report:
+  HF draws it on each host's local rank 0, Lightning on global rank 0;
 - a user's pattern: a regular expression with a named group ``ms`` (milliseconds) or ``s`` (seconds), and
   optionally ``step``; it runs on the lines that hold its ``literal`` (every line when none is given).
 
-HF Trainer's and Lightning's tqdm progress bars redraw one line with carriage returns and print rates,
-not step times: not recognised (yet). Lines are at most ``metrics.MAX_LINE`` long where they are read.
+A bar redraws itself after carriage returns, so one line of the log holds many ``\\r`` segments: such a line
+is read by its last segment with text (what a terminal shows last). Readers that split at ``\\r`` too
+(``base.lines.tail_lines``, as ``stragglers.log_steps`` reads) hand each redraw over as a line of its own.
+Lines are at most ``metrics.MAX_LINE`` long where they are read.
 """
 
 from __future__ import annotations
@@ -32,6 +44,11 @@ MINDFORMERS = re.compile(r"per_step_time:\s*([0-9]+(?:\.[0-9]*)?)\s*ms")
 MINDFORMERS_STEP = re.compile(r"\bstep:\s*\[\s*([0-9]+)\s*/")
 TIME_MONITOR_TEXT = "per step time:"
 TIME_MONITOR = re.compile(r"per step time:\s*([0-9]+(?:\.[0-9]*)?)\s*ms")
+# anchored at the segment's start: HF's bar has no description, Lightning's "Epoch N:"; then " 45%|bar| 45/100"
+# (Lightning without a total: "|bar| 45/?"; plain tqdm without one: "45it"), then "[00:12<00:15,  3.61it/s"
+TQDM = re.compile(r"\s*(?:Epoch \d+[^:|]{0,40}:\s*)?(?:(?:\d+%)?\|[^|]{0,400}\|\s*(\d+)/(?:\d+|\?)|(\d+)it)"
+                  r" \[[0-9:]+(?:<[0-9:?]+)?,\s*([0-9]+(?:\.[0-9]+)?)(it/s|s/it)")
+INNER_BAR = "\x1b[A"   # tqdm's cursor up: a bar drawn under another one (an evaluation's, during training)
 
 
 @dataclass(frozen=True)
@@ -75,8 +92,32 @@ def _step(regex: re.Pattern, line: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
+def last_segment(line: str) -> str:
+    """The last ``\\r`` segment of a line that holds text (the line itself when it has no ``\\r``)."""
+    end = len(line)
+    while True:
+        start = line.rfind("\r", 0, end) + 1
+        if start == 0 or line[start:end].strip():
+            return line[start:end]
+        end = start - 1
+
+
+def _tqdm(line: str) -> StepLine | None:
+    if INNER_BAR in line:
+        return None
+    match = TQDM.match(line)
+    rate = _number(match.group(3)) if match else None
+    if match is None or not rate:
+        return None
+    count = match.group(1) or match.group(2)
+    return StepLine(1000.0 / rate if match.group(4) == "it/s" else 1000.0 * rate, int(count))
+
+
 def step_line(line: str, user: UserPattern | None = None) -> StepLine | None:
-    """The step time a line reports, or None. A user's pattern is tried first."""
+    """The step time a line reports, or None. A user's pattern is tried first. A line of several ``\\r``
+    segments (a redrawn progress bar) is read by its last one."""
+    if "\r" in line:
+        line = last_segment(line)
     if user is not None and (not user.literal or user.literal in line):
         match = user.regex.search(line)
         if match:
@@ -100,4 +141,7 @@ def step_line(line: str, user: UserPattern | None = None) -> StepLine | None:
         match = TIME_MONITOR.search(line)
         ms = _number(match.group(1)) if match else None
         return None if ms is None else StepLine(ms)
+    # tqdm's rates; "/" and "[" first: one-character tests are memchr, "it/s" costs five times as much
+    if "/" in line and "[" in line and ("it/s" in line or "s/it" in line):
+        return _tqdm(line)
     return None

@@ -51,8 +51,11 @@ def read_steps(rank: int, host: str, lines, user: UserPattern | None = None) -> 
     steps = RankSteps(rank, host)
     for line in lines:
         found = step_line(line, user)
-        if found is not None:
-            steps.add(found.ms, found.step)
+        if found is None:
+            continue
+        if found.step is not None and found.step == steps.last_step and steps.times and steps.times[-1] == found.ms:
+            continue   # a progress bar drawn again (a line split at its carriage returns): the same step, once
+        steps.add(found.ms, found.step)
     return steps
 
 

@@ -35,6 +35,6 @@ def add_parser(sub) -> None:
                    help="call a running rank hung when it has printed nothing for this long")
     p.add_argument("--step-pattern", metavar="REGEX",
                    help="a step line of yours: a regex with a named group ms (or s, seconds), e.g. "
-                        "'took (?P<ms>[0-9.]+) ms'; Megatron, MindFormers and TimeMonitor lines are known "
-                        "already; default: the launch's own --step-pattern")
+                        "'took (?P<ms>[0-9.]+) ms'; Megatron, MindFormers, TimeMonitor lines and HF Trainer's and "
+                        "Lightning's progress bars are known already; default: the launch's own --step-pattern")
     p.set_defaults(handler=_run)

@@ -232,7 +232,7 @@ class Observer:
         pattern = self.step_pattern or launch_pattern(run)
         steps = scores([log_steps(row["log"], row["rank"], row["host"], pattern) for row in rows
                         if row.get("role", Role.RANK) == Role.RANK])
-        if steps:   # step times the ranks printed: straggler scores (observe.stragglers)
+        if steps:   # step times the ranks printed: straggler scores (base.stragglers)
             snap["steps"] = steps
         if any(cause.get("hung") for cause in snap["root_causes"]):   # every rank's last step, who stopped first
             snap["hang"] = hang_view(run)

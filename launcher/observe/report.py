@@ -1,8 +1,9 @@
 """What ``dlaunch report`` does: one self-contained HTML page about a run.
 
 The page needs nothing but a browser: inline CSS, and SVG drawn by ``observe.charts`` (a timeline of
-every rank's attempts with the root cause marked, and one chart per metric with a line per rank, from
-``observe.metrics``). jinja2 lays out the page (``templates/report.html.j2``) and is imported only here.
+every rank's attempts with the root cause marked, one chart per metric with a line per rank, from
+``observe.metrics``, and the ranks' step times with the slowest ranks and hosts, from
+``observe.stepchart``). jinja2 lays out the page (``templates/report.html.j2``) and is imported only here.
 
 The page also shows what ran (argv, settings and ``--env`` variables from the hosts' ``plan*.json``,
 masked) and links every log by a ``file://`` URL.
@@ -15,12 +16,15 @@ import time
 from dataclasses import dataclass
 
 from launcher.base.console import say
+from launcher.base.steps import UserPattern
 from launcher.base.userfiles import write_output
 from launcher.contract import RESUME_FROM_ENV, RESUME_STEP_ENV, Role
+from launcher.errors import UsageError
 from launcher.execute.results import job_verdict, restarted_how, roster_line
 from launcher.observe import tell_problems
 from launcher.observe.charts import OUTCOME_COLOURS, chart_svg, format_number, legend_html, rank_colour, timeline_svg
 from launcher.observe.metrics import RankStory, collect, span_outcome
+from launcher.observe.stepchart import step_section
 from launcher.rundir.model import RankSpecFile
 from launcher.rundir.read import Run, load_run, log_attempts, log_path, run_directory, summary_entry
 
@@ -89,7 +93,7 @@ def command_context(run: Run) -> dict:
             "dlaunch_env": [(k, v, k in differs) for k, v in sorted(first.items()) if k in contract]}
 
 
-def page_context(run: Run, stories: list[RankStory]) -> dict:
+def page_context(run: Run, stories: list[RankStory], step_pattern: UserPattern | None = None) -> dict:
     summaries = [s for _, s in sorted(run.summaries.items())]
     starts = [s.start for st in stories for s in st.spans if s.start]
     ends = [s.end for st in stories for s in st.spans if s.end]
@@ -143,6 +147,7 @@ def page_context(run: Run, stories: list[RankStory]) -> dict:
             "attempts": max((len(st.spans) for st in stories), default=0), "root_causes": causes,
             "resumed_from": resumed, "resumed_url": file_url(resumed.get("run_dir")) if resumed else None,
             "timeline": timeline_svg(stories), "legend": legend_html(stories), "charts": charts, "rows": rows,
+            "steps": step_section([story.ref for story in stories], step_pattern), "step_pattern": step_pattern,
             "generated": _when(time.time()), "outcome_colours": OUTCOME_COLOURS, **command_context(run),
             "roster": _roster(run)}
 
@@ -153,7 +158,7 @@ def _roster(run: Run) -> str | None:
     return roster_line(roster).removeprefix("hosts: ") if roster else None
 
 
-def render(run_dir: str) -> str:
+def render(run_dir: str, step_pattern: UserPattern | None = None) -> str:
     import jinja2
 
     run = load_run(run_dir)
@@ -162,7 +167,7 @@ def render(run_dir: str) -> str:
     env = jinja2.Environment(loader=jinja2.PackageLoader("launcher.observe", "templates"),
                              autoescape=jinja2.select_autoescape(["html", "j2"]), trim_blocks=True,
                              lstrip_blocks=True, undefined=jinja2.StrictUndefined)
-    return env.get_template("report.html.j2").render(**page_context(run, stories))
+    return env.get_template("report.html.j2").render(**page_context(run, stories, step_pattern))
 
 
 @dataclass(frozen=True)
@@ -173,12 +178,17 @@ class ReportRequest:
     output_dir: str
     output: str | None
     force: bool
+    step_pattern: str | None = None
 
 
 def cmd_report(args: ReportRequest) -> int:
+    try:
+        pattern = UserPattern.parse(args.step_pattern) if args.step_pattern else None
+    except ValueError as exc:
+        raise UsageError(f"--step-pattern: {exc}") from None
     run_dir = run_directory(args.run_dir, args.output_dir)
     # a lone surrogate (JSON's "\ud800", or a non-UTF-8 name read back) cannot be written as UTF-8: shown as "?"
-    page = render(run_dir).encode("utf-8", "replace").decode("utf-8")
+    page = render(run_dir, pattern).encode("utf-8", "replace").decode("utf-8")
     output = args.output or f"report-{os.path.basename(run_dir)}.html"
     where = write_output(output, lambda fh: fh.write(page), force=args.force)
     if output != "-":

@@ -203,6 +203,7 @@ def test_report_of_a_restarted_run_in_headless_chromium(tmp_path):
     newest = {colour: points for colour, style, points in polylines if "dasharray" not in style}
     assert all(len(points.split()) == 60 for points in newest.values())  # 2 epochs x 30 steps, every rank
     assert "loss per rank" in text and ">step<" in text and ">rank 3<" in text
+    assert 'class="steps"' not in text and "step time" not in text   # no step lines: no step-time section
 
     png = tmp_path / "report.png"
     screenshot(page, png, tmp_path / "chromium-profile")
@@ -216,6 +217,41 @@ def test_report_of_a_restarted_run_in_headless_chromium(tmp_path):
         assert counts.get(colour, 0) > 400, counts
     # the root cause's bar and marker are in the timeline, above the loss chart
     assert max(pixels[ROOT_COLOUR]) < min(pixels[rank_colour(0)]), counts
+
+
+ALERT = "#b3261e"       # report.html.j2's --alert: a flagged row of the slowest ranks
+
+
+def test_step_time_chart_in_headless_chromium(tmp_path):
+    """4 ranks print Megatron-style step lines, rank 2 taking 40% longer: its line is drawn above the others in
+    the step-time chart, and its row of the slowest ranks in the alert colour, under the chart (the page's only
+    alert colour: the run succeeded)."""
+    out = tmp_path / "runs"
+    result = run_dlaunch("run", ROOT / "tests" / "programs" / "step_rank.py", "--ranks", "4", "--output-dir", out,
+                         cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    page, text = report_page(tmp_path, latest_run(out), "steps")
+    assert text.count('<svg class="chart"') == 1 and 'aria-label="step time (ms) per rank' in text
+    png = tmp_path / "steps.png"
+    screenshot(page, png, tmp_path / "chromium-profile", height=1800)
+    rows = read_png(png)[2]
+    # the plot areas' rows (grid lines and the lines drawn cut them up): the last area, the step-time chart's;
+    # a line at the axis' lowest or highest value runs along its border, so a few rows either side count too
+    plot = [y for y, row in enumerate(rows) if row.count(bytes.fromhex("fbfbfd")) > 700]
+    top = max(y for y, above in zip(plot, [-1000] + plot) if y - above > 100) - 8
+    bottom = max(plot) + 8     # the legend's swatches begin 43 rows under the plot area
+    colours = [rank_colour(r) for r in range(4)]
+    found = colour_pixels(rows, colours + [ALERT])
+    inside = {c: [y for y in found.get(c, []) if top <= y <= bottom] for c in colours}
+    # the flagged rank's line is drawn in its colour inside the chart (legend and table swatches lie outside
+    # it), and so are the others' (counted together: lines of equally fast ranks hide one another)
+    slow = sorted(inside[rank_colour(2)])
+    fast = sorted(y for rank in (0, 1, 3) for y in inside[rank_colour(rank)])
+    assert len(slow) > 400 and len(fast) > 400, ({c: len(ys) for c, ys in inside.items()}, top, bottom)
+    # higher up: slower (medians of the pixels' rows: a spike's steep segments are many pixels of few steps)
+    assert slow[len(slow) // 2] < fast[len(fast) // 2] - 5, (slow[len(slow) // 2], fast[len(fast) // 2])
+    # the flagged row: alert-coloured text under the chart, and nowhere else on the page
+    assert len(found.get(ALERT, [])) > 20 and min(found[ALERT]) > bottom, len(found.get(ALERT, []))
 
 
 def test_report_of_a_running_job(tmp_path):

@@ -1,15 +1,32 @@
-"""dlaunch status names a slow rank from the Megatron-style step lines of a real run."""
+"""dlaunch status and dlaunch report name a slow rank from the Megatron-style step lines of a real run."""
 
 import json
+import re
 import time
 
-from tests.launching import ROOT, latest_run, run_dlaunch, start_dlaunch
+from tests.launching import (
+    ROOT,
+    free_port,
+    latest_run,
+    run_dlaunch,
+    side_by_side,
+    start_dlaunch,
+    write_rank_table,
+)
+
+STEP_RANK = ROOT / "tests/programs/step_rank.py"
+
+
+def flagged_rows(page: str) -> list[str]:
+    """The rank numbers of the report's flagged rows of slowest ranks."""
+    section = page[page.index('<section class="steps"'):]
+    ranks = section[:section.index("</table>")]
+    return re.findall(r'<tr class="flagged"><td class="num"><span class="swatch"[^>]*></span>(\d+)</td>', ranks)
 
 
 def test_status_names_the_rank_40_percent_slower(tmp_path):
     out = tmp_path / "runs"
-    result = run_dlaunch("run", "--ranks", "4", "--output-dir", out, ROOT / "tests/programs/step_rank.py",
-                         cwd=tmp_path)
+    result = run_dlaunch("run", "--ranks", "4", "--output-dir", out, STEP_RANK, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     run_dir = latest_run(out)
     snap = json.loads(run_dlaunch("status", "--json", run_dir, cwd=tmp_path, timeout=30).stdout)
@@ -18,6 +35,33 @@ def test_status_names_the_rank_40_percent_slower(tmp_path):
     assert [row["rank"] for row in snap["steps"]["ranks"] if row["flagged"]] == [2]
     text = run_dlaunch("status", run_dir, cwd=tmp_path, timeout=30).stdout
     assert "steps: slowest rank 2 (" in text and "1 rank(s) under 0.75" in text
+
+    made = run_dlaunch("report", run_dir, "-o", tmp_path / "report.html", cwd=tmp_path, timeout=60)
+    assert made.returncode == 0, made.stderr
+    page = (tmp_path / "report.html").read_text()
+    assert flagged_rows(page) == ["2"] and "<strong>1 of 4 rank(s) flagged</strong>" in page
+    assert page.count('<svg class="chart"') == 1 and "step time (ms)" in page   # no metric lines: only this chart
+
+
+def test_the_report_reads_every_hosts_ranks(tmp_path):
+    """Two hosts of one job (dlaunch cluster each, one run directory): rank 2, on the second host, is flagged."""
+    table = write_rank_table(tmp_path / "rt.json", ("127.0.0.2", "127.0.0.3"), 2)
+    out, port = tmp_path / "shared", free_port("127.0.0.2")
+
+    def host(start):
+        return run_dlaunch("cluster", STEP_RANK, "--rank-table", table, "--rank-start", start, "--run-id", "two",
+                           "--master-port", port, "--profile", "structure", "--output-dir", out, cwd=tmp_path,
+                           timeout=120)
+
+    results = side_by_side(host, 0, 2)
+    assert all(result.returncode == 0 for result in results.values()), [r.stderr for r in results.values()]
+    made = run_dlaunch("report", out / "two", "-o", tmp_path / "report.html", cwd=tmp_path, timeout=60)
+    assert made.returncode == 0, made.stderr
+    page = (tmp_path / "report.html").read_text()
+    assert flagged_rows(page) == ["2"] and "of 4 rank(s) flagged" in page
+    hosts = page[page.index("<h3>Slowest hosts</h3>"):]
+    hosts = hosts[:hosts.index("</table>")]
+    assert re.findall(r"<td>(127\.0\.0\.[23])</td><td class=\"num\">2</td>", hosts)[0] == "127.0.0.3"
 
 
 def test_the_console_names_the_throttled_rank_of_8_within_three_report_intervals(tmp_path):
