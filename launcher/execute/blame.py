@@ -66,6 +66,8 @@ def read_state(rank: int, host: str, text: str) -> RankState:
     sign = float(found.group(1)) if found else None
     step = int(found.group(2)) if found and found.group(2) != "unknown" else None
     frames = main_thread(rest if found else text)
+    if frames is not None and not any(line.startswith((" ", "\t")) for line in frames.splitlines()[1:]):
+        frames = None   # py-spy caught the thread with no Python frame (in C, or leaving): it tells nothing
     collective = None if frames is None else any(marker in frames for marker in COLLECTIVE_FRAMES)
     return RankState(rank, host, sign, step, collective)
 

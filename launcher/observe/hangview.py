@@ -67,8 +67,8 @@ def _from_job_stacks(run: Run) -> dict[int, tuple[RankState, str]]:
 
 
 def hang_view(run: Run) -> dict | None:
-    """``{"stopped_first": line, "ranks": [{"rank", "host", "last_step", "behind_s", "in_collective", "stack"}]}``
-    of the run's last hang, or None when no rank's stack was taken."""
+    """``{"stopped_first": line, "rank": that rank or None, "ranks": [{"rank", "host", "last_step", "behind_s",
+    "in_collective", "stack"}]}`` of the run's last hang, or None when no rank's stack was taken."""
     found = {**_from_job_stacks(run), **_from_summaries(run)}
     if not found:
         return None
@@ -78,4 +78,6 @@ def hang_view(run: Run) -> dict | None:
              "behind_s": None if state.last_sign is None or newest is None else round(newest - state.last_sign, 2),
              "in_collective": state.in_collective, "stack": path}
             for state, path in sorted(found.values(), key=lambda pair: pair[0].rank)]
-    return {"stopped_first": blame_line(stopped_first(states), hosts=len({s.host for s in states})), "ranks": rows}
+    found = stopped_first(states)
+    return {"stopped_first": blame_line(found, hosts=len({s.host for s in states})),
+            "rank": found[0].rank if found else None, "ranks": rows}

@@ -23,6 +23,7 @@ from launcher.errors import UsageError
 from launcher.execute.results import job_verdict, restarted_how, roster_line
 from launcher.observe import tell_problems
 from launcher.observe.charts import OUTCOME_COLOURS, chart_svg, format_number, legend_html, rank_colour, timeline_svg
+from launcher.observe.hangview import hang_view
 from launcher.observe.metrics import RankStory, collect, span_outcome
 from launcher.observe.stepchart import step_section
 from launcher.rundir.model import RankSpecFile
@@ -149,7 +150,18 @@ def page_context(run: Run, stories: list[RankStory], step_pattern: UserPattern |
             "timeline": timeline_svg(stories), "legend": legend_html(stories), "charts": charts, "rows": rows,
             "steps": step_section([story.ref for story in stories], step_pattern), "step_pattern": step_pattern,
             "generated": _when(time.time()), "outcome_colours": OUTCOME_COLOURS, **command_context(run),
-            "roster": _roster(run)}
+            "roster": _roster(run), "hang": _hang(run, summaries)}
+
+
+def _hang(run: Run, summaries: list) -> dict | None:
+    """A hang's every rank: last step, how far its last sign of life lags, collective or not, stack (linked)."""
+    hung = any((attempt.get("root_cause") or {}).get("hung") for summ in summaries
+               for attempt in summ.get("attempts") or [{"root_cause": summ.get("root_cause")}])
+    view = hang_view(run) if hung else None
+    if view is not None:
+        for row in view["ranks"]:
+            row["stack_url"] = file_url(row["stack"])
+    return view
 
 
 def _roster(run: Run) -> str | None:

@@ -9,6 +9,7 @@ names rank 6 from every host's stacks.
 """
 
 import json
+import re
 import threading
 import time
 
@@ -74,6 +75,13 @@ def test_a_learned_timeout_calls_the_hang_of_rank_6_quickly_and_the_master_names
     assert "rank 6 on host 127.0.0.3 stopped first: its stack is in no collective" in status, status
     steps = status.split("last steps: ")[1].split(" (")[0].split(", ")
     assert len(steps) == 8 and [s.endswith("*") for s in steps] == [rank == 6 for rank in range(8)], status
+    made = run_dlaunch("report", run_dirs[0], "-o", tmp_path / "report.html", cwd=tmp_path, timeout=60)
+    assert made.returncode == 0, made.stderr
+    page = (tmp_path / "report.html").read_text()
+    hang = page[page.index('<section class="hang"'):]
+    hang = hang[:hang.index("</section>")]
+    assert "<strong>rank 6 on host 127.0.0.3 stopped first:" in hang and hang.count("<tr") == 9, hang
+    assert re.findall(r'<tr class="flagged"><td class="num">(\d+)</td>', hang) == ["6"], hang
     for run_dir, host in zip(run_dirs, HOSTS):   # the job's verdict, on every host, names rank 6
         cause = json.loads((run_dir / f"summary.{host}.json").read_text())["job"]["root_cause"]
         assert (cause["rank"], cause["host"], cause["stopped_first"]) == (6, "127.0.0.3", True), cause

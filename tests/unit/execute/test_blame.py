@@ -32,6 +32,8 @@ def test_the_header_and_the_main_thread_are_read_back():
     assert "barrier" not in main_thread(SLEEPING)
     assert state(2, "no stack could be taken: py-spy is not installed\n").in_collective is None
     assert read_state(3, "h", WAITING).last_sign is None   # no header: still read
+    caught_leaving = 'Process 12620: python t.py\n\nThread 12620 (active+gil): "MainThread"\n'
+    assert state(4, caught_leaving).in_collective is None   # no frame: neither waiting nor not
 
 
 def test_the_rank_outside_the_collective_stopped_first():

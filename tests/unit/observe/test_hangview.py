@@ -23,7 +23,7 @@ def test_every_ranks_last_step_from_the_summaries_and_the_master_hosts_job_stack
     view = hang_view(run)
     assert view["stopped_first"] == ("rank 1 on host b stopped first: its stack is in no collective while the "
                                      "other rank waits in one")
-    assert view["ranks"] == [
+    assert view["rank"] == 1 and view["ranks"] == [
         {"rank": 0, "host": "a", "last_step": 50, "behind_s": 0.0, "in_collective": True, "stack": str(own)},
         {"rank": 1, "host": "b", "last_step": 49, "behind_s": 1.5, "in_collective": False,
          "stack": str(jobs / "rank_001.1.txt")}]
