@@ -78,6 +78,6 @@ def hang_view(run: Run) -> dict | None:
              "behind_s": None if state.last_sign is None or newest is None else round(newest - state.last_sign, 2),
              "in_collective": state.in_collective, "stack": path}
             for state, path in sorted(found.values(), key=lambda pair: pair[0].rank)]
-    found = stopped_first(states)
-    return {"stopped_first": blame_line(found, hosts=len({s.host for s in states})),
-            "rank": found[0].rank if found else None, "ranks": rows}
+    first = stopped_first(states)
+    return {"stopped_first": blame_line(first, hosts=len({s.host for s in states})),
+            "rank": first[0].rank if first else None, "ranks": rows}
