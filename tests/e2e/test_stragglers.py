@@ -99,7 +99,7 @@ def test_a_launchs_own_step_pattern_names_the_straggler_and_status_reads_it_from
     out = tmp_path / "runs"
     result = run_dlaunch("run", "--ranks", "3", "--output-dir", out, "--straggler-report", "0.5", "--step-pattern",
                          r"took (?P<ms>[0-9.]+) ms", ROOT / "tests/programs/step_rank.py", "--", "--plain",
-                         "--steps", "60", cwd=tmp_path)
+                         "--steps", "150", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "straggler: rank 2 takes" in result.stderr, result.stderr
     snap = json.loads(run_dlaunch("status", "--json", latest_run(out), cwd=tmp_path, timeout=30).stdout)
