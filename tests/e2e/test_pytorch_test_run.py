@@ -79,6 +79,9 @@ NOT_APPLICABLE = {
     "test_nproc_gpu_launch_configurations": f"{INTERNALS} (mocks torch.cuda's device count in the test's process)",
     "test_nproc_xpu_launch_configurations": f"{INTERNALS} (mocks torch.xpu's device count in the test's process)",
 }
+REFUSED = {   # torchrun flags dlaunch refuses (docs/torchrun.md, "Refused"): the whole list
+    "test_virtual_local_rank": "refused: --virtual-local-rank (docs/torchrun.md); also needs 2 GPUs",
+}
 
 
 class DlaunchElasticLaunchTest(upstream.ElasticLaunchTest):
@@ -91,7 +94,7 @@ class DlaunchElasticLaunchTest(upstream.ElasticLaunchTest):
         _cwd["dir"] = None
 
 
-for _name, _reason in NOT_APPLICABLE.items():
+for _name, _reason in {**NOT_APPLICABLE, **REFUSED}.items():
     setattr(DlaunchElasticLaunchTest, _name, unittest.skip(_reason)(getattr(upstream.ElasticLaunchTest, _name)))
 
 
