@@ -89,9 +89,14 @@ class DlaunchElasticLaunchTest(upstream.ElasticLaunchTest):
 
     @pytest.fixture(autouse=True)
     def _run_directories_in(self, tmp_path):
+        """Run directories in the test's tmp dir; the environment restored after (upstream's tests export PET_*
+        and TEST_SENTINEL_PARENT and never remove them, which would reach later tests' dlaunch torchrun)."""
+        saved = dict(os.environ)
         _cwd["dir"] = str(tmp_path)
         yield
         _cwd["dir"] = None
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 for _name, _reason in {**NOT_APPLICABLE, **REFUSED}.items():
