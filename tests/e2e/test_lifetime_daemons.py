@@ -1,8 +1,10 @@
 """Process lifetime against forks during async saves and pid-hopping daemons: nothing outlives the launch."""
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -32,100 +34,106 @@ def test_child_forked_during_async_save_exits_normally(tmp_path):
     assert result.stdout.split() == ["child", "0"]
 
 
-HOPPER = """
+HOP = "import os\\nwhile True:\\n    if os.fork():\\n        os._exit(0)\\n"   # a new pid every hop, one group
+HOPPER = f"""
 import os, subprocess, sys, time
-code = "import os\\nwhile True:\\n    if os.fork():\\n        os._exit(0)\\n"
-subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+daemon = subprocess.Popen([sys.executable, "-c", "{HOP}"], start_new_session=True)
+with open(os.environ["HOPPER_GROUP_FILE"], "w") as fh:
+    fh.write(str(daemon.pid))   # its session's and group's id: every hop keeps it
 time.sleep(0.5)
 """
 
 
-def _hoppers(tag: str) -> list[int]:
-    found = []
+def live_in_group(group: int) -> list[int]:
+    """The live (not zombie) processes of ``group``, stopped: one SIGSTOP to the group reaches every member at
+    once and no fork escapes it, so a hopping chain is caught whatever its current pid; a scan of /proc alone
+    is no check (the pid it lists has hopped before it is read), nor is a signal 0 (the hops' zombies, which
+    init reaps when it gets to them, answer it too)."""
+    try:
+        os.killpg(group, signal.SIGSTOP)
+    except ProcessLookupError:
+        return []
+    time.sleep(0.02)   # a stop lands when the process next runs
+    live = []
     for name in filter(str.isdigit, os.listdir("/proc")):
         try:
-            with open(f"/proc/{name}/environ", "rb") as fh:
-                if f"HOPPER_TAG={tag}".encode() in fh.read().split(b"\0"):
-                    found.append(int(name))
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                fields = fh.read().rsplit(b")", 1)[1].split()
         except OSError:
             continue
-    return found
+        if int(fields[2]) == group and fields[0] not in (b"Z", b"X"):
+            live.append(int(name))
+    return live
+
+
+def kill_group(group: int) -> None:
+    """End a hopper's chain whatever its current pid: a group signal, which no fork escapes."""
+    try:
+        os.killpg(group, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def test_a_daemon_that_keeps_hopping_pids_does_not_outlive_a_launch_that_ends_normally(tmp_path):
     """A rank starts a daemon that forks and exits in a loop (a new pid every hop, its own session): when the
-    launch ends normally, the end-of-attempt sweep must catch it between hops (issue 38, item 27). Three launches,
-    each checked, as the issue's own check ran."""
-    from tests.launching import run_dlaunch, wait_until
+    launch ends normally, the end-of-attempt sweep must catch it between hops (issue 38, item 27). Five
+    launches, each checked, as the issue's own check ran (it escaped in one of three)."""
+    from tests.launching import run_dlaunch
 
     script = tmp_path / "hopper.py"
     script.write_text(HOPPER)
-    for attempt in range(3):
-        tag = f"{os.getpid()}-{attempt}"
+    escaped = []
+    for attempt in range(5):
+        record = tmp_path / f"group.{attempt}"
         done = run_dlaunch("run", script, "--ranks", "1", "--output-dir", tmp_path / "out", cwd=tmp_path,
-                           env={"HOPPER_TAG": tag})
+                           env={"HOPPER_GROUP_FILE": str(record)})
         assert done.returncode == 0, done.stderr
-        try:
-            assert wait_until(lambda tag=tag: not _hoppers(tag), timeout=1.0), f"launch {attempt}: a hopper outlived it"
-        finally:
-            _kill_hoppers(tag)
-
-
-def _kill_hoppers(tag: str) -> None:
-    """A hopper's pid is stale by the time a kill lands as often as not: kill its process group (the chain keeps
-    it), which no fork escapes."""
-    for pid in _hoppers(tag):
-        try:
-            os.killpg(os.getpgid(pid), 9)
-        except ProcessLookupError:
-            pass
+        group = int(record.read_text())
+        if live_in_group(group):   # the launch has ended: its sweep is done
+            escaped.append(attempt)
+        kill_group(group)
+    assert not escaped, f"a hopper outlived launches {escaped} of 5"
 
 
 def test_one_kill_of_a_hopping_daemon_ends_its_whole_chain():
     """The sweep's kill (reaper._kill) of a daemon that forks and exits in a loop: one call, on a pid that may
     already have forked its successor, ends the chain (issue 38, item 27: a signal to the pid alone lost the race
     to the next fork, and the daemon outlived the launch). Run as a subreaper, as the launcher is, which reaps."""
-    tag = f"{os.getpid()}-one-kill"
     result = _python(f"""
         import ctypes, os, subprocess, sys, time
         from launcher.execute.local import reaper
+        from tests.e2e.test_lifetime_daemons import kill_group, live_in_group
         ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)   # PR_SET_CHILD_SUBREAPER
-        code = "import os\\nwhile True:\\n    if os.fork():\\n        os._exit(0)\\n"
-        env = dict(os.environ, HOPPER_TAG={tag!r})
         def running(pid):
             try:
                 return open(f"/proc/{{pid}}/stat").read().split(") ")[1][0] != "Z"
             except OSError:
                 return False
+        def reap():   # the hops' zombies, handed to this subreaper: unreaped, they fill the pid space
+            while True:
+                try:
+                    if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                        return
+                except ChildProcessError:
+                    return
         survived = 0
         for _ in range(20):   # the pid alone: about a third of the chains survived it
-            subprocess.Popen([sys.executable, "-c", code], start_new_session=True, env=env,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            group = subprocess.Popen([sys.executable, "-c", "{HOP}"], start_new_session=True,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).pid
             time.sleep(0.1)   # hopping: the first pid is long gone
             current = []
             while not current:   # the hop now running (between two, it is its parent's child for a moment)
+                reap()
                 current = [int(p) for p in open(f"/proc/{{os.getpid()}}/task/{{os.getpid()}}/children").read().split()
                            if running(p)]
             reaper._kill(current[0])
-            time.sleep(0.1)
-            while True:   # reap every hop's zombie
-                try:
-                    if os.waitpid(-1, os.WNOHANG)[0] == 0:
-                        break
-                except ChildProcessError:
-                    break
-            alive = [p for p in open(f"/proc/{{os.getpid()}}/task/{{os.getpid()}}/children").read().split()
-                     if running(p)]
-            survived += bool(alive)
-            for p in alive:
-                os.killpg(os.getpgid(int(p)), 9)
+            survived += bool(live_in_group(group))
+            kill_group(group)
+            reap()
         print("survived", survived)
     """, timeout=60)
-    try:
-        assert result.returncode == 0, result.stderr
-        assert result.stdout.split() == ["survived", "0"], result.stdout + result.stderr
-    finally:
-        _kill_hoppers(tag)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["survived", "0"], result.stdout + result.stderr
 
 
 TICKER = """
@@ -138,9 +146,6 @@ for i in range(40):
 
 def test_stopping_the_launcher_is_not_the_ranks_silence(tmp_path):
     """SIGSTOP of dlaunch for longer than --hang-timeout, then SIGCONT: a healthy job still ends with 0."""
-    import signal
-    import time
-
     from tests.launching import start_dlaunch, wait_until
 
     script = tmp_path / "tick.py"

@@ -58,6 +58,7 @@ ORPHANED_PAUSE = 0.02       # the watchdog's rounds: long enough for a rank bein
 REGISTER_BATCH, REGISTER_SECONDS = 64, 0.005   # rank groups sent to the watchdog together
 MAX_NESTING = 16             # markers a process carries at most: the innermost launches' (an absurd inherited
                              # list must not grow every rank's environment)
+TREE_WALKS = 100             # a tree read while processes exit is walked again, this many times at most
 NOTE_SECONDS = 1.0           # how often the watchdog notes the launcher's tree (a few /proc reads per process)
 GOODBYE_SECONDS = 2.0        # a watchdog that has not left this long after "bye" is stuck: killed
 
@@ -158,22 +159,35 @@ def own_groups() -> set[int]:
 
 
 def _tree(pid: int) -> dict[int, bytes]:
-    """``_descendants`` with each one's start time (read once: the watchdog notes the tree every second)."""
+    """``_descendants`` with each one's start time (read once: the watchdog notes the tree every second).
+
+    Walked again from ``pid`` until a walk finds no process it had not seen, alive or dead: a process that
+    exits while the tree is read hands its children to the subreaper (``pid``), after its parent's list was
+    read and before its own was, so one walk can miss them.  A daemon that forks and exits in a loop is always
+    there (issue 38, item 27); the next walk reads only the lists of the subreaper and of what is new."""
     found: dict[int, bytes] = {}
-    todo = [pid]
-    while todo:
-        parent = todo.pop()
-        try:
-            tasks = os.listdir(f"/proc/{parent}/task")
-        except OSError:
-            continue
-        for task in tasks:
-            for child in _task_children(parent, task):
-                if child not in found:
-                    started = _started(child)
-                    if started is not None:
-                        found[child] = started
-                        todo.append(child)
+    dead: set[int] = set()   # listed, but gone or a zombie when looked at
+    for _ in range(TREE_WALKS):
+        seen = len(found) + len(dead)
+        todo = [pid]
+        while todo:
+            parent = todo.pop()
+            try:
+                tasks = os.listdir(f"/proc/{parent}/task")
+            except OSError:
+                dead.add(parent)
+                continue
+            for task in tasks:
+                for child in _task_children(parent, task):
+                    if child not in found and child not in dead:
+                        started = _started(child)
+                        if started is None:
+                            dead.add(child)
+                        else:
+                            found[child] = started
+                            todo.append(child)
+        if len(found) + len(dead) == seen:
+            break
     return found
 
 
