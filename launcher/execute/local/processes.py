@@ -10,7 +10,7 @@ import selectors
 import signal
 
 from launcher.contract import Role
-from launcher.execute.local.reaper import own_groups
+from launcher.execute.local.proctree import own_groups
 from launcher.execute.local.spawn import Child
 from launcher.execute.results import AttemptResult, RankResult
 from launcher.plan.make import LaunchPlan, RankSpec

@@ -44,6 +44,7 @@ from launcher.base.console import say
 from launcher.base.lines import LineBuffer
 from launcher.base.signals import STOP_SIGNALS
 from launcher.contract import LAUNCHER_ID_ENV, LAUNCHER_IDS_ENV
+from launcher.execute.local.proctree import children, descendants, last_pid, started, tree
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -58,7 +59,6 @@ ORPHANED_PAUSE = 0.02       # the watchdog's rounds: long enough for a rank bein
 REGISTER_BATCH, REGISTER_SECONDS = 64, 0.005   # rank groups sent to the watchdog together
 MAX_NESTING = 16             # markers a process carries at most: the innermost launches' (an absurd inherited
                              # list must not grow every rank's environment)
-TREE_WALKS = 100             # a tree read while processes exit is walked again, this many times at most
 NOTE_SECONDS = 1.0           # how often the watchdog notes the launcher's tree (a few /proc reads per process)
 GOODBYE_SECONDS = 2.0        # a watchdog that has not left this long after "bye" is stuck: killed
 
@@ -139,92 +139,6 @@ def marked_processes(launcher_id: str) -> set[int]:
     return found
 
 
-def _descendants(pid: int) -> set[int]:
-    """Every live (not zombie) descendant of ``pid``, following each task's ``children`` list: only this
-    launcher's own tree is read, however many other processes the machine runs (other hosts' launchers and
-    ranks on one machine, a node's own services)."""
-    return set(_tree(pid))
-
-
-def own_groups() -> set[int]:
-    """The process groups this launcher's live descendants are in (``/proc/PID/stat``'s pgrp)."""
-    groups = set()
-    for pid in _descendants(os.getpid()):
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as fh:
-                groups.add(int(fh.read().rsplit(b")", 1)[1].split()[2]))
-        except (OSError, ValueError, IndexError):
-            continue   # gone meanwhile: not a group to kill
-    return groups
-
-
-def _tree(pid: int) -> dict[int, bytes]:
-    """``_descendants`` with each one's start time (read once: the watchdog notes the tree every second).
-
-    Walked again from ``pid`` until a walk finds no process it had not seen, alive or dead: a process that
-    exits while the tree is read hands its children to the subreaper (``pid``), after its parent's list was
-    read and before its own was, so one walk can miss them.  A daemon that forks and exits in a loop is always
-    there (issue 38, item 27); the next walk reads only the lists of the subreaper and of what is new."""
-    found: dict[int, bytes] = {}
-    dead: set[int] = set()   # listed, but gone or a zombie when looked at
-    for _ in range(TREE_WALKS):
-        seen = len(found) + len(dead)
-        todo = [pid]
-        while todo:
-            parent = todo.pop()
-            try:
-                tasks = os.listdir(f"/proc/{parent}/task")
-            except OSError:
-                dead.add(parent)
-                continue
-            for task in tasks:
-                for child in _task_children(parent, task):
-                    if child not in found and child not in dead:
-                        started = _started(child)
-                        if started is None:
-                            dead.add(child)
-                        else:
-                            found[child] = started
-                            todo.append(child)
-        if len(found) + len(dead) == seen:
-            break
-    return found
-
-
-def _task_children(pid: int, task: str) -> list[int]:
-    try:
-        with open(f"/proc/{pid}/task/{task}/children", "rb") as fh:
-            return [int(p) for p in fh.read().split()]
-    except (OSError, ValueError):
-        return []
-
-
-def _started(pid: int) -> bytes | None:
-    """When a live (not zombie) process started (clock ticks since boot, /proc's field 22), else None:
-    with its pid, what tells a process from a later one given the same pid."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            stat = fh.read()
-    except OSError:
-        return None
-    fields = stat[stat.rfind(b")") + 2:].split()
-    return fields[19] if len(fields) > 19 and fields[0] != b"Z" else None
-
-
-def _last_pid() -> bytes | None:
-    """The last pid the kernel gave out in this pid namespace (``/proc/loadavg``'s fifth field), or None.
-
-    Every new process and thread takes a pid, and a process joins the launcher's tree only by being created
-    in it (an orphan inside it is reparented to the launcher, the subreaper): while this number stands still,
-    the tree has gained nothing, and the watchdog's last note of it is still whole."""
-    try:
-        with open("/proc/loadavg", "rb") as fh:
-            fields = fh.read().split()
-    except OSError:
-        return None
-    return fields[4] if len(fields) > 4 else None
-
-
 def _kill(pid: int, spared_groups: frozenset[int] = frozenset()) -> None:
     """SIGKILL ``pid`` and its process group, where it has a session of its own (a rank, a daemon): not the
     launcher's session, whose groups are the user's shell's, nor a kept process's group.
@@ -248,7 +162,7 @@ def _kill(pid: int, spared_groups: frozenset[int] = frozenset()) -> None:
 
 def _reap_children(keep: set[int]) -> None:
     """Collect exit statuses of our children that were orphans handed to us (not ``keep``, whose owners wait)."""
-    for pid in _children(os.getpid()) - keep:
+    for pid in children(os.getpid()) - keep:
         try:
             os.waitpid(pid, os.WNOHANG)
         except ChildProcessError:
@@ -264,14 +178,6 @@ def _groups(pids: set[int]) -> set[int]:
         except OSError:
             continue
     return groups
-
-
-def _children(pid: int) -> set[int]:
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children", "rb") as fh:   # bytes: no codec to import at the end
-            return {int(p) for p in fh.read().split()}
-    except OSError:
-        return set()
 
 
 def sweep(launcher_id: str, keep: set[int], quiet_rounds: int = SWEEP_QUIET_ROUNDS, orphaned: bool = False,
@@ -296,7 +202,7 @@ def sweep(launcher_id: str, keep: set[int], quiet_rounds: int = SWEEP_QUIET_ROUN
     tree_only = subreaper and not orphaned and os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children")
     quiet, deadline, last_kill = 0, time.monotonic() + SWEEP_SECONDS, 0.0
     while time.monotonic() < deadline:
-        found = _descendants(os.getpid()) - keep
+        found = descendants(os.getpid()) - keep
         if not found:
             last = quiet + 1 >= quiet_rounds and time.monotonic() - last_kill >= (SWEEP_SETTLE if killed else 0.0)
             if last and tree_only and not killed:   # nothing was left: no scan (a host's stop stays cheap)
@@ -466,7 +372,7 @@ def _keep_only_fd(keep: int) -> None:
 def _reap_when_orphaned(read_fd: int, launcher_id: str, launcher_pid: int) -> None:
     """The watchdog's life: collect groups until "bye" (leave) or EOF (the launcher died: kill everything),
     noting the launcher's tree every NOTE_SECONDS while it waits, unless no process or thread was created
-    since a note that began a whole round after the last creation (``_last_pid``; a process given its pid just
+    since a note that began a whole round after the last creation (``last_pid``; a process given its pid just
     before one note may not be linked to its parent yet, so the next note is taken too). Reading the tree
     costs /proc reads per process and per thread, for as long as the job runs, and a quiet job creates
     nothing."""
@@ -479,9 +385,9 @@ def _reap_when_orphaned(read_fd: int, launcher_id: str, launcher_pid: int) -> No
     buffer = LineBuffer()
     while True:
         if not select.select([read_fd], [], [], NOTE_SECONDS)[0]:
-            last = _last_pid()
+            last = last_pid()
             if last is None or last != seen or not settled:
-                noted = _tree(launcher_pid)
+                noted = tree(launcher_pid)
                 noted.pop(os.getpid(), None)
                 settled = last is not None and last == seen
             seen = last
@@ -499,7 +405,7 @@ def _reap_when_orphaned(read_fd: int, launcher_id: str, launcher_pid: int) -> No
             os.killpg(pgid, signal.SIGKILL)
         except OSError:
             continue   # that group is already gone
-    for pid, started in noted.items():
-        if _started(pid) == started:   # the same process, not a later one given its pid
+    for pid, born in noted.items():
+        if started(pid) == born:   # the same process, not a later one given its pid
             _kill(pid)
     sweep(launcher_id, set(), orphaned=True)

@@ -5,7 +5,7 @@ The loop runs here in a thread, its tree reading counted, with the kernel's last
 import os
 import threading
 
-from launcher.execute.local import reaper
+from launcher.execute.local import proctree, reaper
 
 ROUNDS = 40
 
@@ -22,8 +22,8 @@ def notes_taken(monkeypatch, last_pid) -> int:
         return last_pid(len(rounds)) if len(rounds) <= ROUNDS else None
 
     monkeypatch.setattr(reaper, "NOTE_SECONDS", 0.002)
-    monkeypatch.setattr(reaper, "_tree", lambda pid: taken.append(len(rounds)) or {})
-    monkeypatch.setattr(reaper, "_last_pid", fake_last_pid)
+    monkeypatch.setattr(reaper, "tree", lambda pid: taken.append(len(rounds)) or {})
+    monkeypatch.setattr(reaper, "last_pid", fake_last_pid)
     read_fd, write_fd = os.pipe()
     loop = threading.Thread(target=reaper._reap_when_orphaned, args=(read_fd, "test-marker", os.getpid()))
     loop.start()
@@ -56,8 +56,8 @@ def test_an_unreadable_last_pid_means_a_note_every_round(monkeypatch):
 
 
 def test_the_last_pid_moves_when_a_thread_starts():
-    before = reaper._last_pid()
+    before = proctree.last_pid()
     started = threading.Thread(target=lambda: None)
     started.start()
     started.join()
-    assert before is not None and reaper._last_pid() != before
+    assert before is not None and proctree.last_pid() != before
