@@ -230,6 +230,20 @@ def summarize(plan: LaunchPlan, attempts: list[AttemptResult], started: float, w
     }
 
 
+TEARDOWN_ABORT_HINT = ("if it used torch.distributed: torch's own teardown aborts a rank that exits without "
+                      "torch.distributed.destroy_process_group() (2 to 4 runs in 8 here, under torchrun too); call "
+                      "it before the script ends and the exit code is the script's (docs/run.md, \"Exit code\")")
+
+
+def _teardown_abort(cause: Mapping[str, Any]) -> bool:
+    """A rank that died of SIGABRT right after C++'s "terminate called without an active exception": the way
+    torch's interpreter teardown kills a rank whose process group was not destroyed (a gloo thread ended by
+    CPython while it frees a tensor; issue 38, item 13)."""
+    tail = cause.get("log_tail") or []
+    return cause.get("signal") == "SIGABRT" and any("terminate called without an active exception" in line
+                                                    for line in tail[-3:])
+
+
 def closing_lines(summary: dict, summary_path: str) -> list[str]:
     """The closing lines people read: success in one line, failure with its root cause and log tail."""
     count = len(summary["ranks"])
@@ -256,6 +270,8 @@ def closing_lines(summary: dict, summary_path: str) -> list[str]:
         if cause["log_tail"]:
             lines.append("last lines of its log:")
             lines += [f"    | {printable(line)}" for line in cause["log_tail"]]
+        if _teardown_abort(cause):
+            lines.append(TEARDOWN_ABORT_HINT)
         if cause.get("role") == Role.SCHEDULER:
             stopped = f"stopped all {count} rank(s); " if count else ""
         else:

@@ -44,3 +44,18 @@ def test_worker_environment_matches_torchrun(tmp_path):
                 continue
             expected = DELIBERATE.get(name, (value, value))
             assert (value, mine[rank][name]) == expected, f"{name}: torchrun {value!r}, dlaunch {mine[rank][name]!r}"
+
+
+def test_a_rank_that_destroys_its_process_group_exits_with_its_own_code_every_time(tmp_path):
+    """Issue 38, item 13: rank 1 all-reduces, calls ``destroy_process_group`` and exits 7: dlaunch's exit code and
+    the summary's root cause say 7 in every run (without the call, torch's own teardown aborts 2 to 4 runs of 8
+    with 134, under torchrun too: tests/programs/exit_after_allreduce.py says why)."""
+    from tests.launching import latest_run, run_dlaunch
+
+    program = ROOT / "tests" / "programs" / "exit_after_allreduce.py"
+    for attempt in range(4):
+        out = tmp_path / f"runs{attempt}"
+        result = run_dlaunch("run", program, "--ranks", "2", "--output-dir", out, "--", "--destroy", cwd=tmp_path)
+        assert result.returncode == 7, (attempt, result.stderr)
+        cause = json.loads((latest_run(out) / "summary.json").read_text())["root_cause"]
+        assert (cause["rank"], cause["exit_code"], cause["signal"]) == (1, 7, None), (attempt, cause)

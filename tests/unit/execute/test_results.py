@@ -77,3 +77,22 @@ def test_the_scheduler_pods_exit_code_is_its_schedulers(in_tmp):
     assert lines[-1] == "exit code 3; summary summary.json"   # no "stopped all 0 rank(s)"
     interrupted = results.closing_lines(scheduler_pod_summary(in_tmp, -15, interrupted_by=15), "summary.json")
     assert interrupted == ["interrupted by SIGTERM; stopped the MindSpore scheduler; summary summary.json"]
+
+
+def _aborted_summary(last_line: str, signal_name: str | None = "SIGABRT") -> dict:
+    cause = {"rank": 1, "local_rank": 1, "device_id": 1, "host": "h", "pid": 1, "exit_code": 134,
+             "signal": signal_name, "log": "rank_001/output.log", "log_tail": ["step 9", last_line]}
+    return {"ranks": [dict(cause, rank=0), cause], "started": 0.0, "ended": 1.0, "root_cause": cause,
+            "status": "failed", "exit_code": 134, "run_dir": "run"}
+
+
+def test_torchs_teardown_abort_gets_the_destroy_process_group_hint():
+    """Issue 38, item 13: SIGABRT right after "terminate called without an active exception" is torch's teardown
+    of a process group never destroyed: the closing lines say what makes the exit code the script's own."""
+    lines = results.closing_lines(_aborted_summary("terminate called without an active exception"), "s.json")
+    assert results.TEARDOWN_ABORT_HINT in lines
+    assert lines.index(results.TEARDOWN_ABORT_HINT) == lines.index("    | terminate called without an active "
+                                                                   "exception") + 1
+    assert results.TEARDOWN_ABORT_HINT not in results.closing_lines(_aborted_summary("Aborted"), "s.json")
+    assert results.TEARDOWN_ABORT_HINT not in results.closing_lines(
+        _aborted_summary("terminate called without an active exception", "SIGSEGV"), "s.json")
