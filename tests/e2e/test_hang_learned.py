@@ -110,3 +110,20 @@ def test_a_restart_applies_what_the_first_attempt_learned_from_its_first_step(tm
     learned = json.loads((tmp_path / "runs" / "carried" / "hang_timeouts.json").read_text())
     assert learned["counted_steps"] >= 10 and learned["step_budget_s"] < 3, learned
     assert "learned hang timeout" in said and called - float(stopped.read_text()) < learned["step_budget_s"] + 1.5
+
+
+def test_survivors_saving_in_silence_longer_than_the_learned_timeout_are_not_called_hung(tmp_path):
+    """--hang-learn with --survivor-window: 4 ranks learn a ~1 s budget, rank 3 exits 3 at step 30, and the
+    other three, told by the notice, save for 3 s without a sign of life (no output, heartbeat or checkpoint
+    file). The window is theirs: no hang is called, every survivor's save completes, and the exit code stays
+    rank 3's."""
+    out = tmp_path / "runs"
+    result = run_dlaunch("run", PROGRAM, "--ranks", "4", "--output-dir", out, "--hang-learn", "--hang-timeout", "60",
+                         "--survivor-window", "10", "--", "--fail-rank", "3", "--fail-at", "30",
+                         "--save-on-notice", "3", cwd=tmp_path)
+    assert result.returncode == 3, result.stderr
+    assert "hang timeout learned: " in result.stderr and " hung" not in result.stderr, result.stderr
+    learned = json.loads(next((out / "latest").glob("hang_timeouts*.json")).read_text())
+    assert learned["step_budget_s"] < 3, learned   # the saves outlast it
+    logs = [(out / "latest" / f"rank_{rank:03d}" / "output.log").read_text() for rank in range(3)]
+    assert all("saved on notice" in log for log in logs), result.stderr

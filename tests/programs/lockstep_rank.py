@@ -3,10 +3,15 @@
 Every rank reports its step (``heartbeat.beat(step=N)``) and prints a line per step; at ``--save-at`` every
 rank spends ``--save-seconds`` inside ``heartbeat.phase("checkpoint")`` (each its own shard, as DCP does);
 rank ``--stop-rank`` stops at ``--stop-at`` (it sleeps, outside any collective, after writing the time it
-stopped into ``--stopped-file``), the others wait for it in their next all_reduce.
+stopped into ``--stopped-file``), the others wait for it in their next all_reduce. Rank ``--fail-rank`` exits
+3 at ``--fail-at``; with ``--save-on-notice S`` every other rank, told by dlaunch's notice file
+(``--survivor-window``), then works S seconds in silence (no output, no heartbeat, no checkpoint file: a save
+to somewhere else), says "saved on notice" and marks its save done.
 """
 import argparse
 import os
+import sys
+import threading
 import time
 
 import torch
@@ -22,7 +27,24 @@ parser.add_argument("--save-seconds", type=float, default=3.0)
 parser.add_argument("--stop-rank", type=int, default=-1)
 parser.add_argument("--stop-at", type=int, default=-1)
 parser.add_argument("--stopped-file", default="")
+parser.add_argument("--fail-rank", type=int, default=-1)
+parser.add_argument("--fail-at", type=int, default=-1)
+parser.add_argument("--save-on-notice", type=float, default=-1.0)
 args = parser.parse_args()
+
+
+def save_on_notice() -> None:
+    notice = os.environ["DLAUNCH_NOTICE_FILE"]
+    while not os.path.exists(notice):
+        time.sleep(0.02)
+    time.sleep(args.save_on_notice)   # the save, silent
+    print("saved on notice", flush=True)
+    open(os.path.join(os.path.dirname(notice), "notice.saved"), "w").close()
+    os._exit(0)
+
+
+if args.save_on_notice >= 0:
+    threading.Thread(target=save_on_notice, daemon=True).start()
 
 dist.init_process_group("gloo")
 rank = dist.get_rank()
@@ -32,13 +54,20 @@ for step in range(1, args.steps + 1):
         with open(args.stopped_file, "w") as fh:
             fh.write(str(time.time()))
         time.sleep(3600)
+    if rank == args.fail_rank and step == args.fail_at:
+        sys.exit(3)
     if step == args.save_at:
         with heartbeat.phase("checkpoint"):
             torch.save({"step": step}, os.path.join(os.environ["DLAUNCH_CKPT_DIR"], f"shard-{step}.pt"))
             time.sleep(args.save_seconds)
     time.sleep(args.interval)
     value = torch.ones(1)
-    dist.all_reduce(value)
+    try:
+        dist.all_reduce(value)
+    except RuntimeError:   # a peer died: wait for the notice, whose thread saves and exits
+        if args.save_on_notice < 0:
+            raise
+        time.sleep(3600)
     total += value
     heartbeat.beat(step=step)
     print(f"step {step} total {int(total.item())}", flush=True)
