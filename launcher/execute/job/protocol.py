@@ -189,7 +189,12 @@ def hold_listener(address: str, port: int, sock) -> None:
 
 def listen_here(address: str, port: int):
     """A listening socket on exactly ``address``:``port``, or None when the address is not this host's or the
-    port is taken (another dlaunch of the job listens there)."""
+    port is taken (another dlaunch of the job listens there).
+
+    A name's addresses are tried in order only past those this host does not have: where the port is taken
+    on one, it is the job's (``localhost`` as ``::1`` and ``127.0.0.1``: a second dlaunch that listened on the
+    other would be node 0 too, and the two would each wait for the other)."""
+    import errno
     import socket
 
     try:
@@ -202,8 +207,10 @@ def listen_here(address: str, port: int):
         try:
             sock.bind(where)
             sock.listen(1024)   # two binds of one port can both succeed (SO_REUSEADDR): the first to listen wins
-        except OSError:
+        except OSError as exc:
             sock.close()
+            if exc.errno == errno.EADDRINUSE:
+                return None
             continue
         sock.setblocking(False)
         return sock

@@ -399,3 +399,25 @@ def test_an_unfit_pod_told_to_reschedule_leaves_without_being_lost_and_its_new_p
         again.members = again.members[1:]   # the rescheduled pod, index 1
         assert again.until(lambda: again.heard[1])
         assert again.heard[1][0]["t"] == "attempt" and again.heard[1][0]["attempt"] == 1
+
+
+def test_a_port_taken_on_a_names_first_address_is_the_jobs(monkeypatch):
+    """A name with two addresses of this host (``localhost``: ``::1`` and ``127.0.0.1``): when another dlaunch
+    listens on the first, this one must not listen on the second and call itself node 0 as well."""
+    taken = socket.socket()
+    taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    both = [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (host, port)) for host in ("127.0.0.1", "127.0.0.2")]
+    monkeypatch.setattr(socket, "getaddrinfo", lambda *args, **kwargs: both)
+    try:
+        assert protocol.listen_here("twohomed", port) is None
+    finally:
+        taken.close()
+    mine = protocol.listen_here("twohomed", port)   # the port free again: the first address is this one's
+    try:
+        assert mine is not None and mine.getsockname() == ("127.0.0.1", port)
+    finally:
+        if mine is not None:
+            mine.close()
