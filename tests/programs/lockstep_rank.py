@@ -10,7 +10,6 @@ to somewhere else), says "saved on notice" and marks its save done.
 """
 import argparse
 import os
-import sys
 import threading
 import time
 
@@ -55,7 +54,7 @@ for step in range(1, args.steps + 1):
             fh.write(str(time.time()))
         time.sleep(3600)
     if rank == args.fail_rank and step == args.fail_at:
-        sys.exit(3)
+        os._exit(3)   # not sys.exit: torch's teardown aborts a rank that never destroyed its group (docs/run.md)
     if step == args.save_at:
         with heartbeat.phase("checkpoint"):
             torch.save({"step": step}, os.path.join(os.environ["DLAUNCH_CKPT_DIR"], f"shard-{step}.pt"))
