@@ -18,22 +18,44 @@ from launcher.execute.job import protocol
 from launcher.execute.job.protocol import Channel
 
 RETRY_SECONDS = 0.1
+TAKEN_SECONDS = 2.0   # the job's port taken here, yet refusing connections this long: no dlaunch holds it
+
+
+def _taken(address: str, port: int) -> str:
+    return (f"the job's port {protocol.endpoint(address, port)}, where its coordinator must listen, is taken "
+            f"on this host by a socket that does not listen (an outgoing connection's port?): no dlaunch can "
+            f"coordinate the job there; give every host the same free --job-port, or another rendezvous port (the "
+            f"job's link takes the one after it)")
 
 
 def node_index(address: str, port: int, secret: bytes, run_id: str, timeout: float) -> int:
     """This host's node index: 0 when it listens for the job (and so runs its coordinator), else the one the
-    coordinator gives; UsageError when none is given within ``timeout``."""
-    listener = protocol.listen_here(address, port)
+    coordinator gives; UsageError when none is given within ``timeout``, or at once (TAKEN_SECONDS) when the
+    port is taken on this host by a socket that refuses connections, which no dlaunch's would: torchrun's
+    ``--rdzv-endpoint`` port was checked free, the next one (the job's link) was not."""
+    listener, taken_here = protocol.listen_here(address, port)
     if listener is not None:
         protocol.hold_listener(address, port, listener)
         return 0
     deadline = time.monotonic() + timeout
+    refused_since = None
     why = "no answer"
     while time.monotonic() < deadline:
         try:
             return _ask(address, port, secret, run_id, deadline)
-        except OSError as exc:   # not listening yet, or gone mid-way: again, until the deadline
+        except ConnectionRefusedError as exc:
             why = exc.strerror or str(exc)
+            refused_since = refused_since or time.monotonic()
+            if taken_here and time.monotonic() - refused_since >= TAKEN_SECONDS:
+                listener, taken_here = protocol.listen_here(address, port)   # freed meanwhile: this host's now
+                if listener is not None:
+                    protocol.hold_listener(address, port, listener)
+                    return 0
+                if taken_here:
+                    raise UsageError(_taken(address, port)) from None
+            time.sleep(RETRY_SECONDS)
+        except OSError as exc:   # not listening yet, or gone mid-way: again, until the deadline
+            why, refused_since = exc.strerror or str(exc), None
             time.sleep(RETRY_SECONDS)
     raise UsageError(f"no node index for this host from the job's coordinator at {protocol.endpoint(address, port)} "
                      f"within {timeout:g} s (--join-timeout): {why}")

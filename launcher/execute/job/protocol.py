@@ -188,8 +188,9 @@ def hold_listener(address: str, port: int, sock) -> None:
 
 
 def listen_here(address: str, port: int):
-    """A listening socket on exactly ``address``:``port``, or None when the address is not this host's or the
-    port is taken (another dlaunch of the job listens there).
+    """(a listening socket on exactly ``address``:``port``, or None; whether the port is taken on this host):
+    None when the address is not this host's, or the port is taken (another dlaunch of the job listens there,
+    or a socket that never will: an outgoing connection's port).
 
     A name's addresses are tried in order only past those this host does not have: where the port is taken
     on one, it is the job's (``localhost`` as ``::1`` and ``127.0.0.1``: a second dlaunch that listened on the
@@ -200,7 +201,7 @@ def listen_here(address: str, port: int):
     try:
         info = socket.getaddrinfo(address, port, type=socket.SOCK_STREAM)
     except (OSError, UnicodeError):
-        return None
+        return None, False
     for family, kind, proto, _, where in info:
         sock = socket.socket(family, kind, proto)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -210,11 +211,11 @@ def listen_here(address: str, port: int):
         except OSError as exc:
             sock.close()
             if exc.errno == errno.EADDRINUSE:
-                return None
+                return None, True
             continue
         sock.setblocking(False)
-        return sock
-    return None
+        return sock, False
+    return None, False
 
 
 def bind_address(address: str, port: int):

@@ -412,12 +412,32 @@ def test_a_port_taken_on_a_names_first_address_is_the_jobs(monkeypatch):
     both = [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (host, port)) for host in ("127.0.0.1", "127.0.0.2")]
     monkeypatch.setattr(socket, "getaddrinfo", lambda *args, **kwargs: both)
     try:
-        assert protocol.listen_here("twohomed", port) is None
+        assert protocol.listen_here("twohomed", port) == (None, True)
     finally:
         taken.close()
-    mine = protocol.listen_here("twohomed", port)   # the port free again: the first address is this one's
+    mine, taken = protocol.listen_here("twohomed", port)   # the port free again: the first address is this one's
     try:
-        assert mine is not None and mine.getsockname() == ("127.0.0.1", port)
+        assert mine is not None and not taken and mine.getsockname() == ("127.0.0.1", port)
     finally:
         if mine is not None:
             mine.close()
+
+
+def test_a_job_port_held_by_a_socket_that_does_not_listen_is_said_at_once():
+    """The job's port taken on this host by a socket that refuses connections (an outgoing connection's port):
+    no coordinator can ever listen there, so ``--nnodes MIN:MAX`` says so within seconds instead of waiting out
+    --join-timeout (PyTorch's test_launch_elastic_multiple_agents gives a port get_free_port() checked, and
+    the job's link takes the next)."""
+    from launcher.errors import UsageError
+    from launcher.execute.job import claim
+
+    holder = socket.socket()   # bound, never listening, and without SO_REUSEADDR: the port is taken
+    holder.bind(("127.0.0.1", 0))
+    port = holder.getsockname()[1]
+    began = time.monotonic()
+    try:
+        with pytest.raises(UsageError, match="is taken on this host by a socket that does not listen"):
+            claim.node_index("127.0.0.1", port, SECRET, "run", timeout=60)
+    finally:
+        holder.close()
+    assert time.monotonic() - began < claim.TAKEN_SECONDS + 5
