@@ -156,7 +156,8 @@ def page_context(run: Run, stories: list[RankStory], step_pattern: UserPattern |
 def _hang(run: Run, summaries: list) -> dict | None:
     """A hang's every rank: last step, how far its last sign of life lags, collective or not, stack (linked)."""
     hung = any((attempt.get("root_cause") or {}).get("hung") for summ in summaries
-               for attempt in summ.get("attempts") or [{"root_cause": summ.get("root_cause")}])
+               for attempt in [*(summ.get("attempts") or [{"root_cause": summ.get("root_cause")}]),
+                               summ.get("job") or {}])   # the job's verdict: another host may have called it
     view = hang_view(run) if hung else None
     if view is not None:
         for row in view["ranks"]:

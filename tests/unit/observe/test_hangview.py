@@ -31,3 +31,20 @@ def test_every_ranks_last_step_from_the_summaries_and_the_master_hosts_job_stack
 
 def test_no_stack_no_view(tmp_path):
     assert hang_view(Run(run_dir=str(tmp_path), run_id="r", world_size=1)) is None
+
+
+def test_the_report_shows_the_hang_another_host_called(tmp_path):
+    """This host's own attempt was stopped by the job (another host called the hang first): the job's verdict in
+    its summary says hung, and the report's hang section is there (it once read only the host's own causes)."""
+    from launcher.observe.report import _hang
+
+    own = tmp_path / "rank_000" / "stack.txt"
+    own.parent.mkdir()
+    own.write_text(header(100.0, 50) + WAITING)
+    summary = {"root_cause": {"rank": 0, "stopped_by_job": True},
+               "attempts": [{"root_cause": {"rank": 0}, "ranks": [{"rank": 0, "host": "a", "stack_file": str(own)}]}],
+               "job": {"root_cause": {"rank": 1, "host": "b", "hung": True}}}
+    run = Run(run_dir=str(tmp_path), run_id="r", world_size=2, summaries={".a": summary})
+    assert _hang(run, [summary]) is not None
+    del summary["job"]
+    assert _hang(run, [summary]) is None
