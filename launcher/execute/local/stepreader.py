@@ -14,9 +14,9 @@ hang watch's warm-up (``HangWatch.stepped``: a learned timeout waits for the job
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import dataclass
 
+from launcher.base.pace import Pace
 from launcher.base.steps import UserPattern, step_line
 from launcher.base.stragglers import RankSteps
 from launcher.contract import HEARTBEAT_FILE
@@ -47,14 +47,7 @@ class StepReader:
         self.host = host
         self.steps: dict[int, RankSteps] = {}
         self._logs: dict[str, _Log] = {}
-        self._next = time.monotonic() + INTERVAL   # nothing to read in a launch's first half second
-
-    def due(self) -> bool:
-        now = time.monotonic()
-        if now < self._next:
-            return False
-        self._next = now + INTERVAL
-        return True
+        self.due = Pace(INTERVAL).due   # nothing to read in a launch's first half second
 
     def read(self, spec) -> tuple[int, int | None]:
         """(how many step lines, the newest step they name) of one rank (a ``RankSpec``) since the last look; a

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 
+from launcher.base.pace import Pace
 from launcher.base.stragglers import THRESHOLD, WINDOW, RankSteps, scores
 
 REPEAT = 10   # report intervals before a rank still flagged is named again
@@ -23,15 +24,8 @@ class StragglerNotice:
     def __init__(self, every: float, threshold: float = THRESHOLD):
         self.every = every
         self.threshold = threshold
-        self._next = time.monotonic() + every
+        self.due = Pace(every).due
         self._said: dict[int, float] = {}   # rank -> when it was last named
-
-    def due(self) -> bool:
-        now = time.monotonic()
-        if now < self._next:
-            return False
-        self._next = now + self.every
-        return True
 
     def check(self, ranks: list[RankSteps]) -> str | None:
         report = scores([r for r in ranks if len(r.times) >= WINDOW], self.threshold)
