@@ -63,13 +63,16 @@ def test_a_learned_timeout_calls_the_hang_of_rank_6_quickly_and_the_master_names
           f"hang called {took:.2f} s after rank 6 stopped")
     assert took <= 5 * silence + 1.0, said
     assert all(clock["phases_s"].get("checkpoint", 0) >= 2.5 for clock in learned), learned   # the save: seen
-    assert "rank 6 on host 127.0.0.3 stopped first: its stack is in no collective while the 7 others wait in " \
-           "one" in said[0], said[0]
+    # py-spy may catch one rank of a loaded machine with no Python frame (blame.read_state: no stack): 6 others
+    assert re.search(r"rank 6 on host 127\.0\.0\.3 stopped first: its stack is in no collective while the [67] "
+                     r"others wait in one", said[0]), said[0]
     summary = (run_dirs[0] / "job_stacks" / "stopped_first.txt").read_text().splitlines()
     assert summary[0].startswith("rank 6 on host 127.0.0.3 stopped first")
     rows = {int(line.split()[1]): line for line in summary[1:]}
     assert sorted(rows) == list(range(8)) and "in no collective" in rows[6]
-    assert all("in a collective" in rows[rank] for rank in rows if rank != 6)
+    others = [rows[rank] for rank in rows if rank != 6]
+    assert all("in a collective" in row or "no stack" in row for row in others), summary
+    assert sum("no stack" in row for row in others) <= 1, summary
     assert all(int(rows[rank].split("last step ")[1].split(",")[0]) >= 45 for rank in rows), summary
     status = run_dlaunch("status", run_dirs[0], cwd=tmp_path, timeout=30).stdout   # the master's run directory
     assert "rank 6 on host 127.0.0.3 stopped first: its stack is in no collective" in status, status
