@@ -10,25 +10,15 @@ from __future__ import annotations
 
 import errno
 import os
-import stat
+
+from launcher.base.border import open_fd
 
 
-def open_regular(path: str):
+def open_regular(path: str, follow: bool = True):
     """``path`` opened for binary reading if it is a regular file, else None: a FIFO put where a log should
-    be must not hang a reader, nor a link to ``/dev/zero`` feed it forever."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
-    except OSError:
-        return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            os.close(fd)
-            return None
-        os.set_blocking(fd, True)
-    except OSError:
-        os.close(fd)
-        return None
-    return os.fdopen(fd, "rb")
+    be must not hang a reader, nor a link to ``/dev/zero`` feed it forever (``border.open_fd``)."""
+    fd = open_fd(path, follow=follow)
+    return None if fd is None else os.fdopen(fd, "rb")
 
 
 def bounded_lines(path: str, limit: int, chunk: int = 1 << 20):

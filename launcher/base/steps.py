@@ -34,7 +34,10 @@ Lines are at most ``metrics.MAX_LINE`` long where they are read.
 from __future__ import annotations
 
 import re
+from contextlib import nullcontext
 from dataclasses import dataclass
+
+from launcher.base.border import PATTERN_SECONDS, ascii_float, ascii_int, check_pattern, cut_line, time_budget
 
 MEGATRON_TEXT = "elapsed time per iteration (ms):"
 MEGATRON = re.compile(r"elapsed time per iteration \(ms\):\s*([0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?)")
@@ -70,26 +73,29 @@ class UserPattern:
     @classmethod
     def parse(cls, text: str, literal: str = "") -> UserPattern:
         """``text`` compiled; ValueError when it is no regex or names neither ``ms`` nor ``s``."""
+        shown = text if len(text) <= 80 else text[:77] + "..."
         try:
             regex = re.compile(text)
-        except re.error as exc:
-            raise ValueError(f"step pattern {text!r}: {exc}") from None
+        except (re.error, RecursionError, OverflowError) as exc:
+            raise ValueError(f"step pattern {shown!r}: {exc}") from None
         if not {"ms", "s"} & set(regex.groupindex):
-            raise ValueError(f"step pattern {text!r}: it needs a named group (?P<ms>...) or (?P<s>...)")
+            raise ValueError(f"step pattern {shown!r}: it needs a named group (?P<ms>...) or (?P<s>...)")
+        check_pattern(regex, f"step pattern {shown!r}")   # Refused is a ValueError
         return cls(regex, literal)
 
 
-def _number(text: str) -> float | None:
-    try:
-        value = float(text)
-    except ValueError:
-        return None
-    return value if value == value and 0 <= value < float("inf") else None
+def pattern_budget(user: UserPattern | None):
+    """The time budget a batch of ``step_line`` calls with ``user`` runs under (``border.OverBudget`` past it):
+    a pattern that passed ``check_pattern`` may still be slow (``.*.*.*x`` on a long line)."""
+    return nullcontext() if user is None else time_budget(PATTERN_SECONDS, f"--step-pattern {user.regex.pattern!r}")
+
+
+_number = ascii_float   # a step time: ASCII digits only, finite, not negative
 
 
 def _step(regex: re.Pattern, line: str) -> int | None:
     match = regex.search(line)
-    return int(match.group(1)) if match else None
+    return ascii_int(match.group(1)) if match else None
 
 
 def last_segment(line: str) -> str:
@@ -110,14 +116,16 @@ def _tqdm(line: str) -> StepLine | None:
     if match is None or not rate:
         return None
     count = match.group(1) or match.group(2)
-    return StepLine(1000.0 / rate if match.group(4) == "it/s" else 1000.0 * rate, int(count))
+    return StepLine(1000.0 / rate if match.group(4) == "it/s" else 1000.0 * rate, ascii_int(count))
 
 
 def step_line(line: str, user: UserPattern | None = None) -> StepLine | None:
     """The step time a line reports, or None. A user's pattern is tried first. A line of several ``\\r``
-    segments (a redrawn progress bar) is read by its last one."""
+    segments (a redrawn progress bar) is read by its last one, at most ``border.LINE_LIMIT`` characters of it.
+    A user's pattern may run past its time budget (``border.OverBudget``) where the caller set one."""
     if "\r" in line:
         line = last_segment(line)
+    line = cut_line(line)
     if user is not None and (not user.literal or user.literal in line):
         match = user.regex.search(line)
         if match:
@@ -128,7 +136,7 @@ def step_line(line: str, user: UserPattern | None = None) -> StepLine | None:
                 ms = None if seconds is None else seconds * 1000.0
             if ms is not None:
                 step = groups.get("step")
-                return StepLine(ms, int(step) if step and step.isdigit() else None)
+                return StepLine(ms, ascii_int(step))
     if MEGATRON_TEXT in line:
         match = MEGATRON.search(line)
         ms = _number(match.group(1)) if match else None
@@ -145,3 +153,11 @@ def step_line(line: str, user: UserPattern | None = None) -> StepLine | None:
     if "/" in line and "[" in line and ("it/s" in line or "s/it" in line):
         return _tqdm(line)
     return None
+
+
+def _fuzz_user_line(text: str) -> StepLine | None:
+    """``step_line`` with a user's pattern that reads every field (border.READERS: the fuzz test's entry)."""
+    return step_line(text, _FUZZ_PATTERN)
+
+
+_FUZZ_PATTERN = UserPattern(re.compile(r"step (?P<step>\S+) took (?P<ms>\S+) ms|(?P<s>\S+) s/step"))

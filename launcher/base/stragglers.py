@@ -15,8 +15,9 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+from launcher.base.border import OverBudget
 from launcher.base.lines import tail_lines
-from launcher.base.steps import UserPattern, step_line
+from launcher.base.steps import UserPattern, pattern_budget, step_line
 
 THRESHOLD = 0.75     # a score under this flags the rank (or host)
 WINDOW = 10          # steps in the "current" median, and in each window of the "best" one
@@ -49,14 +50,23 @@ class RankSteps:
 def read_steps(rank: int, host: str, lines, user: UserPattern | None = None) -> RankSteps:
     """A rank's step times from its log's lines."""
     steps = RankSteps(rank, host)
-    for line in lines:
-        found = step_line(line, user)
-        if found is None:
-            continue
-        if found.step is not None and found.step == steps.last_step and steps.times and steps.times[-1] == found.ms:
-            continue   # a progress bar drawn again (a line split at its carriage returns): the same step, once
-        steps.add(found.ms, found.step)
+    lines = iter(lines)
+    try:
+        with pattern_budget(user):
+            for line in lines:
+                _count(steps, step_line(line, user))
+    except OverBudget:   # the user's pattern is too slow for this log: the frameworks' lines still count
+        for line in lines:
+            _count(steps, step_line(line))
     return steps
+
+
+def _count(steps: RankSteps, found) -> None:
+    if found is None:
+        return
+    if found.step is not None and found.step == steps.last_step and steps.times and steps.times[-1] == found.ms:
+        return   # a progress bar drawn again (a line split at its carriage returns): the same step, once
+    steps.add(found.ms, found.step)
 
 
 def log_steps(path: str, rank: int, host: str, user: UserPattern | None = None) -> RankSteps:

@@ -27,6 +27,7 @@ import signal
 import subprocess
 import time
 
+from launcher.base.border import ascii_int
 from launcher.errors import UsageError
 
 TOOL_NAME = "hccn_tool"
@@ -41,7 +42,7 @@ _IPADDR = re.compile(r"^\s*ip\s*addr(?:ess)?\s*[:=]\s*" + _IPV4, re.I | re.M)
 _LINK = re.compile(r"^\s*link\s+status\s*[:=]\s*([A-Za-z]+)", re.I | re.M)
 _HEALTH = re.compile(r"^\s*net\s+health\s+status\s*[:=]\s*([A-Za-z][A-Za-z ]*?)\s*$", re.I | re.M)
 _NETDETECT = re.compile(r"^\s*net\s*detect\s+address\s*[:=]\s*" + _IPV4, re.I | re.M)
-_TLS = re.compile(r"tls\s+switch\s*\[\s*(\d)\s*\]", re.I)
+_TLS = re.compile(r"tls\s+switch\s*\[\s*([01])\s*\]", re.I)
 _NPU_ROW = re.compile(r"^\|\s*(\d+)\s+[^\s|][^|]*\|\s*([A-Za-z]+)\s*\|", re.M)
 
 
@@ -157,9 +158,10 @@ def parse_netdetect(text: str) -> str | None:
 
 def parse_tls(text: str) -> int:
     """``-tls -g``: the TLS switch, 0 (disabled) or 1 (enabled)."""
-    return int(_match(_TLS, text, "tls switch[...]"))
+    return int(_match(_TLS, text, "tls switch[...]"))   # one digit, matched by [0-9]
 
 
 def parse_npu_health(text: str) -> dict[int, str]:
     """``npu-smi info``: {NPU id: Health} from the table's NPU rows (OK, Warning, Alarm, Critical...)."""
-    return {int(npu): health for npu, health in _NPU_ROW.findall(text)}
+    return {npu: health[:40] for number, health in _NPU_ROW.findall(text)
+            if (npu := ascii_int(number, max_digits=6)) is not None}

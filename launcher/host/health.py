@@ -19,13 +19,13 @@ host has no npu-smi), the storage check never is:
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import shutil
 import threading
 from dataclasses import dataclass
 
+from launcher.base.border import Refused, parse_json, read_text, socket_answer, whole_number
 from launcher.host import hccn
 from launcher.host.hccn import ToolError
 
@@ -136,55 +136,49 @@ def check_nic_ports(root: str) -> list[Finding]:
         except OSError:
             continue
         for port in names:
-            try:
-                with open(os.path.join(ports, port, "state"), encoding="utf-8", errors="replace") as fh:
-                    state = fh.read(200).strip()
-            except OSError:
+            try:   # sysfs: its files are links-free regular files of a page at most
+                state = (read_text(os.path.join(ports, port, "state"), "port state", 4096, follow=True) or "")
+            except Refused:
                 continue
+            state = state.strip()[:200]
             if not state.endswith("ACTIVE"):
                 found.append(Finding("nic", f"{device} port {port} is {state or 'in no state'}",
                                      f"check the cable and the switch port (ibstat {device} {port})"))
     return found
 
 
-def _socket_answer(path: str, timeout: float) -> str:
-    """What a node-health service on Unix socket ``path`` says, up to 64 KiB, within ``timeout``."""
-    import socket
-
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        sock.settimeout(timeout)
-        sock.connect(path)
-        data = b""
-        while len(data) < 1 << 16:
-            chunk = sock.recv(4096)
-            if not chunk:
-                break
-            data += chunk
-    return data.decode("utf-8", "replace")
-
-
 def check_external(command: str, timeout: float, run=hccn.run) -> list[Finding]:
     """The user's checker (a command, or ``unix:PATH``): its answer holds NVIDIA's node-health
-    ``{"fail_count": N}``."""
+    ``{"fail_count": N}``; answering within ``timeout`` seconds in all, or it is a finding."""
     try:
         if command.startswith("unix:"):
-            text = _socket_answer(command[len("unix:"):], timeout)
+            text = socket_answer(command[len("unix:"):], timeout)
         else:
             text = run(shlex.split(command), timeout)
     except (ToolError, ValueError, OSError) as exc:
         return [Finding("external", f"{command!r} failed: {exc}", "see what the checker reports")]
-    answer = None
-    for line in reversed(text.strip().splitlines()):
-        try:
-            answer = json.loads(line)
-            break
-        except ValueError:
-            continue
-    count = answer.get("fail_count") if isinstance(answer, dict) else None
-    if not isinstance(count, int) or isinstance(count, bool):
-        return [Finding("external", f"{command!r} gave no {{\"fail_count\": N}} answer", "fix the checker")]
+    try:
+        count = parse_answer(text)
+    except Refused as exc:
+        return [Finding("external", f"{command!r} gave no usable answer ({exc})", "fix the checker")]
     return [Finding("external", f"{command!r} says fail_count {count}", "see what the checker reports")] \
         if count > 0 else []
+
+
+def parse_answer(text: str) -> int:
+    """The ``fail_count`` of the last line of a checker's answer that is a JSON object; Refused when there is
+    none or it is no count (a negative, a float, a bool, a string)."""
+    for line in reversed(text.strip().splitlines()[-1000:]):
+        try:
+            answer = parse_json(line, "the checker's answer")
+        except Refused:
+            continue
+        if isinstance(answer, dict):
+            count = answer.get("fail_count")
+            if isinstance(count, str):   # NVIDIA's answer is a JSON integer; a string is some other checker's
+                raise Refused(f'its {{"fail_count": N}} is the string {count[:20]!r}, not a whole number')
+            return whole_number(count, 'its {"fail_count": N}', low=0)
+    raise Refused('no {"fail_count": N} line')
 
 
 def gate(devices: list[int], run_dir: str, settings: GateSettings, path: str) -> list[Finding]:

@@ -19,12 +19,14 @@ true: wait, acting on nothing, until it is false. This module only reads; ``exec
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 
+from launcher.base.border import Refused, expect, parse_json, read_text, whole_number
+
 RESET_CONFIG = "/user/restore/reset/config/reset.json"   # where the operator mounts the reset ConfigMap
 MAX_BYTES = 4 << 20   # a reset file larger than this is not MindCluster's: ignored
+VERSION_LIMIT = 4096  # the version file holds a number
 
 
 @dataclass(frozen=True)
@@ -45,25 +47,27 @@ class ResetOrders:
 
 def read_reset(path: str) -> ResetOrders | None:
     """The reset file's orders, or None when there is none or it does not read as MindCluster's (a file half
-    rewritten by the kubelet's ConfigMap update is read again on the next look)."""
+    rewritten by the kubelet's ConfigMap update is read again on the next look). The operator's mount is a
+    link (the kubelet's ``..data``), so links are followed; what they lead to must still be a regular file."""
     try:
-        if os.path.getsize(path) > MAX_BYTES:
-            return None
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except (OSError, ValueError):
+        text = read_text(path, "reset file", MAX_BYTES, follow=True)
+        return None if text is None else parse_reset(text)
+    except Refused:
         return None
-    if not isinstance(data, dict):
-        return None
+
+
+def parse_reset(text: str) -> ResetOrders:
+    """The reset file's text as orders; Refused for anything that is not ``ResetCmInfo``'s shape."""
+    data = expect(parse_json(text, "reset file"), dict, "reset file")
     faults = {}
-    for entry in data.get("RankList") or []:
+    for entry in expect(data.get("RankList") or [], list, "reset file RankList"):
         if not isinstance(entry, dict):
             continue
-        rank_id = entry.get("RankId")   # an int in ResetCmInfo; a string tolerated
-        if isinstance(rank_id, bool) or not isinstance(rank_id, (int, str)) or not str(rank_id).strip().isdigit():
+        try:   # an int in ResetCmInfo; a string of digits tolerated; anything else is no rank
+            rank = whole_number(entry.get("RankId"), "reset file RankId", low=0)
+        except Refused:
             continue
-        rank = int(rank_id)
-        status = str(entry.get("Status") or "").lower()
+        status = str(entry.get("Status") or "")[:40].lower()
         if status and status != "recovered":
             faults[rank] = status
     return ResetOrders(faults=faults, restart_fault_process=data.get("RestartFaultProcess") is True,
@@ -72,9 +76,10 @@ def read_reset(path: str) -> ResetOrders | None:
 
 
 def _number(value) -> int:
+    """A field MindCluster writes as an integer; 0 when it is not one."""
     try:
-        return int(value)
-    except (TypeError, ValueError):
+        return whole_number(value, "reset file field")
+    except Refused:
         return 0
 
 
@@ -118,11 +123,17 @@ def version_path(rank_table: str) -> str:
 
 
 def read_version(path: str) -> str | None:
+    """The rank table's version file's text (its first line, stripped), or None when absent or unreadable."""
     try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return fh.read(256).strip()
-    except OSError:
+        text = read_text(path, "the rank table's version file", VERSION_LIMIT, follow=True)
+    except Refused:
         return None
+    return None if text is None else parse_version(text)
+
+
+def parse_version(text: str) -> str:
+    """What a version file says: its text, stripped, at most 256 characters (it is only compared)."""
+    return text.strip()[:256]
 
 
 def recovered(reset_path: str, version_file: str, since: str | None) -> bool:

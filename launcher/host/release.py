@@ -20,6 +20,7 @@ import re
 import shutil
 import time
 
+from launcher.base.border import ascii_int, cut_line
 from launcher.host import hccn
 from launcher.host.devices import ASCEND_VAR, CUDA_VAR, DAVINCI_GLOB
 
@@ -35,23 +36,29 @@ _GPU_ROW = re.compile(r"^\s*(\d+)\s*,\s*(\d+)\s*$", re.M)
 
 def parse_npu_memory(text: str) -> dict[int, int]:
     """``npu-smi info``: {NPU id: HBM MiB in use}, from the last ``used / total`` of the chip row under each
-    NPU row."""
+    NPU row (a number of more than 12 digits is no reading: that row is skipped)."""
     used: dict[int, int] = {}
     npu = None
     for line in text.splitlines():
+        line = cut_line(line)
         row = _NPU_ROW.match(line)
         chip = _CHIP_ROW.match(line)
         if chip and npu is not None:
-            used[npu] = int(chip.group(1))
+            mib = ascii_int(chip.group(1), max_digits=12)
+            if mib is not None:
+                used[npu] = mib
             npu = None
         elif row:
-            npu = int(row.group(1))
+            npu = ascii_int(row.group(1), max_digits=6)
     return used
 
 
 def parse_gpu_memory(text: str) -> dict[int, int]:
-    """``nvidia-smi --query-gpu=index,memory.used``: {GPU index: MiB in use}."""
-    return {int(index): int(mib) for index, mib in _GPU_ROW.findall(text)}
+    """``nvidia-smi --query-gpu=index,memory.used``: {GPU index: MiB in use} (rows with numbers of more
+    digits than a device could have are skipped)."""
+    return {index: mib for index_text, mib_text in _GPU_ROW.findall(text)
+            if (index := ascii_int(index_text, max_digits=6)) is not None
+            and (mib := ascii_int(mib_text, max_digits=12)) is not None}
 
 
 def memory_reader(source: str, path: str | None):

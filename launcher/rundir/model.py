@@ -466,11 +466,16 @@ def read_json(path: str, name: str) -> tuple[object, str | None]:
             return None, None    # replaced or removed between the look and the read
         return None, f"{name}: {str(exc).removeprefix(f'cannot read run file {path}: ')}"
     try:
-        return json.loads(text), None
-    except RecursionError:
-        return None, f"{name}: nested too deeply to be dlaunch's"
-    except ValueError as exc:
-        return None, f"{name}: not JSON ({str(exc)[:80]})"
+        return parse_run_file(text), None
+    except ValueError as exc:   # the border's Refused
+        return None, f"{name}: {str(exc).removeprefix('run file: ')}"
+
+
+def parse_run_file(text: str):
+    """A run-directory file's JSON (summary, plan, pids), through the border's bounds; Refused otherwise."""
+    from launcher.base.border import parse_json
+
+    return parse_json(text, "run file", constants=True)   # Python's json writes NaN and Infinity; read them back
 
 
 def load(path: str, model, name: str) -> tuple[dict | None, str | None]:

@@ -27,6 +27,7 @@ import os
 from dataclasses import dataclass, field
 
 from launcher.base.atomic import write_atomically
+from launcher.base.border import Refused, expect, parse_json, read_text, whole_number
 
 FACTOR = 5.0          # the budget is this many times the longest silence (or phase) seen
 WARMUP_STEPS = 5      # steps of an attempt before its silences are counted
@@ -35,6 +36,7 @@ FLOOR = 1.0           # no budget below this many seconds
 CHECK_SECONDS = 0.1   # a learning watch looks this often: a rank stepping every 0.2 s is seen step by step
 CHECKPOINT = "checkpoint"
 FILE = "hang_timeouts"
+CLOCK_LIMIT = 1 << 20   # bytes of a hang clock file read back
 
 
 @dataclass
@@ -98,13 +100,29 @@ def load_clock(path: str, bound: float) -> HangClock:
     """What an earlier attempt (or run, on a requeue) learned, under today's bound; a fresh clock when there is
     no such file or it is unreadable (learning starts again: the bound applies meanwhile, so nothing is lost)."""
     try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-        phases = {str(k): float(v) for k, v in dict(data.get("phases_s") or {}).items() if float(v) > 0}
-        return HangClock(bound, silence=max(0.0, float(data.get("silence_s", 0.0))),
-                         counted_steps=max(0, int(data.get("counted_steps", 0))), phases=phases)
-    except (OSError, ValueError, TypeError, AttributeError):
+        text = read_text(path, "hang clock", CLOCK_LIMIT)
+        return parse_clock(text, bound) if text is not None else HangClock(bound)
+    except Refused:
         return HangClock(bound)
+
+
+def parse_clock(text: str, bound: float = 60.0) -> HangClock:
+    """A hang clock file's text (``to_dict``'s keys); Refused for anything else."""
+    data = expect(parse_json(text, "hang clock"), dict, "hang clock")
+    phases = {}
+    for name, value in expect(data.get("phases_s") or {}, dict, "hang clock phases_s").items():
+        seconds = _seconds(value, f"hang clock phase {name[:40]!r}")
+        if seconds > 0:
+            phases[name[:200]] = seconds
+    return HangClock(bound, silence=_seconds(data.get("silence_s", 0.0), "hang clock silence_s"),
+                     counted_steps=whole_number(data.get("counted_steps", 0), "hang clock counted_steps", low=0),
+                     phases=phases)
+
+
+def _seconds(value, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1e9:
+        raise Refused(f"{what}: {value!r} is not a number of seconds"[:200])
+    return float(value)
 
 
 def save_clock(path: str, clock: HangClock) -> None:

@@ -17,11 +17,11 @@ step, from which ``execute.blame`` names the rank that stopped first.  The budge
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from dataclasses import dataclass
 
+from launcher.base.border import Refused, parse_json, read_text
 from launcher.base.lines import tail_lines
 from launcher.checkpoint import names as ckptnames
 from launcher.contract import HEARTBEAT_FILE
@@ -30,6 +30,7 @@ from launcher.plan.make import RankSpec
 from launcher.rundir.paths import attempt_file
 
 STACK_DUMP_SECONDS = 20.0
+HEARTBEAT_LIMIT = 4096       # bytes of a heartbeat file read (beat() writes some 60)
 LAUNCHER_GAP_SECONDS = 1.0   # the launcher slept this much longer than it asked: it was stopped (SIGSTOP, Ctrl-Z)
 
 
@@ -61,17 +62,23 @@ def last_sign_of_life(spec: RankSpec, started: float) -> float:
 
 def read_heartbeat(path: str) -> tuple[int | None, str | None]:
     """(step, phase) a rank's heartbeat says (``beat(step=N)``, ``heartbeat.phase(...)``); (None, None) for a
-    plain touch, or a file that is not (yet) what beat() writes."""
+    plain touch, or a file that is not (yet) what beat() writes (a FIFO, a link, 3,000 ``[``: the border's)."""
     try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.loads(fh.read(4096) or "null")
-    except (OSError, ValueError):
+        text = read_text(path, "heartbeat", HEARTBEAT_LIMIT)
+        return parse_heartbeat(text or "null")
+    except Refused:
         return None, None
+
+
+def parse_heartbeat(text: str) -> tuple[int | None, str | None]:
+    """A heartbeat file's text: (step, phase), each None where the file does not say one; Refused for what
+    is not JSON."""
+    data = parse_json(text, "heartbeat")
     if not isinstance(data, dict):
         return None, None
     step, phase = data.get("step"), data.get("phase")
-    return (step if isinstance(step, int) and not isinstance(step, bool) else None,
-            phase if isinstance(phase, str) and phase else None)
+    return (step if isinstance(step, int) and not isinstance(step, bool) and step >= 0 else None,
+            phase[:200] if isinstance(phase, str) and phase else None)
 
 
 @dataclass

@@ -21,6 +21,7 @@ import os
 import time
 
 from launcher.base.atomic import write_atomically
+from launcher.base.border import is_regular, remove_file
 from launcher.contract import NOTICE_FILE, NOTICE_SAVED_FILE
 
 CHECK_SECONDS = 0.05   # how often the window looks for survivors that saved
@@ -47,7 +48,7 @@ class SurvivorWindow:
         """The window's time is up, or every survivor has exited or saved."""
         if time.monotonic() >= self.until:
             return True
-        return all(not p.alive or os.path.exists(os.path.join(p.spec.rank_dir, NOTICE_SAVED_FILE))
+        return all(not p.alive or is_regular(os.path.join(p.spec.rank_dir, NOTICE_SAVED_FILE))
                    for p in self.survivors)
 
     def wait(self) -> float:
@@ -55,14 +56,12 @@ class SurvivorWindow:
         return max(0.0, min(CHECK_SECONDS, self.until - time.monotonic()))
 
 
-def clear_notices(rank_dirs: list[str]) -> None:
-    """A new attempt starts with no notice: the last attempt's are removed before its ranks start."""
-    for rank_dir in rank_dirs:
-        for name in (NOTICE_FILE, NOTICE_SAVED_FILE):
-            try:
-                os.unlink(os.path.join(rank_dir, name))
-            except FileNotFoundError:
-                continue
+def clear_notices(rank_dirs: list[str]) -> list[str]:
+    """A new attempt starts with no notice: the last attempt's are removed before its ranks start. Returns a
+    line for each that could not be (a directory a rank made in its place is left as it is, and not taken
+    for a save)."""
+    return [line for rank_dir in rank_dirs for name in (NOTICE_FILE, NOTICE_SAVED_FILE)
+            if (line := remove_file(os.path.join(rank_dir, name), "the notice file")) is not None]
 
 
 def notice_cause(root_cause=None, stopped_by: dict | None = None, host: str = "") -> dict:

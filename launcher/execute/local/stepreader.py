@@ -16,8 +16,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from launcher.base.border import OverBudget, open_fd
+from launcher.base.console import say
 from launcher.base.pace import Pace
-from launcher.base.steps import UserPattern, step_line
+from launcher.base.steps import UserPattern, pattern_budget, step_line
 from launcher.base.stragglers import RankSteps
 from launcher.contract import HEARTBEAT_FILE
 from launcher.execute.local.hangs import read_heartbeat
@@ -55,20 +57,24 @@ class StepReader:
         steps = self.steps.setdefault(spec.rank, RankSteps(spec.rank, self.host))
         log = self._logs.setdefault(spec.rank_dir, _Log())
         count, newest = 0, None
-        for line in self._new_lines(spec.log_file, log):
-            found = step_line(line, self.user)
-            if found is not None:
-                steps.add(found.ms, found.step)
-                count, newest = count + 1, found.step if found.step is not None else newest
+        try:
+            with pattern_budget(self.user):
+                for line in self._new_lines(spec.log_file, log):
+                    found = step_line(line, self.user)
+                    if found is not None:
+                        steps.add(found.ms, found.step)
+                        count, newest = count + 1, found.step if found.step is not None else newest
+        except OverBudget as exc:   # read on without it: the frameworks' lines still count
+            say(f"{exc}; not using it for the rest of this run")
+            self.user = None
         beat = self._beat(os.path.join(spec.rank_dir, HEARTBEAT_FILE), log)
         if beat is not None:   # a step time only: the hang watch counts heartbeat steps itself
             steps.add(*beat)
         return count, newest
 
     def _new_lines(self, path: str, log: _Log) -> list[str]:
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except OSError:
+        fd = open_fd(path)   # the rank's: a FIFO or a link put in its place is not read
+        if fd is None:
             return []
         try:
             size = os.fstat(fd).st_size

@@ -111,7 +111,7 @@ class LocalWorkers:
         """Spawn the scheduler (if any) and every rank; a spawn failure or a signal stops what started."""
         result = attempt.result
         if attempt.plan.policy.survivor_window:
-            clear_notices([spec.rank_dir for spec in attempt.plan.ranks])
+            say(*clear_notices([spec.rank_dir for spec in attempt.plan.ranks]))   # what could not be removed
         try:
             for spec in attempt.plan.processes():
                 process = RankProcess(spec, RankResult(spec.rank, spec.local_rank, spec.device_id, spec.server_id,
