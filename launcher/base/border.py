@@ -175,14 +175,15 @@ def parse_json(text: str | bytes, what: str, *, max_depth: int = MAX_DEPTH, cons
         text = text.decode("utf-8", "replace")
     depth = _depth(text)
     if depth > max_depth:
-        raise Refused(f"{what}: JSON nested {depth} deep, more than the {max_depth} dlaunch reads")
+        raise Refused(f"{what}: JSON nested deeper than the {max_depth} levels dlaunch reads")
     try:
         return json.loads(text, parse_int=_json_int, parse_float=_json_float,
                           parse_constant=float if constants else _json_constant)
     except Refused as exc:
         raise Refused(f"{what}: {exc}") from None
     except (ValueError, RecursionError) as exc:   # RecursionError: only if the depth scan were wrong
-        raise Refused(f"{what}: not JSON ({str(exc).splitlines()[0][:120]})") from None
+        # from exc: a reader that shows where the mistake is (a rank table's line and column) finds it there
+        raise Refused(f"{what}: not JSON ({(str(exc).splitlines() or [''])[0][:120]})") from exc
 
 
 def _depth(text: str) -> int:

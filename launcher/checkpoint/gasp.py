@@ -17,10 +17,12 @@ a rank that never gets a notice.
 
 from __future__ import annotations
 
-import json
 import os
 
+from launcher.base.border import Refused, read_json
 from launcher.contract import NOTICE_FILE_ENV, NOTICE_SAVED_FILE
+
+NOTICE_LIMIT = 1 << 16   # bytes of a notice read (dlaunch writes a few hundred)
 
 
 def notice() -> dict | None:
@@ -30,10 +32,9 @@ def notice() -> dict | None:
     if not path or not os.path.exists(path):
         return None
     try:
-        with open(path, encoding="utf-8") as fh:
-            found = json.load(fh)
-    except (OSError, ValueError):
-        return None   # written atomically, so this is a notice removed between the two calls: none
+        found = read_json(path, "the notice", NOTICE_LIMIT)
+    except Refused:
+        return None   # written atomically by dlaunch: what else is there is no notice
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT")
     if isinstance(found, dict) and (attempt is None or str(found.get("attempt")) == attempt):
         return found

@@ -8,12 +8,12 @@ its stdin (nothing but paths on the command line) and answers with its results a
 
 from __future__ import annotations
 
-import json
 import shlex
 import sys
 import time
 from types import SimpleNamespace
 
+from launcher.base.border import parse_json
 from launcher.base.console import printable
 from launcher.netcheck.device import Settings
 
@@ -109,7 +109,7 @@ def _run_check(client, command: str, text: str, timeout: float) -> dict:
     said = stderr.read(MAX_STDERR).decode("utf-8", "replace")
     status = stdout.channel.recv_exit_status()
     try:
-        host = json.loads(answer)["hosts"][0]
+        host = parse_json(answer, "the check's answer")["hosts"][0]
         if not all(_is_row(row) for row in host["devices"]):
             return {"problem": "it answered in a format this dlaunch does not know (another dlaunch version there?)"}
         return {"devices": host["devices"], "problem": host.get("problem")}

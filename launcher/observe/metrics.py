@@ -20,7 +20,6 @@ costs the report the same memory as a short one, and every line is still counted
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import time
@@ -28,6 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from launcher.base.border import Refused, ascii_int, parse_json
 from launcher.base.lines import bounded_lines
 from launcher.rundir.paths import attempt_file
 from launcher.rundir.read import RankRef, Run, log_attempts, log_path
@@ -115,8 +115,8 @@ def parse_metrics(lines) -> dict[str, Points]:
         text = line.strip()
         if text.startswith("{") and '"dlaunch"' in text:
             try:
-                record = json.loads(text)
-            except (ValueError, RecursionError):   # not JSON after all, or nested past Python's stack
+                record = parse_json(text, "a metric line")
+            except Refused:   # not JSON after all, or past the border's bounds
                 record = None
             step = record.get("step") if isinstance(record, dict) else None
             if isinstance(record, dict) and record.get("dlaunch") == METRIC_TAG and step is not None \
@@ -130,8 +130,9 @@ def parse_metrics(lines) -> dict[str, Points]:
         match = SEEDS_LOSS.search(text)
         if match:
             number = NUMBER.search(match.group(3))
-            if number:
-                last_seeds = (int(match.group(1)), int(match.group(2)))
+            epoch, step = ascii_int(match.group(1)), ascii_int(match.group(2))
+            if number and epoch is not None and step is not None:
+                last_seeds = (epoch, step)
                 per_epoch = max(per_epoch, last_seeds[1])
                 seeds.add((*last_seeds, float(number.group(0))))
             continue
@@ -141,7 +142,7 @@ def parse_metrics(lines) -> dict[str, Points]:
             if not seeds.seen and json_step is not None and not named:
                 found.setdefault("accuracy", Points()).add((json_step, float(acc.group(1))))
             else:
-                accuracy.add((int(named.group(1)) if named else None, last_seeds, float(acc.group(1)),
+                accuracy.add((ascii_int(named.group(1)) if named else None, last_seeds, float(acc.group(1)),
                               accuracy.seen + 1))
     unseen: dict[str, int] = {}
     if seeds.seen:

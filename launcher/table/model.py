@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from launcher.base.border import Refused, parse_json
 from launcher.base.jsontext import readable
 
 TYPE_CHECKING = False   # typing's own flag, without importing typing on the launch path (docs/development.md)
@@ -267,17 +268,6 @@ def _rank_list_obj(table: RankTable) -> dict:
 MAX_TABLE_BYTES = 64 << 20   # a 4,096-server table is about 4 MiB
 
 
-def _refuse_constant(name: str):
-    raise RankTableError(f"the JSON holds {name}, which is not a number a rank table can use")
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if value in (float("inf"), float("-inf")):
-        _refuse_constant(text[:20])
-    return value
-
-
 def _json_mistake(text: str, exc: json.JSONDecodeError) -> str:
     """What is wrong with the JSON, where: a trailing comma (JSON has none, an editor's habit adds one) said
     plainly at the comma, text cut short said so, anything else in the parser's words."""
@@ -297,19 +287,17 @@ def loads(text: str) -> RankTable:
     """Parse rank-table JSON text; malformed JSON names its line and column, hostile JSON is refused plainly.
 
     NaN, Infinity and numbers too large to be finite are refused (they would be written back as bare ``NaN``,
-    which is not JSON); so is nesting deeper than Python's recursion allows, and text holding a lone UTF-16
-    surrogate (``"\\ud800"``), which no output could print.
+    which is not JSON); so are nesting and integers past the border's bounds (``base.border``), and text holding
+    a lone UTF-16 surrogate (``"\\ud800"``), which no output could print.
     """
     if not text.strip():
         raise RankTableError("the file is empty")
     try:
-        obj = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
-    except json.JSONDecodeError as exc:
-        raise RankTableError(_json_mistake(text, exc)) from None
-    except RecursionError:
-        raise RankTableError("the JSON is nested too deeply to be a rank table") from None
-    except ValueError as exc:   # e.g. an integer of thousands of digits (Python's int_max_str_digits)
-        raise RankTableError(f"the JSON holds an unusable number: {str(exc)[:100]}") from None
+        obj = parse_json(text, "the rank table")
+    except Refused as exc:
+        if isinstance(exc.__cause__, json.JSONDecodeError):
+            raise RankTableError(_json_mistake(text, exc.__cause__)) from None
+        raise RankTableError(str(exc).removeprefix("the rank table: ")) from None
     try:
         json.dumps(obj, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError:

@@ -27,9 +27,9 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import re
 import secrets
 
+from launcher.base.border import parse_json
 from launcher.contract import JOB_SECRET_ENV
 from launcher.errors import UsageError
 
@@ -141,22 +141,10 @@ class Channel:
             yield parse(body)
 
 
-_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
-_BRACKET = re.compile(r"[\[\]{}]")
-
-
 def parse(body: str) -> dict:
-    """One message's JSON, its nesting checked first (without recursion): no line can exhaust the parser's
-    stack, whoever sent it."""
-    depth = 0
-    for bracket in _BRACKET.findall(_STRING.sub("", body)):
-        depth += 1 if bracket in "[{" else -1
-        if depth > MAX_DEPTH:
-            raise ValueError(f"JSON nested deeper than the protocol's {MAX_DEPTH} levels")
-    try:
-        message = json.loads(body)
-    except RecursionError:   # cannot happen after the check; kept so no input ever ends the network thread
-        raise ValueError("JSON nested too deep") from None
+    """One message's JSON through the border (its nesting checked first, without recursion: no line can exhaust
+    the parser's stack, whoever sent it); a ValueError (``Refused``) for anything else."""
+    message = parse_json(body, "a message", max_depth=MAX_DEPTH, constants=True)
     if not isinstance(message, dict) or not isinstance(message.get("t"), str):
         raise ValueError("not a message of the protocol")
     return message

@@ -26,7 +26,7 @@ def main() -> None:
     channel.close()
     if not message or not fds:
         sys.exit(0)   # dlaunch did not need this standby
-    request = json.loads(message)
+    request = json.loads(message)   # dlaunch's own message over its own socket pair: no outside text
     os.dup2(fds[0], 1)
     os.dup2(fds[0], 2)
     os.close(fds[0])

@@ -25,6 +25,7 @@ import os
 import signal
 import sys
 
+from launcher.base.border import Refused, parse_json
 from launcher.base.signals import STOP_SIGNAL_NAMES
 from launcher.errors import UsageError
 
@@ -67,8 +68,8 @@ def read_request(fd: int = 0) -> tuple[dict, bytes]:
             raise UsageError("launch request too large")
     line, rest = data.split(b"\n", 1)
     try:
-        request = json.loads(line)
-    except ValueError:
+        request = parse_json(line, "the launch request")
+    except Refused:
         raise UsageError("malformed launch request from the head") from None
     if not isinstance(request, dict) or not isinstance(request.get("argv"), list):
         raise UsageError("malformed launch request from the head")
@@ -89,8 +90,8 @@ def parse_event(line: str) -> dict | None:
     if not line.startswith(EVENT_MARK):
         return None
     try:
-        return json.loads(line[len(EVENT_MARK):])
-    except ValueError:
+        return parse_json(line[len(EVENT_MARK):], "an event")
+    except Refused:
         return None
 
 
