@@ -52,7 +52,7 @@ READERS = {
     "npu-smi memory": "launcher.host.release:parse_npu_memory",
     "npu-smi health": "launcher.host.hccn:parse_npu_health",
     "run file (summary, plan)": "launcher.rundir.model:parse_run_file",
-    "rank table": "launcher.table.model:_fuzz_table",
+    "rank table": "launcher.table.model:loads",
 }
 
 

@@ -27,6 +27,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from launcher.base.border import ascii_int
+
 CHECKPOINT = "checkpoint"
 BREAKPOINT = "breakpoint"
 GRAPH = "graph"
@@ -106,9 +108,8 @@ def parse_dlaunch_temporary(name: str) -> tuple[str, str, int] | None:
     if not (name.startswith(".") and name.endswith(TEMP_SUFFIX)):
         return None
     parts = name[1:].rsplit("~", 3)
-    if len(parts) != 4 or not parts[2].isdigit():
-        return None
-    return parts[0], parts[1], int(parts[2])
+    pid = ascii_int(parts[2], max_digits=10) if len(parts) == 4 else None   # "²".isdigit(), yet no int
+    return None if pid is None else (parts[0], parts[1], pid)
 
 
 def series(names: Iterable[Name]) -> dict[str, tuple[str, int]]:

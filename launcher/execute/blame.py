@@ -22,6 +22,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from launcher.base.border import ascii_float, ascii_int
+
 COLLECTIVE_FRAMES = ("torch/distributed/", "torch/nn/parallel/distributed.py", "mindspore/communication/",
                      "comm_ops.py", "torchft/")
 MARGIN = 0.5   # seconds: a last sign of life this much older than all others' is the one that stopped first
@@ -63,8 +65,8 @@ def read_state(rank: int, host: str, text: str) -> RankState:
     """A rank's state from its stack file's text."""
     first, _, rest = text.partition("\n")
     found = HEADER.match(first)
-    sign = float(found.group(1)) if found else None
-    step = int(found.group(2)) if found and found.group(2) != "unknown" else None
+    sign = ascii_float(found.group(1)) if found else None
+    step = ascii_int(found.group(2), signed=True) if found else None   # "unknown": None
     frames = main_thread(rest if found else text)
     if frames is not None and not any(line.startswith((" ", "\t")) for line in frames.splitlines()[1:]):
         frames = None   # py-spy caught the thread with no Python frame (in C, or leaving): it tells nothing

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 
+from launcher.base.border import ascii_int
 from launcher.plan.replicas import LIGHTHOUSE_ENV
 
 QUORUM_ID = re.compile(r"Previous quorum id:\s*(-?\d+)")
@@ -42,9 +43,9 @@ def quorum(url: str) -> dict:
         found["error"] = f"not reachable ({getattr(exc, 'reason', None) or exc})"
         return found
     number = QUORUM_ID.search(page)
-    found["quorum_id"] = int(number[1]) if number else None
-    found["members"] = [{"replica": html.unescape(m[2]).split(":")[0], "step": int(m[3]), "recovering": bool(m[1])}
-                        for m in MEMBER.finditer(page)]
+    found["quorum_id"] = ascii_int(number[1], signed=True) if number else None
+    found["members"] = [{"replica": html.unescape(m[2]).split(":")[0][:200], "step": ascii_int(m[3], signed=True),
+                         "recovering": bool(m[1])} for m in MEMBER.finditer(page)]
     return found
 
 
