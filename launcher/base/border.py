@@ -19,7 +19,7 @@ and none may cost dlaunch a traceback, a hang or unbounded memory. The rules, ke
 What cannot be taken is a ``Refused`` (a ``ValueError``) whose text is one line naming what and why; callers turn
 it into their documented verdict (a skipped look, an unfit host, a line on the console) and the job goes on.
 ``READERS`` names every parser of outside text, so one fuzz test (tests/unit/base/test_border_fuzz.py) feeds
-each the hostile shapes; tests/unit/base/test_border_guard.py fails when another module parses such text itself.
+each the hostile shapes; tests/unit/test_border_guard.py fails when another module parses such text itself.
 """
 
 from __future__ import annotations
@@ -370,23 +370,23 @@ def time_budget(seconds: float, what: str):
 
 # ---------------------------------------------------------------------------------------------------- answers
 
-def socket_answer(path: str, timeout: float, limit: int = 1 << 16) -> str:
+def socket_answer(path: str, timeout: float, limit: int = 1 << 16, stop=None) -> str:
     """What a service on Unix socket ``path`` says until it closes, at most ``limit`` bytes, within ``timeout``
     seconds in all (a service sending a byte every half second does not extend it). OSError when it cannot be
-    reached; Refused when it does not finish in time."""
-    import selectors
+    reached; Refused when it does not finish in time; ``Stopped`` when ``stop`` (``base.waiting``) says a stop
+    signal came meanwhile."""
     import socket
 
+    from launcher.base.waiting import ready_fds
+
     deadline = time.monotonic() + timeout
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock, selectors.DefaultSelector() as selector:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(timeout)
         sock.connect(path)
         sock.setblocking(False)
-        selector.register(sock, selectors.EVENT_READ)
         data = bytearray()
         while len(data) < limit:
-            left = deadline - time.monotonic()
-            if left <= 0 or not selector.select(left):
+            if not ready_fds([sock.fileno()], deadline, stop):
                 raise Refused(f"unix:{path} did not finish its answer within {timeout:g} s")
             try:
                 chunk = sock.recv(min(4096, limit - len(data)))

@@ -10,11 +10,14 @@ the run directory raises ``UsageError`` (exit 2, nothing started); after it, the
 from __future__ import annotations
 
 import os
+import signal
 import time
 from dataclasses import replace
 from enum import Enum
 
 from launcher.base.console import say
+from launcher.base.signals import Stopped
+from launcher.base.waiting import check, until
 from launcher.checkpoint.resume import find_resume_point
 from launcher.contract import ExitCode
 from launcher.errors import UsageError
@@ -30,6 +33,8 @@ from launcher.plan.make import LaunchPlan, Options, check_command, make_plan
 from launcher.rundir.create import create as create_run_dir
 from launcher.rundir.create import write_json
 from launcher.table.model import RankTable, dumps
+
+RESET_POLL = 1.0   # seconds between looks at MindCluster's reset file while a rescheduled pod comes back
 
 TYPE_CHECKING = False   # typing's own flag, without importing typing on the launch path (docs/development.md)
 if TYPE_CHECKING:
@@ -123,6 +128,7 @@ class Launch:
         self.attempts: list[AttemptResult] = []
         self.verdict: dict = {}           # the job's verdict on the last attempt (several hosts)
         self.failure: Exception | None = None
+        self.interrupted: int | None = None   # a stop signal that came between attempts, or cancelled a restart
         self.started = time.time()
         self.link: JobLink | None = None  # a multi-host job's link, opened by start
 
@@ -138,7 +144,10 @@ class Launch:
                     if result is None or self.decide(result) is not Decision.RESTART:
                         break
                     # the job's next attempt: one more, or, for a host that joined late, the one the job is in
+                    check(self.signals)   # a stop signal while this attempt stopped: no next attempt
                     self.plan = self.next_plan(self.verdict.get("next_attempt") or self.plan.attempt + 1)
+            except Stopped as stop:   # a stop signal between attempts (base.waiting): the restart does not happen
+                self._interrupted(stop.signum)
             finally:
                 self._stop_watching()
             return self.conclude()
@@ -180,6 +189,7 @@ class Launch:
     def run_attempt(self) -> AttemptResult | None:
         """The current plan's attempt, recorded; None when dlaunch itself failed (recorded too, so the run does
         not show "starting" forever)."""
+        check(self.signals)   # a stop signal before this attempt: nothing of it starts
         unfit = self._health_gate() if self.opts.policy.health_gate else None
         if unfit is not None:
             self.attempts.append(unfit)
@@ -213,6 +223,9 @@ class Launch:
             from launcher.execute.job import hosts as job
 
             self.verdict = job.settle(self.link, self.plan, result, self.signals.fd, self.roster)
+            if result.interrupted_by is not None and self.verdict.get("restart"):   # preempted while it stopped
+                self._interrupted(result.interrupted_by)
+                return Decision.STOP
             if self.roster is None and result.extra.get("unfit") and policy_reschedules(self.opts):
                 return Decision.STOP   # this pod is unfit: its operator starts it again elsewhere
             if self.verdict.get("restart") and not self._pod_back(self.verdict.get("root_cause")):
@@ -236,6 +249,9 @@ class Launch:
             say(f"every rank recovered and the rank table moved on; restarting all ranks ({restart})")
             return Decision.RESTART
         cause = result.root_cause   # a rank failed: the one failure a restart answers
+        if result.interrupted_by is not None and cause is not None and not last:   # preempted while it stopped
+            self._interrupted(result.interrupted_by)
+            return Decision.STOP
         if result.interrupted_by is not None or result.launcher_error is not None or cause is None or last \
                 or self.opts.policy.restart_policy != "job":   # its restarts were each rank's (group's), in place
             return Decision.STOP
@@ -312,6 +328,9 @@ class Launch:
         plan, opts = self.plan, self.opts
         warnings = shared_checkpoint_warnings(plan, self.started)
         summary = summarize(plan, self.attempts, self.started, warnings)
+        if self.interrupted is not None:   # the scheduler's word is the last: its signal's exit code
+            summary.update(status="interrupted", exit_code=ExitCode.of_signal(self.interrupted),
+                           interrupted_by=signal.Signals(self.interrupted).name)
         if self.verdict:
             from launcher.execute.job import hosts as job
 
@@ -349,25 +368,32 @@ class Launch:
         if self.zombies:
             self.zombies.stop()
 
+    def _interrupted(self, signum: int) -> None:
+        """A stop signal came after an attempt ended, or while it stopped for a restart: no attempt follows, and
+        the launch ends with the signal's exit code (a scheduler preempting the job is obeyed in every phase)."""
+        self.interrupted = signum
+        if not self.attempts:   # before the first attempt started anything (the health gate)
+            self.attempts.append(AttemptResult(attempt=self.plan.attempt, ranks=[], interrupted_by=signum))
+        say(f"{signal.Signals(signum).name}: no further attempt starts (exit {ExitCode.of_signal(signum)})")
+
     def _pod_back(self, cause: dict | None) -> bool:
         """After MindCluster marked a rank unrecovered (its pod rescheduled): wait, about once a second, until
         every rank is recovered and the rank table's version file moved on (the next plan re-reads the table);
-        False when that has not happened within --join-timeout, or a signal came."""
+        False when that has not happened within --join-timeout; ``Stopped`` when a stop signal came."""
         from launcher.host.mindcluster import recovered
 
         if not cause or not (cause.get("order") == "unrecovered" or cause.get("reschedule")) \
                 or self.version_file is None:
             return True
-        reset = self.opts.policy.reset_config
+        reset, version_file = self.opts.policy.reset_config, self.version_file
         assert reset is not None   # version_file is set only with it
         say(f"waiting for MindCluster: every rank recovered and {self.version_file} moved on from "
             f"{self.version_seen!r}")
-        deadline = time.monotonic() + self.opts.join_timeout
-        while not recovered(reset, self.version_file, self.version_seen):
-            if time.monotonic() >= deadline or self.signals.wait(1.0):
-                say(f"MindCluster did not bring every rank back within {self.opts.join_timeout:g} s "
-                    f"(--join-timeout), or dlaunch was signalled: not restarting")
-                return False
+        if not until(lambda: recovered(reset, version_file, self.version_seen), self.opts.join_timeout,
+                     RESET_POLL, self.signals):   # a stop signal ends it too (Stopped: no restart)
+            say(f"MindCluster did not bring every rank back within {self.opts.join_timeout:g} s (--join-timeout): "
+                f"not restarting")
+            return False
         self.version_seen = read_version(self.version_file)
         return True
 
@@ -380,8 +406,8 @@ class Launch:
         devices = [spec.device_id for spec in plan.ranks if spec.device_id is not None]
         if plan.standby and self.roster is not None:   # a spare is checked for the devices it would run
             devices = [placed.device for placed in self.roster.pool.servers[self.roster.own].placed()]
-        found = gate(devices, plan.run_dir,
-                     GateSettings(command=policy.health_check), self.inherited.get("PATH", os.defpath))
+        found = gate(devices, plan.run_dir, GateSettings(command=policy.health_check),
+                     self.inherited.get("PATH", os.defpath), stop=self.signals)
         if not found:
             return None
         lines = [finding.line(plan.server_id) for finding in found]
@@ -407,7 +433,7 @@ class Launch:
         reader = memory_reader(self.opts.devices.source, self.inherited.get("PATH")) if timeout else None
         devices = sorted({spec.device_id for spec in self.plan.ranks if spec.device_id is not None})
         if reader is not None and devices:
-            wait_for_release(devices, reader, timeout, say)
+            wait_for_release(devices, reader, timeout, say, stop=self.signals)
 
     def _open_link(self) -> JobLink | None:
         if self.plan.server_count < 2 and self.roster is None:

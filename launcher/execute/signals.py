@@ -47,19 +47,20 @@ class SignalWatch:
     def fd(self) -> int:
         return self._recv.fileno()
 
-    def wait(self, seconds: float) -> bool:
-        """Sleep up to ``seconds`` between attempts; True when a stop signal came (it stays recorded)."""
-        import select
+    def stop_signal(self) -> int | None:
+        """The first stop signal received and not yet handled by the event loop (``base.waiting``'s source)."""
+        return next((sig for sig in self.received if sig not in self.pass_through), None)
 
-        select.select([self._recv], [], [], seconds)
-        return any(sig not in self.pass_through for sig in self.received)
-
-    def drain(self) -> list[int]:
+    def clear_wakeups(self) -> None:
+        """The wake-up bytes read, the signals kept recorded: a wait between attempts goes on after SIGUSR1."""
         try:
             while self._recv.recv(4096):
-                pass
+                continue
         except BlockingIOError:
-            pass
+            return
+
+    def drain(self) -> list[int]:
+        self.clear_wakeups()
         signals, self.received = self.received, []
         return signals
 

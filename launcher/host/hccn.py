@@ -21,18 +21,20 @@ from __future__ import annotations
 
 import os
 import re
-import selectors
 import shutil
 import signal
 import subprocess
 import time
 
 from launcher.base.border import ascii_int
+from launcher.base.signals import Stopped
+from launcher.base.waiting import ready_fds, until
 from launcher.errors import UsageError
 
 TOOL_NAME = "hccn_tool"
 DRIVER_TOOLS = "/usr/local/Ascend/driver/tools"
 NPU_SMI = "npu-smi"
+EXIT_POLL = 0.01              # seconds between looks at a tool that closed its output, until it exits
 MAX_OUTPUT = 256 << 10        # bytes of a tool's answer that are read; a tool that says more is killed
 MISSING = ("the network checks need the Ascend driver's hccn_tool: it is not on PATH nor in "
            f"{DRIVER_TOOLS}/; install the driver's tools or pass --hccn-tool PATH")
@@ -69,11 +71,13 @@ def find_npu_smi(hccn_tool: str) -> str | None:
             or shutil.which(NPU_SMI, path=DRIVER_TOOLS))
 
 
-def run(argv: list[str], timeout: float) -> str:
-    """The text ``argv`` prints (stdout and stderr), at most MAX_OUTPUT bytes of it, within ``timeout`` seconds.
+def run(argv: list[str], timeout: float, stop=None) -> str:
+    """The text ``argv`` prints (stdout and stderr), at most MAX_OUTPUT bytes of it, within ``timeout`` seconds
+    in all.
 
     Raises ToolError when it cannot start, exits non-zero or runs out of time (then its process group is
-    killed, children included).
+    killed, children included); ``Stopped`` (its group killed too) when ``stop`` (``base.waiting``) says a stop
+    signal came meanwhile.
     """
     try:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -83,11 +87,14 @@ def run(argv: list[str], timeout: float) -> str:
     assert proc.stdout is not None
     kept, deadline = bytearray(), time.monotonic() + timeout
     timed_out = flooded = False
-    with proc, selectors.DefaultSelector() as selector:
-        selector.register(proc.stdout, selectors.EVENT_READ)
+    with proc:
         while True:
-            left = deadline - time.monotonic()
-            if left <= 0 or not selector.select(left):
+            try:
+                ready = ready_fds([proc.stdout.fileno()], deadline, stop)
+            except Stopped:
+                _kill_group(proc)
+                raise
+            if not ready:
                 timed_out = True
                 break
             chunk = os.read(proc.stdout.fileno(), 65536)
@@ -100,10 +107,14 @@ def run(argv: list[str], timeout: float) -> str:
         if timed_out or flooded:
             _kill_group(proc)
         try:
-            code = proc.wait(max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:   # closed its output but did not exit
+            exited = until(lambda: proc.poll() is not None, max(0.1, deadline - time.monotonic()), EXIT_POLL, stop)
+        except Stopped:
             _kill_group(proc)
-            code, timed_out = proc.wait(), True
+            raise
+        if not exited:   # closed its output but did not exit
+            _kill_group(proc)
+            timed_out = True
+        code = proc.wait()
     text = kept.decode("utf-8", "replace")
     words = " ".join(argv[1:])
     if timed_out:

@@ -19,6 +19,7 @@ host has no npu-smi), the storage check never is:
 
 from __future__ import annotations
 
+import functools
 import os
 import shlex
 import shutil
@@ -26,11 +27,13 @@ import threading
 from dataclasses import dataclass
 
 from launcher.base.border import Refused, parse_json, read_text, socket_answer, whole_number
+from launcher.base.waiting import until
 from launcher.host import hccn
 from launcher.host.hccn import ToolError
 
 NVIDIA_SMI = "nvidia-smi"
 PROBE = ".dlaunch-health-probe"
+STORAGE_POLL = 0.01   # seconds between looks at the storage probe's thread
 
 
 @dataclass(frozen=True)
@@ -55,9 +58,9 @@ class GateSettings:
     infiniband: str = "/sys/class/infiniband"   # the NIC ports' states (tests give a directory of their own)
 
 
-def check_storage(directory: str, timeout: float) -> list[Finding]:
+def check_storage(directory: str, timeout: float, stop=None) -> list[Finding]:
     """A small file written, synced and removed in ``directory`` within ``timeout`` (in a thread: a hung
-    filesystem blocks the call itself, and the thread is left to it)."""
+    filesystem blocks the call itself, and the thread is left to it; a stop signal ends the wait)."""
     done: list[BaseException | None] = []
 
     def probe() -> None:
@@ -76,8 +79,7 @@ def check_storage(directory: str, timeout: float) -> list[Finding]:
 
     thread = threading.Thread(target=probe, name="dlaunch-health-storage", daemon=True)
     thread.start()
-    thread.join(timeout)
-    if not done:
+    if not until(lambda: done, timeout, STORAGE_POLL, stop):
         return [Finding("storage", f"writing in {directory} took over {timeout:g} s",
                         "check the filesystem (a hung network mount?)")]
     if done[0] is not None:
@@ -147,12 +149,12 @@ def check_nic_ports(root: str) -> list[Finding]:
     return found
 
 
-def check_external(command: str, timeout: float, run=hccn.run) -> list[Finding]:
+def check_external(command: str, timeout: float, run=hccn.run, stop=None) -> list[Finding]:
     """The user's checker (a command, or ``unix:PATH``): its answer holds NVIDIA's node-health
     ``{"fail_count": N}``; answering within ``timeout`` seconds in all, or it is a finding."""
     try:
         if command.startswith("unix:"):
-            text = socket_answer(command[len("unix:"):], timeout)
+            text = socket_answer(command[len("unix:"):], timeout, stop=stop)
         else:
             text = run(shlex.split(command), timeout)
     except (ToolError, ValueError, OSError) as exc:
@@ -181,21 +183,23 @@ def parse_answer(text: str) -> int:
     raise Refused('no {"fail_count": N} line')
 
 
-def gate(devices: list[int], run_dir: str, settings: GateSettings, path: str) -> list[Finding]:
-    """Every check this host can make, in order; the failures (an empty list: fit to start)."""
-    found = check_storage(run_dir, settings.timeout)
+def gate(devices: list[int], run_dir: str, settings: GateSettings, path: str, stop=None) -> list[Finding]:
+    """Every check this host can make, in order; the failures (an empty list: fit to start). ``Stopped`` as
+    soon as ``stop`` (``base.waiting``) says a stop signal came: no tool or service is waited for then."""
+    run = functools.partial(hccn.run, stop=stop)
+    found = check_storage(run_dir, settings.timeout, stop)
     tool = settings.hccn_tool or shutil.which(hccn.TOOL_NAME, path=path) or shutil.which(hccn.TOOL_NAME,
                                                                                           path=hccn.DRIVER_TOOLS)
     npu_smi = shutil.which(hccn.NPU_SMI, path=path) or (hccn.find_npu_smi(tool) if tool else None)
     if npu_smi:
-        found += check_npus(devices, npu_smi, settings.timeout)
+        found += check_npus(devices, npu_smi, settings.timeout, run)
     nvidia_smi = shutil.which(NVIDIA_SMI, path=path)
     if nvidia_smi:
-        found += check_gpus(nvidia_smi, settings.timeout)
+        found += check_gpus(nvidia_smi, settings.timeout, run)
     if tool:
-        found += check_network(devices, tool, settings.timeout)
+        found += check_network(devices, tool, settings.timeout, run)
     else:
         found += check_nic_ports(settings.infiniband)
     if settings.command:
-        found += check_external(settings.command, settings.timeout)
+        found += check_external(settings.command, settings.timeout, run, stop)
     return found

@@ -21,6 +21,7 @@ import shutil
 import time
 
 from launcher.base.border import ascii_int, cut_line
+from launcher.base.waiting import until
 from launcher.host import hccn
 from launcher.host.devices import ASCEND_VAR, CUDA_VAR, DAVINCI_GLOB
 
@@ -62,40 +63,45 @@ def parse_gpu_memory(text: str) -> dict[int, int]:
 
 
 def memory_reader(source: str, path: str | None):
-    """A function returning {device: MiB in use}, for the devices ``source`` says the job has; None for a CPU
-    job or where the driver's tool is absent."""
+    """A function ``read(stop)`` returning {device: MiB in use}, for the devices ``source`` says the job has;
+    None for a CPU job or where the driver's tool is absent."""
     if source in (ASCEND_VAR, DAVINCI_GLOB):
         tool = shutil.which(hccn.NPU_SMI, path=path) or shutil.which(hccn.NPU_SMI, path=hccn.DRIVER_TOOLS)
-        return (lambda: parse_npu_memory(hccn.run([tool, "info"], TOOL_SECONDS))) if tool else None
+        return (lambda stop=None: parse_npu_memory(hccn.run([tool, "info"], TOOL_SECONDS, stop))) if tool else None
     if source in (CUDA_VAR, "nvidia-smi -L"):
         tool = shutil.which("nvidia-smi", path=path)
-        return (lambda: parse_gpu_memory(hccn.run([tool, *NVIDIA_QUERY], TOOL_SECONDS))) if tool else None
+        return (lambda stop=None: parse_gpu_memory(hccn.run([tool, *NVIDIA_QUERY], TOOL_SECONDS, stop))) \
+            if tool else None
     return None
 
 
-def wait_for_release(devices: list[int], reader, timeout: float, say) -> float:
+def wait_for_release(devices: list[int], reader, timeout: float, say, stop=None) -> float:
     """Wait until every one of ``devices`` uses less than RELEASED_MIB (or ``timeout`` passes); returns the
-    seconds waited. A device the tool does not list, or a tool that fails, is not waited for."""
+    seconds waited. A device the tool does not list, or a tool that fails, is not waited for. ``Stopped`` as
+    soon as ``stop`` (``base.waiting``) says a stop signal came."""
     started = time.monotonic()
-    told = False
-    while True:
+    busy: dict[int, int] = {}
+
+    def released() -> bool:
         try:
-            used = reader()
+            used = reader(stop)
         except hccn.ToolError as exc:
             say(f"cannot tell whether the devices were released ({exc}): restarting without waiting")
-            return time.monotonic() - started
-        busy = {device: used[device] for device in devices if used.get(device, 0) >= RELEASED_MIB}
-        waited = time.monotonic() - started
-        if not busy:
-            if told:
-                say(f"devices released after {waited:.1f} s")
-            return waited
-        shown = ", ".join(f"device {device}: {mib} MiB" for device, mib in sorted(busy.items()))
-        if waited >= timeout:
-            say(f"devices still hold memory after {timeout:g} s ({shown}; --device-release-timeout): restarting "
-                f"anyway")
-            return waited
-        if not told:
-            say(f"waiting up to {timeout:g} s for the last attempt's device memory to be released ({shown})")
-            told = True
-        time.sleep(min(POLL_SECONDS, max(0.0, timeout - waited)))
+            return True
+        was_busy = bool(busy)
+        busy.clear()
+        busy.update({device: used[device] for device in devices if used.get(device, 0) >= RELEASED_MIB})
+        if busy and not was_busy and time.monotonic() - started < timeout:
+            say(f"waiting up to {timeout:g} s for the last attempt's device memory to be released ({_shown(busy)})")
+        elif not busy and was_busy:
+            say(f"devices released after {time.monotonic() - started:.1f} s")
+        return not busy
+
+    if not until(released, timeout, POLL_SECONDS, stop):
+        say(f"devices still hold memory after {timeout:g} s ({_shown(busy)}; --device-release-timeout): restarting "
+            f"anyway")
+    return time.monotonic() - started
+
+
+def _shown(busy: dict[int, int]) -> str:
+    return ", ".join(f"device {device}: {mib} MiB" for device, mib in sorted(busy.items()))

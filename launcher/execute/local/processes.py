@@ -8,6 +8,7 @@ import errno
 import os
 import selectors
 import signal
+import time
 
 from launcher.contract import Role
 from launcher.execute.local.proctree import own_groups
@@ -94,6 +95,27 @@ class AttemptProcesses:
     @property
     def stopping(self) -> bool:
         return self.deadline is not None or self.window is not None
+
+    def terminate(self, sig: int, grace: float, controller_last: bool = False) -> None:
+        """The stop's signal to every live process, then ``grace`` seconds before SIGKILL. After a survivors'
+        window, global rank 0 (MindIO's and MindSpore's controller) is signalled once the others ended."""
+        live = [p for p in self.processes if p.alive]
+        last = next((p for p in live if p.spec.rank == 0), None) if controller_last and len(live) > 1 else None
+        for process in live:
+            if process is not last:
+                killpg_quietly(process.popen.pid, sig)
+        self.last, self.grace = last, grace
+        self.deadline = time.monotonic() + grace
+
+    def preempt(self, sig: int) -> None:
+        """A stop signal while the attempt already stops: passed to every live process, and the signal's grace
+        (--signal-grace) when it ends sooner than the stop's own."""
+        for process in self.processes:
+            if process.alive:
+                killpg_quietly(process.popen.pid, sig)
+        grace = self.plan.policy.signal_grace
+        if self.deadline is None or time.monotonic() + grace < self.deadline:
+            self.grace, self.deadline = grace, time.monotonic() + grace
 
     def revived(self, process: RankProcess) -> None:
         """``process`` was started again: ``ranks_done`` must look at it again (a rank; a service is no rank)."""

@@ -203,7 +203,7 @@ class LocalWorkers:
                 self._on_event(attempt, kind, value)
             if attempt.window is not None and attempt.window.over():
                 attempt.window = None
-                self._terminate(attempt, signal.SIGTERM, plan.policy.grace_period, controller_last=True)
+                attempt.terminate(signal.SIGTERM, plan.policy.grace_period, controller_last=True)
             if attempt.last is not None and not any(p.alive for p in attempt.ranks if p is not attempt.last):
                 killpg_quietly(attempt.last.popen.pid, signal.SIGTERM)   # the others are gone: now rank 0
                 attempt.last = None
@@ -259,15 +259,20 @@ class LocalWorkers:
         elif kind == "signal" and value in self.signals.pass_through:
             self._pass_on(attempt, value)
         elif kind == "signal":
+            first = attempt.stopping and attempt.result.interrupted_by is None   # preempted while it stops
+            if first:
+                attempt.result.interrupted_by = value   # the restart a failure asked for does not happen
             if attempt.window is not None:   # preempted while survivors save: the signal's own stop, now
                 attempt.window = None
-                self._terminate(attempt, value, attempt.plan.policy.signal_grace)
+                attempt.terminate(value, attempt.plan.policy.signal_grace)
             elif not attempt.stopping:
                 self._on_signal(attempt, value)
-            elif value in (signal.SIGINT, signal.SIGKILL) and not attempt.killed:   # a second Ctrl-C: no patience
+            elif value in (signal.SIGINT, signal.SIGKILL) and not first and not attempt.killed:   # a second Ctrl-C
                 say(f"{signal.Signals(value).name} again: killing {attempt.describe_alive()} now")
                 kill_groups(attempt.processes)
                 attempt.killed = True
+            elif not attempt.killed:
+                attempt.preempt(value)
 
     def _restart(self, attempt: AttemptProcesses, process: RankProcess, why: str) -> None:
         """``process`` exited: start it again in place, same environment and ids, alone or (its replica group's
@@ -355,18 +360,7 @@ class LocalWorkers:
                 f"{policy.survivor_window:g} s (--survivor-window) to save before they are stopped",
                 *(f"cannot write a notice: {where}" for where in attempt.window.unwritten))
             return
-        self._terminate(attempt, signal_ or signal.SIGTERM, policy.signal_grace if signal_ else policy.grace_period)
-
-    def _terminate(self, attempt: AttemptProcesses, sig: int, grace: float, controller_last: bool = False) -> None:
-        """The stop's signal to every live process, then ``grace`` seconds before SIGKILL. After a survivors'
-        window, global rank 0 (MindIO's and MindSpore's controller) is signalled once the others ended."""
-        live = [p for p in attempt.processes if p.alive]
-        last = next((p for p in live if p.spec.rank == 0), None) if controller_last and len(live) > 1 else None
-        for process in live:
-            if process is not last:
-                killpg_quietly(process.popen.pid, sig)
-        attempt.last, attempt.grace = last, grace
-        attempt.deadline = time.monotonic() + grace
+        attempt.terminate(signal_ or signal.SIGTERM, policy.signal_grace if signal_ else policy.grace_period)
 
     # ------------------------------------------------------------------ the end
 

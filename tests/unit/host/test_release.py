@@ -32,7 +32,7 @@ def test_nvidia_smi_csv_rows():
 def test_the_wait_ends_when_the_devices_it_watches_are_under_the_mark():
     answers = iter([{0: 4000, 1: 9000, 7: 9000}, {0: 100, 1: 9000, 7: 9000}, {0: 0, 1: RELEASED_MIB - 1, 7: 9000}])
     said = []
-    waited = wait_for_release([0, 1], lambda: next(answers), timeout=30, say=said.append)
+    waited = wait_for_release([0, 1], lambda stop=None: next(answers), timeout=30, say=said.append)
     assert waited < 5 and said[0].startswith("waiting up to 30 s for the last attempt's device memory to be "
                                                "released (device 0: 4000 MiB, device 1: 9000 MiB)")
     assert said[-1].startswith("devices released after")   # device 7 is another job's: not waited for
@@ -40,6 +40,6 @@ def test_the_wait_ends_when_the_devices_it_watches_are_under_the_mark():
 
 def test_the_wait_gives_up_at_its_timeout_in_one_line():
     said = []
-    wait_for_release([3], lambda: {3: 8000}, timeout=0.3, say=said.append)
+    wait_for_release([3], lambda stop=None: {3: 8000}, timeout=0.3, say=said.append)
     assert said[-1] == ("devices still hold memory after 0.3 s (device 3: 8000 MiB; --device-release-timeout): "
                         "restarting anyway")

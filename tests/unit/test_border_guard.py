@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 import pathlib
 
-ROOT = pathlib.Path(__file__).resolve().parents[3] / "launcher"
+ROOT = pathlib.Path(__file__).resolve().parents[2] / "launcher"
 BORDER = "base/border.py"
 
 # json.load(s) outside the border
