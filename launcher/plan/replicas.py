@@ -12,7 +12,8 @@ shapes (``torchft/torchx.py``, its Slurm runner) start one torchrun per group wi
   it as a client, ``TORCHELASTIC_USE_AGENT_STORE`` is "True"), started again with the group, so a restarted
   group never reads its previous life's keys;
 - the lighthouse is the one given in ``TORCHFT_LIGHTHOUSE``, or one dlaunch starts on the master host
-  (torchft's ``torchft_lighthouse`` binary, beside the ranks' Python, ``--min_replicas 1``).
+  (torchft's ``torchft_lighthouse`` binary, beside the ranks' Python, ``--min_replicas 1``), bound to the
+  address the ranks are told and no other.
 
 Everything here is decided before anything starts, like the rest of ``plan/``.
 """
@@ -66,11 +67,15 @@ class ReplicaGroups:
     def lighthouse_argv(self) -> list[str]:
         """torchft's lighthouse: a quorum from one live group on (the others heal into it), stragglers awaited
         a few seconds at most, not torchft's minute, so a restarted group is back in the next quorum. It listens
-        on every address of the master address's family: torchft's own ``[::]`` cannot bind where IPv6 is
-        off (many pods)."""
-        any_address = "[::]" if self.lighthouse.startswith("http://[") else "0.0.0.0"
-        return [self.lighthouse_binary, "--min_replicas", "1", "--bind", f"{any_address}:{self.lighthouse_port}",
+        on the one address the ranks are told (loopback on one host, the master address across hosts), never
+        on every address: torchft's lighthouse asks no one who they are, and anyone who reaches it can read
+        the quorum and join it."""
+        return [self.lighthouse_binary, "--min_replicas", "1", "--bind", self.lighthouse_address(),
                 "--join_timeout_ms", "5000"]
+
+    def lighthouse_address(self) -> str:
+        """``host:port`` of ``TORCHFT_LIGHTHOUSE`` (``[addr]:port`` for IPv6), what the lighthouse binds."""
+        return self.lighthouse.split("://", 1)[-1].rstrip("/")
 
 
 def group_problem(count: int, world_size: int, server_sizes: list[int]) -> str | None:

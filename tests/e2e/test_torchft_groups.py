@@ -1,13 +1,18 @@
 """TorchFT replica groups (``--replica-groups``, ``--restart-policy group``) with torchft's own DDP example
 (tests/clients/torchft/train_ddp.py, on CPU with gloo) and torchft's real lighthouse, which dlaunch starts:
 a rank of group 1 killed mid-run -> group 0's processes untouched, stepping on with fewer replicas; group 1
-(its ranks and its store) started again alone, healed from group 0; the job ends 0."""
+(its ranks and its store) started again alone, healed from group 0; the job ends 0. The lighthouse dlaunch
+starts answers on loopback alone."""
 
+import errno
 import json
 import os
 import re
 import signal
+import socket
 import sys
+
+import psutil
 
 from tests.launching import ROOT, run_dlaunch, start_dlaunch, wait_until
 
@@ -69,3 +74,48 @@ def test_a_failed_replica_group_restarts_alone_and_heals_while_the_other_steps_o
     assert (run_dir / "torchft" / "store-group0.log").read_text().count("store of replica group 0") == 1
     status = run_dlaunch("status", run_dir, cwd=tmp_path).stdout
     assert "restarted with its replica group 1x" in status, status
+
+
+def other_addresses() -> list[str]:
+    """This machine's IPv4 addresses other than 127.0.0.1: another loopback one, and every interface's."""
+    found = ["127.0.0.2"]
+    for addresses in psutil.net_if_addrs().values():
+        found += [a.address for a in addresses if a.family == socket.AF_INET and not a.address.startswith("127.")]
+    return found
+
+
+def connects(address: str, port: int) -> bool:
+    """Whether a TCP connection to ``address:port`` is taken (False: refused)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(5)
+        code = sock.connect_ex((address, port))
+    assert code in (0, errno.ECONNREFUSED), f"{address}:{port}: {os.strerror(code)}"
+    return code == 0
+
+
+def test_the_lighthouse_of_one_host_answers_on_loopback_alone(tmp_path):
+    """The ranks are told http://127.0.0.1:PORT: the lighthouse dlaunch starts listens there and nowhere else,
+    so from this machine's other addresses no one reads /status or joins the quorum (it was 0.0.0.0)."""
+    runs = tmp_path / "runs"
+    script = tmp_path / "wait.py"   # each rank waits for the test's word, then ends 0
+    script.write_text("import os, time\nwhile not os.path.exists('go'):\n    time.sleep(0.05)\n")
+    proc = start_dlaunch("run", script, "--ranks", "2", "--replica-groups", "2", "--output-dir", runs,
+                         "--run-id", "lh", cwd=tmp_path, env={"TORCHFT_LIGHTHOUSE": ""})
+    try:
+        env_log = runs / "lh" / "rank_000" / "env.log"
+        told = wait_until(lambda: env_log.exists() and re.search(r"^TORCHFT_LIGHTHOUSE=http://127\.0\.0\.1:(\d+)$",
+                                                                 env_log.read_text(), re.MULTILINE), timeout=60)
+        assert told, "rank 0 is told the lighthouse on loopback"
+        port = int(told[1])
+        assert wait_until(lambda: connects("127.0.0.1", port), timeout=60), "the lighthouse listens where told"
+        refused = {address: not connects(address, port) for address in other_addresses()}
+        (tmp_path / "go").write_text("")
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert refused == dict.fromkeys(refused, True), refused
+    assert proc.returncode == 0, stderr[-3000:]
+    assert "--bind" in (argv := json.loads((runs / "lh" / "plan.json").read_text())["services"][0]["argv"])
+    assert argv[argv.index("--bind") + 1] == f"127.0.0.1:{port}"
