@@ -27,10 +27,15 @@ LIGHTHOUSE_ENV = "TORCHFT_LIGHTHOUSE"
 LIGHTHOUSE_BINARY = "torchft_lighthouse"
 SERVICES_DIR = "torchft"   # in the run directory: each group's store and the lighthouse, their logs
 # A group's store: torch's TCPStore as torchrun's agent hosts it, in the ranks' own interpreter (the launcher
-# never imports torch). It lives until it is stopped (its group restarts, or the job ends).
-STORE_PROGRAM = ("import signal, sys; from torch.distributed import TCPStore; "
-                 "store = TCPStore(sys.argv[1], int(sys.argv[2]), is_master=True, wait_for_workers=False); "
-                 "print('store of replica group', sys.argv[3], 'on', sys.argv[1], sys.argv[2], flush=True); "
+# never imports torch). It lives until it is stopped (its group restarts, or the job ends). TCPStore listens
+# on every address by itself; with "only" it is handed a socket listening on its address alone.
+STORE_PROGRAM = ("import signal, socket, sys; from torch.distributed import TCPStore; "
+                 "addr, port, only = sys.argv[1], int(sys.argv[2]), sys.argv[3] == 'only'; "
+                 "family = socket.AF_INET6 if ':' in addr else socket.AF_INET; "
+                 "bound = socket.create_server((addr, port), family=family) if only else None; "
+                 "store = TCPStore(addr, port, is_master=True, wait_for_workers=False, "
+                 "**({'master_listen_fd': bound.fileno()} if bound else {})); "
+                 "print('store of replica group', sys.argv[4], 'on', addr, port, flush=True); "
                  "signal.pause()")
 
 
@@ -45,6 +50,7 @@ class ReplicaGroups:
     lighthouse: str                    # TORCHFT_LIGHTHOUSE as every rank gets it
     lighthouse_port: int | None = None   # dlaunch starts the lighthouse on this port (master host only)
     lighthouse_binary: str = LIGHTHOUSE_BINARY
+    stores_on_their_address: bool = False   # one host: every group's store listens on store_addr alone
 
     def group_of(self, rank: int) -> int:
         return rank // self.size
@@ -62,7 +68,11 @@ class ReplicaGroups:
                 LIGHTHOUSE_ENV: self.lighthouse}
 
     def store_argv(self, python: str, group: int) -> list[str]:
-        return [python, "-c", STORE_PROGRAM, self.store_addr, str(self.store_ports[group]), str(group)]
+        """A group's store. On one host it listens on the ranks' MASTER_ADDR alone (loopback by default);
+        across hosts on every address, as torchrun's store does: torchft's groups reach one another's
+        stores at the host's name in the rank table, which on the host itself may name loopback (127.0.1.1)."""
+        where = "only" if self.stores_on_their_address else "every"
+        return [python, "-c", STORE_PROGRAM, self.store_addr, str(self.store_ports[group]), where, str(group)]
 
     def lighthouse_argv(self) -> list[str]:
         """torchft's lighthouse: a quorum from one live group on (the others heal into it), stragglers awaited

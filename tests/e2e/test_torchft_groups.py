@@ -2,7 +2,7 @@
 (tests/clients/torchft/train_ddp.py, on CPU with gloo) and torchft's real lighthouse, which dlaunch starts:
 a rank of group 1 killed mid-run -> group 0's processes untouched, stepping on with fewer replicas; group 1
 (its ranks and its store) started again alone, healed from group 0; the job ends 0. The same when group 1's
-store is what gets killed. The lighthouse dlaunch starts answers on loopback alone."""
+store is what gets killed. The lighthouse and stores of a one-host run answer on loopback alone."""
 
 import errno
 import json
@@ -140,6 +140,16 @@ def other_addresses() -> list[str]:
     return found
 
 
+def told(env_log) -> tuple[int, int] | None:
+    """The lighthouse's and the store's ports in a rank's env.log, when both are on 127.0.0.1."""
+    text = env_log.read_text() if env_log.exists() else ""
+    lighthouse = re.search(r"^TORCHFT_LIGHTHOUSE=http://127\.0\.0\.1:(\d+)$", text, re.MULTILINE)
+    store = re.search(r"^MASTER_PORT=(\d+)$", text, re.MULTILINE)
+    if lighthouse and store and re.search(r"^MASTER_ADDR=127\.0\.0\.1$", text, re.MULTILINE):
+        return int(lighthouse[1]), int(store[1])
+    return None
+
+
 def connects(address: str, port: int) -> bool:
     """Whether a TCP connection to ``address:port`` is taken (False: refused)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -149,22 +159,25 @@ def connects(address: str, port: int) -> bool:
     return code == 0
 
 
-def test_the_lighthouse_of_one_host_answers_on_loopback_alone(tmp_path):
-    """The ranks are told http://127.0.0.1:PORT: the lighthouse dlaunch starts listens there and nowhere else,
-    so from this machine's other addresses no one reads /status or joins the quorum (it was 0.0.0.0)."""
+def test_the_lighthouse_and_stores_of_one_host_answer_on_loopback_alone(tmp_path):
+    """The ranks are told http://127.0.0.1:PORT and their group's store at 127.0.0.1: the lighthouse and the
+    stores dlaunch starts listen there and nowhere else, so from this machine's other addresses no one reads
+    /status, joins the quorum or writes a group's keys (all three listened on every address)."""
     runs = tmp_path / "runs"
     script = tmp_path / "wait.py"   # each rank waits for the test's word, then ends 0
     script.write_text("import os, time\nwhile not os.path.exists('go'):\n    time.sleep(0.05)\n")
     proc = start_dlaunch("run", script, "--ranks", "2", "--replica-groups", "2", "--output-dir", runs,
                          "--run-id", "lh", cwd=tmp_path, env={"TORCHFT_LIGHTHOUSE": ""})
     try:
-        env_log = runs / "lh" / "rank_000" / "env.log"
-        told = wait_until(lambda: env_log.exists() and re.search(r"^TORCHFT_LIGHTHOUSE=http://127\.0\.0\.1:(\d+)$",
-                                                                 env_log.read_text(), re.MULTILINE), timeout=60)
-        assert told, "rank 0 is told the lighthouse on loopback"
-        port = int(told[1])
-        assert wait_until(lambda: connects("127.0.0.1", port), timeout=60), "the lighthouse listens where told"
-        refused = {address: not connects(address, port) for address in other_addresses()}
+        ports = {}   # each service, by the port its ranks are told
+        for rank in (0, 1):   # one rank of each group: the lighthouse's port and its group's store's
+            found = wait_until(lambda rank=rank: told(runs / "lh" / f"rank_{rank:03d}" / "env.log"), timeout=60)
+            assert found, f"rank {rank} is told the lighthouse and its store on loopback"
+            ports["lighthouse"], ports[f"store of group {rank}"] = found
+        for name, port in ports.items():
+            assert wait_until(lambda port=port: connects("127.0.0.1", port), timeout=60), f"{name}: not listening"
+        refused = {(name, address): not connects(address, port)
+                   for name, port in ports.items() for address in other_addresses()}
         (tmp_path / "go").write_text("")
         stdout, stderr = proc.communicate(timeout=60)
     finally:
@@ -174,4 +187,4 @@ def test_the_lighthouse_of_one_host_answers_on_loopback_alone(tmp_path):
     assert refused == dict.fromkeys(refused, True), refused
     assert proc.returncode == 0, stderr[-3000:]
     assert "--bind" in (argv := json.loads((runs / "lh" / "plan.json").read_text())["services"][0]["argv"])
-    assert argv[argv.index("--bind") + 1] == f"127.0.0.1:{port}"
+    assert argv[argv.index("--bind") + 1] == f"127.0.0.1:{ports['lighthouse']}"

@@ -30,7 +30,7 @@ def test_each_group_is_numbered_from_zero_with_its_own_store_and_the_one_lightho
     assert [env[r]["MASTER_PORT"] for r in range(4)] == ["30001", "30001", "30002", "30002"]
     assert {env[r]["TORCHFT_LIGHTHOUSE"] for r in range(4)} == {"http://127.0.0.1:30100"}
     assert env[0]["TORCHELASTIC_USE_AGENT_STORE"] == "True"   # the store is the group's own process
-    assert groups.store_argv("/py", 1)[-3:] == ["127.0.0.1", "30002", "1"]
+    assert groups.store_argv("/py", 1)[-4:] == ["127.0.0.1", "30002", "every", "1"]
     assert "--min_replicas" in groups.lighthouse_argv()
     assert _bind(groups.lighthouse_argv()) == "127.0.0.1:30100"   # where the ranks reach it, nowhere else
     over_ipv6 = ReplicaGroups(count=2, size=2, store_addr="::1", store_ports={0: 1, 1: 2},
@@ -70,9 +70,10 @@ def test_the_lighthouse_listens_on_the_master_address_only_across_hosts(in_tmp, 
     assert {spec.env["TORCHFT_LIGHTHOUSE"] for spec in master.ranks} == {"http://10.9.8.7:29502"}
     other = _cluster_plan(in_tmp, "127.0.0.3", "--master-addr", "10.9.8.7", "--master-port", "29500")
     assert [spec.role for spec in other.services] == [Role.STORE]   # the master host alone starts it
+    assert other.services[0].argv[-4:-1] == ["127.0.0.3", other.ranks[0].env["MASTER_PORT"], "every"]
 
 
-def test_the_lighthouse_of_one_host_listens_on_loopback(tmp_path, monkeypatch):
+def test_the_lighthouse_and_stores_of_one_host_listen_on_loopback(tmp_path, monkeypatch):
     monkeypatch.delenv("TORCHFT_LIGHTHOUSE", raising=False)
     from launcher.plan.make import Command, Options
     from launcher.plan.settle import replica_groups
@@ -83,6 +84,7 @@ def test_the_lighthouse_of_one_host_listens_on_loopback(tmp_path, monkeypatch):
     groups = replica_groups(2, single_server_table([0, 1], "127.0.0.1"), 0, opts, {})
     port = groups.lighthouse_port
     assert groups.lighthouse == f"http://127.0.0.1:{port}" and _bind(groups.lighthouse_argv()) == f"127.0.0.1:{port}"
+    assert groups.store_argv("/py", 1)[-4:] == ["127.0.0.1", str(groups.store_ports[1]), "only", "1"]
 
 
 @pytest.mark.parametrize(("count", "world", "servers", "problem"), [
