@@ -12,7 +12,8 @@ shapes (``torchft/torchx.py``, its Slurm runner) start one torchrun per group wi
   it as a client, ``TORCHELASTIC_USE_AGENT_STORE`` is "True"), started again with the group, so a restarted
   group never reads its previous life's keys;
 - the lighthouse is the one given in ``TORCHFT_LIGHTHOUSE``, or one dlaunch starts on the master host
-  (torchft's ``torchft_lighthouse`` binary, beside the ranks' Python, ``--min_replicas 1``).
+  (torchft's ``torchft_lighthouse`` binary, beside the ranks' Python, ``--min_replicas 1``), bound to the
+  address the ranks are told and no other.
 
 Everything here is decided before anything starts, like the rest of ``plan/``.
 """
@@ -26,10 +27,15 @@ LIGHTHOUSE_ENV = "TORCHFT_LIGHTHOUSE"
 LIGHTHOUSE_BINARY = "torchft_lighthouse"
 SERVICES_DIR = "torchft"   # in the run directory: each group's store and the lighthouse, their logs
 # A group's store: torch's TCPStore as torchrun's agent hosts it, in the ranks' own interpreter (the launcher
-# never imports torch). It lives until it is stopped (its group restarts, or the job ends).
-STORE_PROGRAM = ("import signal, sys; from torch.distributed import TCPStore; "
-                 "store = TCPStore(sys.argv[1], int(sys.argv[2]), is_master=True, wait_for_workers=False); "
-                 "print('store of replica group', sys.argv[3], 'on', sys.argv[1], sys.argv[2], flush=True); "
+# never imports torch). It lives until it is stopped (its group restarts, or the job ends). TCPStore listens
+# on every address by itself; with "only" it is handed a socket listening on its address alone.
+STORE_PROGRAM = ("import signal, socket, sys; from torch.distributed import TCPStore; "
+                 "addr, port, only = sys.argv[1], int(sys.argv[2]), sys.argv[3] == 'only'; "
+                 "family = socket.AF_INET6 if ':' in addr else socket.AF_INET; "
+                 "bound = socket.create_server((addr, port), family=family) if only else None; "
+                 "store = TCPStore(addr, port, is_master=True, wait_for_workers=False, "
+                 "**({'master_listen_fd': bound.fileno()} if bound else {})); "
+                 "print('store of replica group', sys.argv[4], 'on', addr, port, flush=True); "
                  "signal.pause()")
 
 
@@ -44,6 +50,7 @@ class ReplicaGroups:
     lighthouse: str                    # TORCHFT_LIGHTHOUSE as every rank gets it
     lighthouse_port: int | None = None   # dlaunch starts the lighthouse on this port (master host only)
     lighthouse_binary: str = LIGHTHOUSE_BINARY
+    stores_on_their_address: bool = False   # one host: every group's store listens on store_addr alone
 
     def group_of(self, rank: int) -> int:
         return rank // self.size
@@ -61,16 +68,24 @@ class ReplicaGroups:
                 LIGHTHOUSE_ENV: self.lighthouse}
 
     def store_argv(self, python: str, group: int) -> list[str]:
-        return [python, "-c", STORE_PROGRAM, self.store_addr, str(self.store_ports[group]), str(group)]
+        """A group's store. On one host it listens on the ranks' MASTER_ADDR alone (loopback by default);
+        across hosts on every address, as torchrun's store does: torchft's groups reach one another's
+        stores at the host's name in the rank table, which on the host itself may name loopback (127.0.1.1)."""
+        where = "only" if self.stores_on_their_address else "every"
+        return [python, "-c", STORE_PROGRAM, self.store_addr, str(self.store_ports[group]), where, str(group)]
 
     def lighthouse_argv(self) -> list[str]:
         """torchft's lighthouse: a quorum from one live group on (the others heal into it), stragglers awaited
         a few seconds at most, not torchft's minute, so a restarted group is back in the next quorum. It listens
-        on every address of the master address's family: torchft's own ``[::]`` cannot bind where IPv6 is
-        off (many pods)."""
-        any_address = "[::]" if self.lighthouse.startswith("http://[") else "0.0.0.0"
-        return [self.lighthouse_binary, "--min_replicas", "1", "--bind", f"{any_address}:{self.lighthouse_port}",
+        on the one address the ranks are told (loopback on one host, the master address across hosts), never
+        on every address: torchft's lighthouse asks no one who they are, and anyone who reaches it can read
+        the quorum and join it."""
+        return [self.lighthouse_binary, "--min_replicas", "1", "--bind", self.lighthouse_address(),
                 "--join_timeout_ms", "5000"]
+
+    def lighthouse_address(self) -> str:
+        """``host:port`` of ``TORCHFT_LIGHTHOUSE`` (``[addr]:port`` for IPv6), what the lighthouse binds."""
+        return self.lighthouse.split("://", 1)[-1].rstrip("/")
 
 
 def group_problem(count: int, world_size: int, server_sizes: list[int]) -> str | None:

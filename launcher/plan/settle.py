@@ -199,14 +199,16 @@ def replica_groups(count: int, table, server_index: int, opts, environ: Mapping[
             port = free_port(store_addr)
         ports[group] = port
     given = opts.extra_env.get(LIGHTHOUSE_ENV) or environ.get(LIGHTHOUSE_ENV)
+    alone = len(table.servers) == 1   # every group's ranks here: the stores on the master address alone
     if given:
-        return ReplicaGroups(count, size, store_addr, ports, lighthouse=given)
+        return ReplicaGroups(count, size, store_addr, ports, lighthouse=given, stores_on_their_address=alone)
     port = opts.master_port + 2 if opts.fixed_port and len(table.servers) > 1 else free_port(opts.master_addr)
     host = f"[{opts.master_addr}]" if ":" in opts.master_addr else opts.master_addr
     master = any(device.rank == 0 for device in server.devices)
     return ReplicaGroups(count, size, store_addr, ports, lighthouse=f"http://{host}:{port}",
                          lighthouse_port=port if master else None,
-                         lighthouse_binary=find_lighthouse(opts.python, environ.get("PATH", os.defpath)))
+                         lighthouse_binary=find_lighthouse(opts.python, environ.get("PATH", os.defpath)),
+                         stores_on_their_address=alone)
 
 
 def host_argv(args: LaunchRequest, opts) -> list[str]:

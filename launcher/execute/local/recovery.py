@@ -7,9 +7,10 @@ Three reasons to, each the cheapest recovery there is (no other host touched, no
   job stops as always. The ranks that kept running must cope with a peer that came back (MindSpore's
   recovery, MindIO's process-level restart); a plain torch job does not, so ``job`` (stop all,
   restart all) stays the default.
-- ``--restart-policy group`` (TorchFT's replica groups, ``plan/replicas.py``): a rank that fails stops the
-  rest of its group (its store included) and, once all have ended, the group starts again, store first, up
-  to ``--max-restarts`` times per group; the other groups step on and heal it.
+- ``--restart-policy group`` (TorchFT's replica groups, ``plan/replicas.py``): a rank that fails, or the
+  group's store, stops the rest of its group (its store included) and, once all have ended, the group
+  starts again, store first, up to ``--max-restarts`` times per group; the other groups step on and heal
+  it. The lighthouse's end stays the job's failure: every group's quorum is lost with it.
 - MindCluster's reset file in an AscendJob pod (``host/mindcluster.py``): ranks of this node marked
   ``fault`` with ``RestartFaultProcess`` are killed and started again (not on node 0, which hosts the
   controller); a fault without it, or on node 0, stops this node with exit 1 so the operator reschedules
@@ -44,15 +45,30 @@ def restart_reason(attempt: AttemptProcesses, process: RankProcess) -> str | Non
     if process.spec.role == Role.SCHEDULER and policy.ms_recovery and (not attempt.ranks or not attempt.ranks_done()):
         return _within(len(process.result.restarts), policy.max_restarts,
                        "MindSpore's recovery (MS_ENABLE_RECOVERY=1): ")
+    if process.spec.role == Role.STORE:   # its group's failure (as the OOM killer's SIGKILL would be)
+        return _group_within(attempt, process) if serves_running(attempt, process) else None
     if process.spec.role != Role.RANK:
         return None
     if policy.restart_policy == "rank":
         return _within(len(process.result.restarts), policy.max_restarts, "--restart-policy rank: ")
-    group = process.spec.replica_group
+    return _group_within(attempt, process)
+
+
+def _group_within(attempt: AttemptProcesses, process: RankProcess) -> str | None:
+    """Under ``--restart-policy group``, the restart of ``process``'s replica group while it has some left."""
+    policy, group = attempt.plan.policy, process.spec.replica_group
     if policy.restart_policy == "group" and group is not None:
         return _within(attempt.group_restarts.get(group, 0), policy.max_restarts,
                        f"--restart-policy group: replica group {group}'s ")
     return None
+
+
+def serves_running(attempt: AttemptProcesses, process: RankProcess) -> bool:
+    """Whether a TorchFT service still serves a running rank: a group's store its group's ranks, the
+    lighthouse every rank. One that ended after them (stopped with them, or killed then) harms nothing."""
+    if process.spec.role == Role.STORE:
+        return any(p.running for p in attempt.ranks if p.spec.replica_group == process.spec.replica_group)
+    return not attempt.ranks_done()
 
 
 def _within(done: int, allowed: int, policy: str) -> str | None:
@@ -63,17 +79,24 @@ def _within(done: int, allowed: int, policy: str) -> str | None:
 def restarted_with(attempt: AttemptProcesses, process: RankProcess) -> list[RankProcess]:
     """What starts again with ``process``: itself, or under ``--restart-policy group`` its whole TorchFT
     replica group (ranks and store), whose live members the caller stops. Counts the group's restart once,
-    when its first member (the one that failed) asks."""
+    when its first member (the one that failed: a rank, or the group's store) asks."""
     group = process.spec.replica_group
     if attempt.plan.policy.restart_policy != "group" or group is None:
         return [process]
     members = [p for p in attempt.services + attempt.ranks if p.spec.replica_group == group]
     if process.restart_why is None:   # the failure, not a member stopped for it
         attempt.group_restarts[group] = attempt.group_restarts.get(group, 0) + 1
-        for member in members:
-            if member.alive:
-                member.restart_why = f"its replica group {group} restarts (rank {process.spec.rank} failed)"
+        failed = "its store failed" if process.spec.role == Role.STORE else f"rank {process.spec.rank} failed"
+        for member in members:   # alive, or ended too with its exit not handled yet (the same wake-up's events)
+            if member is not process and (member.alive or not member.waiting and member.result.returncode):
+                member.restart_why = f"its replica group {group} restarts ({failed})"
     return members
+
+
+def still_ending(members: list[RankProcess]) -> bool:
+    """Whether a member of a restart has yet to end: alive, or ended with its exit not handled yet (stopped
+    for the restart, ``restart_why``, but not ``waiting``). The group starts again once none is."""
+    return any(member.alive or (member.restart_why is not None and not member.waiting) for member in members)
 
 
 def hold_for_orders(attempt: AttemptProcesses, process: RankProcess) -> bool:

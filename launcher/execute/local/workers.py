@@ -246,7 +246,7 @@ class LocalWorkers:
             elif recovery.hold_for_orders(attempt, process):
                 pass   # said there; the reset file's next order, or the hold's end, decides
             elif process.spec.role != Role.RANK and process.spec.role != Role.SCHEDULER:
-                if not attempt.ranks_done():   # a TorchFT service killed once the ranks ended: as it should
+                if recovery.serves_running(attempt, process):   # not killed with, or after, the ranks it serves
                     self._begin_stop(attempt, launcher_error=recovery.service_ended(process))
             else:
                 self._begin_stop(attempt, root_cause=value)
@@ -283,16 +283,17 @@ class LocalWorkers:
         if process.spec.role in (Role.RANK, Role.SCHEDULER):
             result.restarts.append({"pid": result.pid, "exit_code": result.exit_code, "end": result.end,
                                     "why": why})
-            if process.restart_why is None or len(together) == 1:
-                who = f"rank {result.rank}" if result.rank is not None else "the MindSpore scheduler"
-                say(f"{who} {how_it_ended(result.to_dict())}; starting "
-                    + ("it again alone" if len(together) == 1 else "its replica group again")
-                    + (f" in {delay:g} s (--restart-delay)" if delay > 0 else "") + f" ({why})")
+        if process.restart_why is None or len(together) == 1:   # the failure itself: said once
+            who = (f"rank {result.rank}" if result.rank is not None else "the MindSpore scheduler"
+                   if process.spec.role == Role.SCHEDULER else f"replica group {process.spec.replica_group}'s store")
+            say(f"{who} {how_it_ended(result.to_dict())}; starting "
+                + ("it again alone" if len(together) == 1 else "its replica group again")
+                + (f" in {delay:g} s (--restart-delay)" if delay > 0 else "") + f" ({why})")
         process.waiting = True
         for member in together:
             if member.alive and member.restart_why is not None:
                 killpg_quietly(member.popen.pid, signal.SIGKILL)
-        if any(member.alive for member in together):
+        if recovery.still_ending(together):
             return   # the last member's exit starts them all
         for member in together:   # in plan order: the group's store before its ranks
             if member.waiting and delay > 0:
