@@ -23,6 +23,7 @@ LAUNCHER_IDS_ENV = "DLAUNCH_LAUNCHER_IDS"  # every enclosing launch's marker, ou
 JOB_SECRET_ENV = "DLAUNCH_JOB_SECRET"     # given to every host's dlaunch: the secret of a multi-host job
 NOTICE_FILE_ENV = "DLAUNCH_NOTICE_FILE"   # --survivor-window: where a surviving rank is told a peer failed
 NOTICE_SIGNAL_ENV = "DLAUNCH_NOTICE_SIGNAL"   # --notice-signal: the signal that comes with the notice
+RAISE_ENV = "DLAUNCH_RAISE_FD"   # "FD:LAUNCHER_PID": where a Python rank's hook says it raised (local/raised.py)
 ENV_PREFIX = "DLAUNCH_"                   # options from the environment: DLAUNCH_<OPTION>
 
 # Files and directories inside a rank's directory.

@@ -72,17 +72,21 @@ class RankResult:
     stack_file: str | None = None
     role: Role = Role.RANK
     restarts: list = field(default_factory=list)   # its earlier runs in this attempt (restarted alone): how each ended
+    raised: bool = False             # its Python said it raised an uncaught exception (execute/local/raised.py)
 
     @property
     def exit_code(self) -> int | None:
-        """The shell's convention: 128+N for a rank killed by signal N."""
+        """The shell's convention: 128+N for a rank killed by signal N; 1, Python's, for a rank that raised,
+        whatever signal ended its teardown (and from the moment it raised)."""
+        if self.raised and (self.returncode is None or self.returncode < 0):
+            return 1
         if self.returncode is None:
             return None
         return ExitCode.of_signal(-self.returncode) if self.returncode < 0 else self.returncode
 
     @property
     def signal_name(self) -> str | None:
-        if self.returncode is None or self.returncode >= 0:
+        if self.returncode is None or self.returncode >= 0 or self.raised:
             return None
         try:
             return signal.Signals(-self.returncode).name

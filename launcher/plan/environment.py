@@ -11,6 +11,7 @@ environment is inherited at spawn time, not copied into the plan.
 from __future__ import annotations
 
 import functools
+import os
 import re
 
 from launcher.base.signals import STOP_SIGNAL_NAMES
@@ -109,6 +110,16 @@ def mindspore_scheduler_environment(*, world_size: int, master_addr: str, master
 
 MINDIO_OPTIONS = ("TTP:1", "UCE:1", "ARF:1", "TSP:1", "HCCE:1")   # MS_ENABLE_TFT options that need MindIO
 MINDIO_PORT_OFFSET = 3   # MS_TFT_PORT by default: MASTER_PORT + 3 (+1 the job port, +2 TorchFT's lighthouse)
+
+
+# rankhook/sitecustomize.py's directory: first on a Python rank's PYTHONPATH (execute/local/raised.py)
+RAISE_HOOK_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "execute", "local",
+                              "rankhook")
+
+
+def hooked_python_path(inherited: str | None) -> str:
+    """A Python rank's PYTHONPATH: dlaunch's hook first (it takes itself off again), then the rank's own."""
+    return RAISE_HOOK_DIR + (os.pathsep + inherited if inherited else "")
 
 
 def mindio_environment(master_addr: str, master_port: int, inherited: dict) -> dict[str, str]:

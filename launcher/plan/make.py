@@ -29,6 +29,7 @@ from launcher.contract import (
 from launcher.errors import UsageError
 from launcher.host.devices import DeviceView
 from launcher.plan.environment import (
+    hooked_python_path,
     masked,
     masked_argv,
     mindio_environment,
@@ -285,6 +286,8 @@ def make_plan(table: RankTable, server_index: int, opts: Options, rank_table_fil
                        **mindio)
         env.update(ms_recovery)   # {} without MindSpore's recovery
         env = {**opts.extra_env, **env}   # dlaunch's contract wins: --env RANK=5 cannot break the job
+        if not opts.command.no_python:   # its uncaught exception heard when raised (execute/local/raised.py)
+            env["PYTHONPATH"] = hooked_python_path(inherited.get("PYTHONPATH"))
         if opts.replicas is not None:
             env.update(opts.replicas.rank_environment(rank))
         if opts.policy.survivor_window:

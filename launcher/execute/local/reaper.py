@@ -325,6 +325,20 @@ class Reaper:
             except ChildProcessError:
                 pass   # already collected: nothing left to wait for
 
+    def keep_watched(self, selector) -> None:
+        """The watchdog's exit wakes the event loop (``("reaper", None)``), which replaces it at once; called
+        again after anything that may have replaced it, so ``selector`` always watches the current one."""
+        import selectors
+
+        watched = getattr(selector, "dlaunch_reaper_fd", None)   # one lookup, not a walk of every rank's fds
+        if watched == self.pidfd:
+            return
+        if watched is not None:
+            selector.unregister(watched)   # the replaced watchdog's (epoll forgets a closed fd by itself)
+        selector.dlaunch_reaper_fd = self.pidfd
+        if self.pidfd is not None:
+            selector.register(self.pidfd, selectors.EVENT_READ, ("reaper", None))
+
     def leave(self) -> None:
         """Tell the watchdog to leave (every rank is stopped and swept); ``close`` waits for it.  Said before
         the summary is written, so the watchdog's exit and the launcher's last work overlap: with 16 hosts on

@@ -80,9 +80,12 @@ class RankSpawner:
     """Spawns the ranks of one launch: a rank's environment is the inherited variables, its own over them, and
     the launch's markers over both."""
 
-    def __init__(self, environ: Mapping[str, str], markers: Mapping[str, str]):
+    def __init__(self, environ: Mapping[str, str], markers: Mapping[str, str], inherited_fd: int | None = None):
+        """``inherited_fd``: a descriptor every process gets under its own number (the launch's raise channel,
+        which ``markers`` name)."""
         self._environ = dict(environ)
         self._markers = dict(markers)
+        self._inherited_fd = inherited_fd
         self._wrapper = death_signal_wrapper()
         self._child_setup = child_setup(os.getpid())
         self._cwd = os.getcwd()
@@ -90,6 +93,8 @@ class RankSpawner:
         self.fallbacks = 0   # ranks started by Popen (no setpriv, or another working directory)
         if self._wrapper:
             _keep_fds_private()
+        if inherited_fd is not None:
+            os.set_inheritable(inherited_fd, True)
 
     def spawn(self, argv: list[str], env: Mapping[str, str], cwd: str, out_fd: int,
               extra_fd: int | None = None) -> Child | subprocess.Popen:
@@ -121,7 +126,7 @@ class RankSpawner:
             setup = self._child_setup
         return subprocess.Popen(argv, cwd=cwd, env=full, stdin=subprocess.DEVNULL, stdout=out_fd,
                                 stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=setup,
-                                pass_fds=(extra_fd,) if extra_fd is not None else ())
+                                pass_fds=tuple(fd for fd in (extra_fd, self._inherited_fd) if fd is not None))
 
     def variable(self, name: str, env: Mapping[str, str]) -> str | None:
         """One variable of the environment a process with ``env`` gets (its own, else the inherited)."""

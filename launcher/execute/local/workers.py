@@ -27,6 +27,7 @@ from launcher.execute.local.hangclock import HangClock, clock_path, load_clock
 from launcher.execute.local.hangs import dump_rank_stacks
 from launcher.execute.local.notice import SurvivorWindow, clear_notices, notice_cause
 from launcher.execute.local.processes import AttemptProcesses, RankProcess, kill_groups, killpg_quietly, watch_exits
+from launcher.execute.local.raised import RaiseChannel, raised_rank
 from launcher.execute.local.reaper import Reaper, become_subreaper, marker_chain, sweep
 from launcher.execute.local.spawn import RankSpawner, open_rank_files
 from launcher.execute.local.tee import PREFIX_TEMPLATE_ENV, ConsoleTee, close_pipe, console_key, console_tag
@@ -71,13 +72,16 @@ class LocalWorkers:
         # what every rank inherits, read (masked for env.log, encoded for the spawn) once, not once per rank
         self._environ = dict(environ)
         self._env_log = EnvLog(self._environ)
+        self.raises = RaiseChannel()   # a Python rank's uncaught exception, heard when raised (raised.py)
         self.spawner = RankSpawner(self._environ, {LAUNCHER_ID_ENV: self.launcher_id,
-                                                   LAUNCHER_IDS_ENV: self.marker_chain})
+                                                   LAUNCHER_IDS_ENV: self.marker_chain, **self.raises.env()},
+                                   inherited_fd=self.raises.rank_fd)
 
     def close(self) -> None:
         if self.standbys is not None:
             self.standbys.close()
         self.reaper.close()
+        self.raises.close()
 
     def run(self, plan: LaunchPlan) -> AttemptResult:
         attempt = AttemptProcesses(plan)
@@ -87,7 +91,8 @@ class LocalWorkers:
         if plan.policy.reset_config:
             attempt.reset = ResetWatch(plan.policy.reset_config)
         selector.register(self.signals.fd, selectors.EVENT_READ, ("signal", None))
-        self._watch_reaper(selector)
+        selector.register(self.raises.fd, selectors.EVENT_READ, ("raised", None))
+        self.reaper.keep_watched(selector)
         if self.signals.control_fd is not None:
             selector.register(self.signals.control_fd, selectors.EVENT_READ, ("control", None))
         if self.job is not None:
@@ -250,6 +255,10 @@ class LocalWorkers:
                     self._begin_stop(attempt, launcher_error=recovery.service_ended(process))
             else:
                 self._begin_stop(attempt, root_cause=value)
+        elif kind == "raised" and (process := raised_rank(attempt, value)) is not None:
+            say(f"rank {process.spec.rank} raised an exception (its log has the traceback): stopping the attempt "
+                f"now, not once its teardown ends")
+            self._begin_stop(attempt, root_cause=process.result)
         elif kind == "job_stop" and not attempt.stopping:
             say(f"stopping this host's {attempt.describe_alive()}: {value['why']}")
             if value["cause"].get("kind") == "hung":   # a hang elsewhere: where were this host's ranks?
@@ -349,7 +358,7 @@ class LocalWorkers:
         if self.job is not None and (stopped_by is None or stopped_by["cause"].get("kind") == "mindcluster"):
             self.job.stopped(result)   # a stop of this host's own making: every other host stops too
         policy = attempt.plan.policy
-        survivors = [p for p in attempt.ranks if p.alive]
+        survivors = [p for p in attempt.ranks if p.alive and not p.result.raised]
         failure = root_cause is not None or (stopped_by is not None and stopped_by["cause"].get("kind") != "late")
         if policy.survivor_window > 0 and failure and survivors:
             attempt.window = SurvivorWindow(survivors, notice_cause(root_cause, stopped_by), policy.survivor_window,
@@ -387,18 +396,6 @@ class LocalWorkers:
         sweep(self.launcher_id, keep={self.reaper.pid, *standbys}, quiet_rounds=2,   # 2: a pid-hopping daemon
               subreaper=self.subreaper)
 
-    def _watch_reaper(self, selector) -> None:
-        """The watchdog's exit wakes the loop, which replaces it at once (``_dispatch``); called again after
-        anything that may have replaced it, so the selector always watches the current one."""
-        watched = getattr(selector, "dlaunch_reaper_fd", None)   # one lookup, not a walk of every rank's fds
-        if watched == self.reaper.pidfd:
-            return
-        if watched is not None:
-            selector.unregister(watched)   # the replaced watchdog's (epoll forgets a closed fd by itself)
-        selector.dlaunch_reaper_fd = self.reaper.pidfd
-        if self.reaper.pidfd is not None:
-            selector.register(self.reaper.pidfd, selectors.EVENT_READ, ("reaper", None))
-
     # ------------------------------------------------------------------ processes
 
     def _spawn(self, process: RankProcess, selector, tee: ConsoleTee, prefix_host: bool) -> None:
@@ -427,7 +424,7 @@ class LocalWorkers:
                 os.write(log_fd, f"dlaunch: {result.spawn_error}\n".encode())
                 return
             self.reaper.watch(process.proc.pid)
-            self._watch_reaper(selector)
+            self.reaper.keep_watched(selector)
             result.pid = process.proc.pid
             if spec.console:   # a rank, or the scheduler of a scheduler pod (its key: console_key)
                 template = self.spawner.variable(PREFIX_TEMPLATE_ENV, spec.env)
@@ -469,9 +466,11 @@ class LocalWorkers:
             elif kind == "exit":
                 selector.unregister(key.fd)
                 happened.append(("exit", self._reap(data)))
+            elif kind == "raised":
+                happened.extend(("raised", pid) for pid in self.raises.read())
             elif kind == "reaper":
                 self.reaper.check()
-                self._watch_reaper(selector)
+                self.reaper.keep_watched(selector)
             elif kind == "job":
                 assert self.job is not None   # registered only with a link
                 happened.extend(self.job.stop_events())

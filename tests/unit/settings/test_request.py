@@ -90,15 +90,16 @@ def test_below_the_cli_nothing_probes_arguments_or_argparse_internals():
 
 def test_the_process_environment_is_read_at_the_edge():
     """``os.environ`` is read by the commands (``launcher/cli``) and passed down, and by the ranks' own side
-    (``launcher/checkpoint``, and the warm-restart standby that becomes a rank, both of which run in the rank);
-    no stage reads it behind its caller's back."""
+    (``launcher/checkpoint``, the warm-restart standby that becomes a rank, and the hook every Python rank runs
+    first, all of which run in the rank); no stage reads it behind its caller's back."""
     import ast
     from pathlib import Path
 
     package = Path(__file__).resolve().parents[3] / "launcher"
     readers = []
     for path in package.rglob("*.py"):
-        if path.relative_to(package).parts[0] in ("cli", "checkpoint") or path.name == "standby.py":
+        if path.relative_to(package).parts[0] in ("cli", "checkpoint") or path.name in ("standby.py",
+                                                                                       "sitecustomize.py"):
             continue
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if (isinstance(node, ast.Attribute) and node.attr in ("environ", "getenv")

@@ -1,0 +1,72 @@
+"""A Python rank's uncaught exception heard when it is raised, not when the process ends.
+
+A rank that raised spends 1 to 8 s in its interpreter's and torch's teardown before it exits; its peers see its
+sockets close at once and die in their collective before a launcher that waits for the exit can tell them
+anything. Every Python rank runs ``rankhook/sitecustomize.py`` before its script (the plan puts its directory
+first on the rank's PYTHONPATH, ``plan.environment.hooked_python_path``, and the hook takes it off again):
+after Python's own hook printed the traceback, it sends one datagram, ``raised PID``, over a descriptor every
+rank inherits. The event loop watches the other end, and the stop of a failed attempt starts then: the
+survivors' notice, the other hosts told, every rank (the dying one too) stopped with SIGTERM and the grace. The
+rank's exit code stays its exception's, 1, whatever signal ends its teardown.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+from launcher.base.border import ascii_int
+from launcher.contract import RAISE_ENV
+
+MESSAGE_LIMIT = 64   # bytes of one datagram: "raised " and a pid
+
+
+class RaiseChannel:
+    """The datagram socket pair of one launch: the ranks' end is inherited by every rank, this end is read."""
+
+    def __init__(self):
+        self._recv, self._send = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self._recv.setblocking(False)
+        self._send.set_inheritable(True)
+
+    @property
+    def fd(self) -> int:
+        return self._recv.fileno()
+
+    @property
+    def rank_fd(self) -> int:
+        return self._send.fileno()
+
+    def env(self) -> dict[str, str]:
+        return {RAISE_ENV: f"{self._send.fileno()}:{os.getpid()}"}
+
+    def read(self) -> list[int]:
+        """The pids that said they raised since the last read (a malformed datagram says nothing)."""
+        pids: list[int] = []
+        while True:
+            try:
+                data = self._recv.recv(MESSAGE_LIMIT)
+            except BlockingIOError:
+                return pids
+            word, _, pid = data.decode("ascii", "replace").partition(" ")
+            number = ascii_int(pid, max_digits=10) if word == "raised" else None
+            if number is not None:
+                pids.append(number)
+
+    def close(self) -> None:
+        self._recv.close()
+        self._send.close()
+
+
+def raised_rank(attempt, pid: int):
+    """The live rank of ``attempt`` (an ``AttemptProcesses``) whose process ``pid`` said it raised, marked so
+    (its exit code is its exception's, 1); returned when that starts the attempt's stop: not while it stops
+    already, nor where a rank is restarted alone (``--restart-policy rank``/``group``, MindCluster's reset
+    file), which is decided by its exit."""
+    process = next((p for p in attempt.ranks if p.alive and p.result.pid == pid), None)
+    if process is None:
+        return None
+    process.result.raised = True
+    if attempt.stopping or attempt.plan.policy.restart_policy != "job" or attempt.reset is not None:
+        return None
+    return process

@@ -1,0 +1,66 @@
+"""A Python rank's uncaught exception is heard when it is raised (issue 46, item 1): the attempt's stop, the
+survivors' notice and the exit code come then, not after the rank's slow teardown; nothing else is called a
+failure (an exception the rank catches, sys.exit, a child Python's exception), and the hook leaves the rank's
+PYTHONPATH, sys.path and its own sitecustomize as they were.
+
+Rank 1's teardown lasts a minute (tests/programs/raising_rank.py), so a dlaunch that waits for its exit runs
+past each test's bound; the bound is that, not a stopwatch."""
+
+import json
+import os
+
+from tests.launching import ROOT, latest_run, run_dlaunch
+
+PROGRAM = str(ROOT / "tests" / "programs" / "raising_rank.py")
+BOUND = 40
+
+
+def _run(tmp_path, mode, *flags, env=None):
+    done = run_dlaunch("run", PROGRAM, "--ranks", "2", "--output-dir", tmp_path / "runs", "--grace-period", "5",
+                       *flags, cwd=tmp_path, env={"RAISE_MODE": mode, **(env or {})}, timeout=BOUND)
+    run = latest_run(tmp_path / "runs")
+    return done, run, json.loads((run / "summary.json").read_text())
+
+
+def test_a_raise_stops_the_attempt_before_the_rank_ends_and_its_exit_code_is_1(tmp_path):
+    done, run, summary = _run(tmp_path, "raise")
+    assert done.returncode == 1, done.stderr
+    assert "rank 1 raised an exception" in done.stderr
+    cause = summary["root_cause"]
+    assert (cause["rank"], cause["exit_code"], cause["signal"]) == (1, 1, None)
+    assert any("ValueError: rank 1 broke" in line for line in cause["log_tail"])
+
+
+def test_the_survivors_are_told_while_the_rank_that_raised_still_tears_down(tmp_path):
+    done, run, summary = _run(tmp_path, "raise", "--survivor-window", "10")
+    assert done.returncode == 1, done.stderr
+    assert (run / "noticed").read_text() == "1"
+
+
+def test_under_record_the_error_file_and_root_cause_are_unchanged(tmp_path):
+    done, run, summary = _run(tmp_path, "record")
+    assert done.returncode == 1, done.stderr
+    cause = summary["root_cause"]
+    assert (cause["rank"], cause["exit_code"], cause["signal"]) == (1, 1, None)
+    assert "rank 1 broke" in cause.get("error_file_message", "")
+
+
+def test_what_is_not_an_uncaught_exception_is_judged_by_the_exit(tmp_path):
+    for mode, code in (("caught", 0), ("child", 0), ("exit", 3)):
+        (tmp_path / mode).mkdir()
+        done, run, summary = _run(tmp_path / mode, mode)
+        assert done.returncode == code, (mode, done.stderr)
+        assert "raised an exception" not in done.stderr, mode
+
+
+def test_the_rank_sees_its_own_pythonpath_and_sitecustomize(tmp_path):
+    own = tmp_path / "own"
+    own.mkdir()
+    (own / "sitecustomize.py").write_text("import os, pathlib\n"
+                                          "pathlib.Path(os.environ['DLAUNCH_RUN_DIR'], 'own_site_ran').touch()\n")
+    done, run, summary = _run(tmp_path, "caught", env={"PYTHONPATH": str(own)})
+    assert done.returncode == 0, done.stderr
+    assert (run / "own_site_ran").exists()
+    python_path, sys_path = (run / "path_seen_by_rank").read_text().split("\n")
+    assert python_path == str(own)
+    assert "rankhook" not in sys_path and str(own) in sys_path.split(os.pathsep)
