@@ -81,8 +81,8 @@ class Started:
         assert self.proc.poll() is None, self.proc.communicate()[1][-3000:]
 
     def terminated(self, timeout=30):
-        """SIGTERM, then dlaunch's exit: 143, no traceback (a dlaunch blocked in a read fails here instead of
-        hanging the suite)."""
+        """SIGTERM, then dlaunch's exit: 143, no traceback, the summary written (a dlaunch blocked in a read
+        fails here instead of hanging the suite)."""
         self.proc.send_signal(signal.SIGTERM)
         try:
             _, stderr = self.proc.communicate(timeout=timeout)
@@ -90,6 +90,7 @@ class Started:
             raise AssertionError(f"dlaunch did not obey SIGTERM within {timeout} s (blocked in a read?)") from None
         assert self.proc.returncode == 143, (self.proc.returncode, stderr[-3000:])
         assert "Traceback" not in stderr, stderr[-3000:]
+        assert json.loads((run_dir(self.tmp_path) / "summary.json").read_text())["exit_code"] == 143
         return stderr
 
 
@@ -299,7 +300,7 @@ def dribbling_service():
         while not done.is_set():
             try:
                 conn, _ = server.accept()
-            except socket.timeout:
+            except TimeoutError:
                 continue
             except OSError:
                 return
