@@ -31,6 +31,7 @@ CKPT_DIR = "ckpt"              # the checkpoint directory (CKPT_DIR_ENV points a
 HEARTBEAT_FILE = "heartbeat"   # touched by launcher.heartbeat.beat(); the hang watch reads its mtime
 NOTICE_FILE = "notice.json"    # written by dlaunch when a peer failed (NOTICE_FILE_ENV names it)
 NOTICE_SAVED_FILE = "notice.saved"   # written by the rank once it saved on the notice: its window may end
+NOTICE_WATCHED_FILE = "notice.watched"   # written by a rank's first notice() of an attempt: the window waits for it
 SCHEDULER_DIR = "scheduler"    # MindSpore's scheduler's own directory in the run directory
 
 

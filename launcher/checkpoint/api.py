@@ -43,7 +43,7 @@ import threading
 from launcher.checkpoint import names as ckptnames
 from launcher.checkpoint import store as ckptstore
 from launcher.checkpoint import writer as ckptwriter
-from launcher.checkpoint.gasp import notice, notice_saved
+from launcher.checkpoint.gasp import notice, notice_saved, wait_for_notice
 from launcher.checkpoint.store import STRATEGY_SUFFIX, SUPERSEDED_DIR  # noqa: F401 (part of this module's API)
 from launcher.contract import CKPT_DIR_ENV, RESUME_FROM_ENV, RESUME_STEP_ENV, RUN_DIR_ENV
 
@@ -147,11 +147,13 @@ def save(state, epoch: int, step: int, prefix: str = "ckpt", keep_max: int | Non
     return _save(state, directory, name, prefix, keep_max, async_save=async_save)
 
 
-def save_on_notice(state, epoch: int, step: int, prefix: str = "ckpt", **save_options) -> bool:
+def save_on_notice(state, epoch: int, step: int, prefix: str = "ckpt", wait: float = 0.0, **save_options) -> bool:
     """When a peer failed (``notice()``, ``--survivor-window``): save ``state`` as step ``epoch``/``step`` now,
-    wait for it to be on disk, tell dlaunch (``notice_saved``) and return True; else return False at once.
-    ``save_options`` go to ``save`` (``replicated=True`` for a data-parallel rank's state)."""
-    if notice() is None:
+    wait for it to be on disk, tell dlaunch (``notice_saved``) and return True; else return False, at once or
+    after ``wait`` seconds without a notice (in the handler of a collective's error: the peer's failure may be
+    told a moment after its sockets closed). ``save_options`` go to ``save`` (``replicated=True`` for a
+    data-parallel rank's state)."""
+    if (wait_for_notice(wait) if wait > 0 else notice()) is None:
         return False
     wait_for_saves()   # a background save in flight first: the gasp must not race it
     save(state, epoch, step, prefix=prefix, **save_options)

@@ -20,15 +20,21 @@ from __future__ import annotations
 import os
 
 from launcher.base.border import Refused, read_json
-from launcher.contract import NOTICE_FILE_ENV, NOTICE_SAVED_FILE
+from launcher.contract import NOTICE_FILE_ENV, NOTICE_SAVED_FILE, NOTICE_WATCHED_FILE
 
 NOTICE_LIMIT = 1 << 16   # bytes of a notice read (dlaunch writes a few hundred)
+_watched: str | None = None   # the notice path this process said it watches (once, on its first notice())
 
 
 def notice() -> dict | None:
     """The notice of this attempt, if a peer failed: ``{"failed_rank", "host", "reason", "exit_code", "kind",
-    "at", "window_ends", "attempt"}``; None when there is none (or no window was asked for)."""
+    "at", "window_ends", "attempt"}``; None when there is none (or no window was asked for).
+
+    The first call also tells dlaunch that this rank watches for notices (``notice.watched``): the window
+    waits only for such ranks, so a script that never asks costs a failure no time."""
     path = os.environ.get(NOTICE_FILE_ENV)
+    if path and path != _watched:
+        _say_watched(path)
     if not path or not os.path.exists(path):
         return None
     try:
@@ -39,6 +45,28 @@ def notice() -> dict | None:
     if isinstance(found, dict) and (attempt is None or str(found.get("attempt")) == attempt):
         return found
     return None
+
+
+def _say_watched(path: str) -> None:
+    global _watched
+    try:
+        os.close(os.open(os.path.join(os.path.dirname(path), NOTICE_WATCHED_FILE), os.O_WRONLY | os.O_CREAT, 0o644))
+    except OSError:
+        return   # a rank directory gone or full: the window then does not wait for this rank, as before a notice
+    _watched = path
+
+
+def wait_for_notice(seconds: float) -> dict | None:
+    """``notice()``, asked every 10 ms for up to ``seconds``: after a collective failed, the notice of the peer
+    that caused it may come a moment later than the error (a peer killed from outside is noticed at its exit)."""
+    import time
+
+    deadline = time.monotonic() + seconds
+    while True:
+        found = notice()
+        if found is not None or time.monotonic() >= deadline:
+            return found
+        time.sleep(0.01)
 
 
 def notice_saved() -> None:

@@ -10,8 +10,12 @@ stops because a rank failed or hung (here or on another host), each surviving ra
 - ``--notice-signal`` (e.g. SIGUSR1) to its process group, if one was chosen;
 
 and then S seconds, ending early once every survivor has exited or written ``notice.saved`` beside it
-(``launcher.checkpoint.notice_saved()``). Then the usual stop: SIGTERM, the grace period, SIGKILL, with
-global rank 0 signalled last (it hosts MindIO's and MindSpore's controller, which the others' saves need).
+(``launcher.checkpoint.notice_saved()``). Only a rank that watches for notices (its first
+``checkpoint.notice()`` wrote ``notice.watched``), or that ``--notice-signal`` tells, is waited for: a
+script that never asks costs a failure no time. A rank that raised (``raised.py``) is stopped at once, so
+its peers' collectives fail now and their handlers can save (docs/checkpoints.md). Then the usual stop:
+SIGTERM, the grace period, SIGKILL, with global rank 0 signalled last (it hosts MindIO's and MindSpore's
+controller, which the others' saves need).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import time
 
 from launcher.base.atomic import write_atomically
 from launcher.base.border import is_regular, remove_file
-from launcher.contract import NOTICE_FILE, NOTICE_SAVED_FILE
+from launcher.contract import NOTICE_FILE, NOTICE_SAVED_FILE, NOTICE_WATCHED_FILE
 
 CHECK_SECONDS = 0.05   # how often the window looks for survivors that saved
 
@@ -31,8 +35,11 @@ class SurvivorWindow:
     """One attempt's window: the notices written, and whether every survivor (a ``RankProcess``) is done.
     The workers send ``--notice-signal`` once the notices are written."""
 
-    def __init__(self, survivors: list, cause: dict, seconds: float, attempt: int):
+    def __init__(self, survivors: list, cause: dict, seconds: float, attempt: int, signalled: bool = False):
+        """``signalled``: the survivors also get ``--notice-signal``, so each may save; else the window waits
+        only for the ranks that watch for notices (``notice.watched``: their first ``checkpoint.notice()``)."""
         self.survivors = survivors
+        self.signalled = signalled
         self.until = time.monotonic() + seconds
         notice = {"attempt": attempt, **cause, "at": time.time(), "window_ends": time.time() + seconds}
         text = json.dumps(notice, default=str) + "\n"
@@ -45,11 +52,15 @@ class SurvivorWindow:
                 self.unwritten.append(f"{path}: {exc.strerror}")
 
     def over(self) -> bool:
-        """The window's time is up, or every survivor has exited or saved."""
+        """The window's time is up, or every survivor that may save has exited or saved."""
         if time.monotonic() >= self.until:
             return True
-        return all(not p.alive or is_regular(os.path.join(p.spec.rank_dir, NOTICE_SAVED_FILE))
-                   for p in self.survivors)
+        return not any(p.alive and self._may_save(p.spec.rank_dir) for p in self.survivors)
+
+    def _may_save(self, rank_dir: str) -> bool:
+        """Not saved yet, and watching for notices (or told by a signal): a script that never asks costs nothing."""
+        return not is_regular(os.path.join(rank_dir, NOTICE_SAVED_FILE)) and (
+            self.signalled or is_regular(os.path.join(rank_dir, NOTICE_WATCHED_FILE)))
 
     def wait(self) -> float:
         """Seconds until the window should be looked at again."""
@@ -60,7 +71,7 @@ def clear_notices(rank_dirs: list[str]) -> list[str]:
     """A new attempt starts with no notice: the last attempt's are removed before its ranks start. Returns a
     line for each that could not be (a directory a rank made in its place is left as it is, and not taken
     for a save)."""
-    return [line for rank_dir in rank_dirs for name in (NOTICE_FILE, NOTICE_SAVED_FILE)
+    return [line for rank_dir in rank_dirs for name in (NOTICE_FILE, NOTICE_SAVED_FILE, NOTICE_WATCHED_FILE)
             if (line := remove_file(os.path.join(rank_dir, name), "the notice file")) is not None]
 
 

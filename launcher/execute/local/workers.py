@@ -362,10 +362,12 @@ class LocalWorkers:
         failure = root_cause is not None or (stopped_by is not None and stopped_by["cause"].get("kind") != "late")
         if policy.survivor_window > 0 and failure and survivors:
             attempt.window = SurvivorWindow(survivors, notice_cause(root_cause, stopped_by), policy.survivor_window,
-                                            attempt.plan.attempt)
+                                            attempt.plan.attempt, signalled=bool(policy.notice_signal))
             for process in survivors:
                 for sig in policy.notice_signal:
                     killpg_quietly(process.popen.pid, sig)
+            if root_cause is not None and root_cause.raised and root_cause.pid:   # its sockets closed now: the
+                killpg_quietly(root_cause.pid, signal.SIGTERM)   # survivors' collectives fail now, and they save
             say(f"told the {len(survivors)} surviving rank(s) here of the failure; they have "
                 f"{policy.survivor_window:g} s (--survivor-window) to save before they are stopped",
                 *(f"cannot write a notice: {where}" for where in attempt.window.unwritten))
