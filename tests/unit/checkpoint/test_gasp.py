@@ -24,3 +24,15 @@ def test_without_a_window_there_is_never_a_notice(tmp_path, monkeypatch):
     assert checkpoint.notice() is None
     checkpoint.notice_saved()   # nothing to say it to: no error, and no file anywhere it could have gone
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_collective_snippet_in_the_docs_is_the_one_the_e2e_test_runs():
+    """docs/checkpoints.md's "With collectives" loop is, line for line, what tests/programs/gasp_collective.py
+    runs (tests/e2e/test_gasp_collective.py proves it saves the step reached)."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]
+    program = (root / "tests" / "programs" / "gasp_collective.py").read_text()
+    snippet = program.split("# --- the snippet of docs/checkpoints.md", 1)[1].split("\n", 1)[1]
+    snippet = snippet.split("# ------", 1)[0]
+    assert snippet.strip() and snippet in (root / "docs" / "checkpoints.md").read_text()
