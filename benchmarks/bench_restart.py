@@ -105,6 +105,7 @@ parser.add_argument("--stamps", required=True)
 parser.add_argument("--ckpt", default="")
 parser.add_argument("--fail-rank", type=int, default=2)
 parser.add_argument("--fail-code", type=int, default=3)
+parser.add_argument("--fail-how", choices=("exit", "raise"), default="exit")
 parser.add_argument("--fail-step", type=int, default=35)
 parser.add_argument("--end-step", type=int, default=45)
 parser.add_argument("--save-every", type=int, default=10)
@@ -231,6 +232,8 @@ for step in range(start + 1, args.end_step + 1):
             checkpoint.save(state(), 0, step, replicated=True)
     if attempt == 0 and rank == args.fail_rank and step == args.fail_step:
         stamp("failed.json", time=time.time(), step=step)
+        if args.fail_how == "raise":   # an uncaught exception: the interpreter's and torch's teardown follow
+            raise RuntimeError(f"rank {rank} failed at step {step}")
         os._exit(args.fail_code)
 
 if rank == 0:
@@ -289,7 +292,8 @@ class Bench:
     def script_args(self, mode: str, stamps: Path, ckpt: Path) -> list[str]:
         a = self.args
         return ["--mode", mode, "--stamps", str(stamps), "--ckpt", str(ckpt), "--fail-rank", str(FAIL_RANK),
-                "--fail-code", str(FAIL_CODE), "--fail-step", str(a.fail_step), "--end-step", str(a.end_step),
+                "--fail-code", str(FAIL_CODE), "--fail-how", a.fail_how, "--fail-step", str(a.fail_step),
+                "--end-step", str(a.end_step),
                 "--save-every", str(a.save_every), "--step-time", str(a.step_time)]
 
     def command(self, launcher: str, work: Path) -> tuple[list[str], dict]:
@@ -460,6 +464,8 @@ def main() -> int:
     parser.add_argument("--ft-venv", default="/tmp/ftvenv", help="virtual environment with nvidia-resiliency-ext")
     parser.add_argument("--timeout", type=float, default=RUN_TIMEOUT, help="seconds before a run is killed")
     parser.add_argument("--fail-step", type=int, default=FAIL_STEP)
+    parser.add_argument("--fail-how", choices=("exit", "raise"), default="exit",
+                        help="rank 2 fails by os._exit (default) or by raising (its teardown then follows)")
     parser.add_argument("--end-step", type=int, default=END_STEP)
     parser.add_argument("--save-every", type=int, default=SAVE_EVERY)
     parser.add_argument("--step-time", type=float, default=STEP_TIME)

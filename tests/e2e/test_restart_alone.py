@@ -5,6 +5,7 @@ instead of /user/restore/reset/config/reset.json)."""
 
 import hashlib
 import json
+import signal
 import time
 
 import pytest
@@ -216,6 +217,29 @@ def test_an_unrecovered_rank_stops_every_pod_until_the_table_moves_on_then_all_r
     assert "MindCluster marked rank(s) 2 unrecovered" in stderr[0] + stderr[1]
     env = (rank_dir(tmp_path, 5) / "env.txt").read_text()
     assert "TORCHELASTIC_RESTART_COUNT=1" in env, env
+
+
+def test_sigterm_while_the_pods_wait_for_mindcluster_starts_nothing_and_exits_143(tmp_path):
+    """Issue 45: a stop signal inside the reset hold (every rank stopped, waiting for the rescheduled pod's
+    table) ends it at once: no attempt starts, both pods exit 143, though their restart was due."""
+    version = tmp_path / "version"
+    version.write_text("1\n")
+    reset = tmp_path / "reset.json"
+    write_reset(reset)
+    procs = pods(tmp_path, reset, "--max-restarts", "1", "--join-timeout", "120")
+    try:
+        assert wait_until(lambda: all((rank_dir(tmp_path, r) / "runs.txt").exists() for r in range(8)), timeout=30)
+        write_reset(reset, RankList=[{"RankId": 2, "Status": "unrecovered"}], RetryTime=1)
+        assert wait_until(lambda: all((rank_dir(tmp_path, r) / "sigterm.txt").exists() for r in range(8)),
+                          timeout=15)
+        time.sleep(1.5)   # inside the hold: the ranks ended, the table's version has not moved on
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+        codes, stderr = ended(procs)
+    finally:
+        stop_pods(tmp_path, procs)
+    assert codes == [143, 143], stderr
+    assert all(len(runs(rank_dir(tmp_path, r))) == 1 for r in range(8))
 
 
 def test_an_unfit_pod_exits_192_and_the_job_restarts_once_its_rescheduled_pod_is_in_the_table(tmp_path):
