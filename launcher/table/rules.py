@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 
 from launcher.errors import UsageError
-from launcher.table.model import KNOWN_VERSIONS, MISSING, RANK_LIST, Problem, RankTable, as_int
+from launcher.table.model import KNOWN_VERSIONS, MISSING, RANK_LIST, Problem, RankTable, Server, as_int
 
 Rule = Callable[[RankTable], Iterable[Problem]]
 
@@ -379,8 +379,13 @@ def validate(table: RankTable, profile: str = DEFAULT_PROFILE, rules: tuple[Rule
 def _copies_said_once(table: RankTable, found: list[Problem]) -> list[Problem]:
     """A server block pasted twice breaks R3, R4 and R5 once per device (17 lines for 8 devices): each copy is
     said once, as the copy it is, first; what only the copy breaks goes (deleting it mends that too)."""
-    copies = {s: first for s, server in enumerate(table.servers) if server.devices
-              for first in [next((k for k in range(s) if table.servers[k] == server), None)] if first is not None}
+    first_of: dict[tuple, int] = {}   # a server's key -> the first server with it: one look-up per server
+    copies = {}
+    for s, server in enumerate(table.servers):
+        if server.devices:
+            first = first_of.setdefault(_server_key(server), s)
+            if first != s:
+                copies[s] = first
     if not copies:
         return found
     inside = tuple(f"server_list[{s}]" for s in copies)
@@ -391,6 +396,23 @@ def _copies_said_once(table: RankTable, found: list[Problem]) -> list[Problem]:
                     f"is a copy of server_list[{first}] (the same server_id, devices, IPs and ranks).",
                     "delete the copy: list each host once.", "R4 server-id") for s, first in copies.items()]
     return said + kept
+
+
+def _server_key(server: Server) -> tuple:
+    """Every field of ``server`` and its devices as one hashable value: two servers have the same key exactly
+    when they are equal (``==``), so copies are found by a dict, not by comparing each server with each."""
+    return (_frozen(server.server_id), _frozen(server.extra), _frozen(server.device_list_raw),
+            tuple((_frozen(d.device_id), _frozen(d.device_ip), _frozen(d.rank_id), _frozen(d.extra))
+                  for d in server.devices))
+
+
+def _frozen(value):
+    """A JSON value as a hashable one that is equal exactly when the values are (objects' keys in any order)."""
+    if isinstance(value, dict):
+        return (dict, frozenset((key, _frozen(item)) for key, item in value.items()))
+    if isinstance(value, list):
+        return (list, tuple(map(_frozen, value)))
+    return value
 
 
 def _in_table_terms(table: RankTable, problem: Problem) -> Problem:
