@@ -8,6 +8,7 @@ the third host stands by. Short --host-timeout and grace periods keep the file f
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -154,6 +155,22 @@ def test_a_spare_takes_a_killed_hosts_place_and_training_resumes_from_the_newest
     assert "job&#39;s hosts" in page or "job's hosts" in page
     assert f"replaced {HOSTS[1]} (by {HOSTS[2]}" in page
     assert wait_until(lambda: processes_of_run("sparekill") == [], timeout=10)
+
+
+def test_a_replaced_host_started_again_in_its_cooldown_is_told_until_when(tmp_path, spare_jobs):
+    job = spare_jobs(tmp_path, "sparecool")
+    for index in range(3):
+        job.start(index)
+    assert wait_until(lambda: len(job.steps(2)) >= 2, timeout=60), "host 1's ranks never trained"
+    os.kill(job.procs[1].pid, signal.SIGKILL)
+    job.procs[1].communicate()
+    assert wait_until(lambda: (job.run_dir / f"rank_table.{HOSTS[2]}.1.json").exists(), timeout=60)
+    job.start(1)
+    code, stderr = job.wait(1)
+    assert code == ExitCode.USAGE, stderr
+    assert re.search(rf"host {HOSTS[1]} was replaced by a spare and is excluded from the job until "
+                     r"\d\d:\d\d:\d\d \(--exclude-cooldown", stderr), stderr
+    assert "choose another --run-id" not in stderr
 
 
 def test_a_host_whose_device_network_is_faulty_never_starts_and_a_spare_takes_it(tmp_path, spare_jobs):
