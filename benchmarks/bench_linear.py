@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -29,6 +30,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from bench_validate import big_table  # noqa: E402
 
 DLAUNCH = [sys.executable, "-m", "launcher"]
+ENV = {**os.environ, "PYTHONPATH": str(ROOT)}   # this tree's launcher, not the one the interpreter installed
 
 
 def wall(argv: list, repeat: int, cwd: Path) -> float:
@@ -36,7 +38,8 @@ def wall(argv: list, repeat: int, cwd: Path) -> float:
     times = []
     for _ in range(repeat):
         start = time.perf_counter()
-        done = subprocess.run(list(map(str, argv)), cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        done = subprocess.run(list(map(str, argv)), cwd=cwd, env=ENV, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE)
         times.append(time.perf_counter() - start)
         if done.returncode != 0:
             sys.exit(f"{argv} exited {done.returncode}: {done.stderr.decode()[-500:]}")
@@ -50,6 +53,7 @@ def main() -> int:
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench_linear_") as tmp:
         work = Path(tmp)
+        (work / "train.py").touch()   # msrun's script must exist, also for a dry run
         for servers in (1024, 4096):
             table = work / f"rt{servers}.json"
             table.write_text(json.dumps(big_table(servers)))
@@ -61,10 +65,10 @@ def main() -> int:
                                "--rank-start", "0", "--dry-run"], args.repeat, work), 2.0))
             rows.append((f"msrun --dry-run, {ranks:,} workers",
                          wall([*DLAUNCH, "msrun", f"--worker_num={ranks}", "--local_worker_num=8", "--node_rank=0",
-                               "--master_addr=127.0.0.1", "--dry-run", "train.py"], args.repeat, work), None))
+                               "--master_addr=127.0.0.1", "--dry-run", "train.py"], args.repeat, work), 2.0))
         for ranks in (256, 1024):
             subprocess.run([*DLAUNCH, "run", "--no-python", "/bin/true", "--ranks", str(ranks), "--profile",
-                            "structure", "--console", "none", "--run-id", f"r{ranks}"], cwd=work, check=True,
+                            "structure", "--console", "none", "--run-id", f"r{ranks}"], cwd=work, env=ENV, check=True,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             rows.append((f"status of a {ranks:,}-rank run",
                          wall([*DLAUNCH, "status", f"dlaunch_runs/r{ranks}"], args.repeat, work),

@@ -162,10 +162,17 @@ class Launch:
         dlaunch, the workers, and as PID 1 the collector of zombies."""
         self.link = self._open_link()
         try:
-            if self.roster is not None and self.link is not None and self.link.joined(None, self.opts.join_timeout):
-                if self.link.active is not None and tuple(self.link.active) != self.roster.active:
-                    # the job moved on before this host came (a replaced host back as a spare): its part now
-                    self._follow_roster(self.link.active, self.plan.attempt, record=False)
+            if self.roster is not None and self.link is not None:
+                if self.link.joined(None, self.opts.join_timeout):
+                    if self.link.active is not None and tuple(self.link.active) != self.roster.active:
+                        # the job moved on before this host came (a replaced host back as a spare): its part now
+                        self._follow_roster(self.link.active, self.plan.attempt, record=False)
+                else:
+                    refused = self.link.refusal()
+                    if refused is not None:   # before the run directory: nothing of this host's is touched
+                        from launcher.execute.job.spares import refusal_error
+
+                        raise refusal_error(refused, self.roster.name(self.roster.own))
             create_run_dir(self.plan, dumps(self.table), shared=self.opts.shared_run_dir)
         except BaseException:
             if self.link:

@@ -88,7 +88,8 @@ def create(plan: RunLayout, rank_table_text: str, shared: bool) -> None:
     """Create the run directory and this host's rank directories; refuse to reuse any rank directory.
 
     ``shared`` (an explicit --run-id) allows the run directory to exist already, as it does
-    when several hosts of one job write into one shared filesystem.  If anything cannot be created
+    when several hosts of one job write into one shared filesystem; then a host with no rank (a spare
+    standing by, started again) replaces its own host-named rank table file.  If anything cannot be created
     (a full disk), everything this call made is removed again and nothing starts.
     """
     made: list[str] = []
@@ -121,9 +122,18 @@ def create(plan: RunLayout, rank_table_text: str, shared: bool) -> None:
                                  f"run id {plan.run_id}?); nothing was changed") from None
             made.append(spec.rank_dir)
         writing = plan.rank_table_file
-        with open(plan.rank_table_file, "x", encoding="utf-8") as fh:
-            made.append(plan.rank_table_file)
-            fh.write(rank_table_text)
+        try:
+            with open(plan.rank_table_file, "x", encoding="utf-8") as fh:
+                made.append(plan.rank_table_file)
+                fh.write(rank_table_text)
+        except FileExistsError:
+            if not shared or plan.ranks:
+                raise
+            # a host with no rank (a spare standing by) started again in its run: the file is named for this
+            # host, its own from its earlier life there, and no rank's work hangs on it: replaced, in one step
+            from launcher.base.atomic import write_atomically
+
+            write_atomically(plan.rank_table_file, lambda fh: fh.write(rank_table_text), permissions=0o666)
         writing = plan_file = plan.host_file("plan", "json")
         write_json(plan_file, {"layout": LAYOUT_VERSION, **plan.to_dict()})
         made.append(plan_file)

@@ -18,6 +18,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 
 from launcher.errors import UsageError
+from launcher.table.copies import said_once
 from launcher.table.model import KNOWN_VERSIONS, MISSING, RANK_LIST, Problem, RankTable, as_int
 
 Rule = Callable[[RankTable], Iterable[Problem]]
@@ -373,24 +374,7 @@ def validate(table: RankTable, profile: str = DEFAULT_PROFILE, rules: tuple[Rule
     """Every problem the profile's rules (and ``rules``) find, errors and warnings, in rule order; in a 2.0
     table's terms (``rank_list[i]``) when its servers were made from its ranks."""
     found = [problem for rule in dict.fromkeys((*PROFILES[profile], *rules)) for problem in rule(table)]
-    return [_in_table_terms(table, problem) for problem in found] if table.paths else _copies_said_once(table, found)
-
-
-def _copies_said_once(table: RankTable, found: list[Problem]) -> list[Problem]:
-    """A server block pasted twice breaks R3, R4 and R5 once per device (17 lines for 8 devices): each copy is
-    said once, as the copy it is, first; what only the copy breaks goes (deleting it mends that too)."""
-    copies = {s: first for s, server in enumerate(table.servers) if server.devices
-              for first in [next((k for k in range(s) if table.servers[k] == server), None)] if first is not None}
-    if not copies:
-        return found
-    inside = tuple(f"server_list[{s}]" for s in copies)
-    count = as_int(table.server_count) if table.server_count is not MISSING else None
-    kept = [problem for problem in found if not problem.path.startswith(inside)
-            and not (problem.path == "server_count" and count == len(table.servers) - len(copies))]
-    said = [Problem(f"server_list[{s}]", table.servers[s].server_id,
-                    f"is a copy of server_list[{first}] (the same server_id, devices, IPs and ranks).",
-                    "delete the copy: list each host once.", "R4 server-id") for s, first in copies.items()]
-    return said + kept
+    return [_in_table_terms(table, problem) for problem in found] if table.paths else said_once(table, found)
 
 
 def _in_table_terms(table: RankTable, problem: Problem) -> Problem:

@@ -60,6 +60,20 @@ def test_env_contract_on_4_ranks(tmp_path, out):
     assert "hunter2" not in (run_dir / "plan.json").read_text()
 
 
+def test_env_log_is_its_owners_alone_whatever_the_umask(tmp_path, out):
+    """Masking knows only secret-looking names (GITHUB_PAT is not one): env.log is 0600, the log keeps its mode."""
+    saved = os.umask(0)   # the launcher inherits it: everything it makes would be readable by everyone
+    try:
+        result = run_dlaunch("run", "--no-python", "/bin/true", "--ranks", "1", "--output-dir", out, "--run-id",
+                             "envmode", cwd=tmp_path, env={"GITHUB_PAT": "ghp_notmasked"})
+    finally:
+        os.umask(saved)
+    assert result.returncode == 0, result.stderr
+    rank_dir = out / "envmode" / "rank_000"
+    assert "GITHUB_PAT=ghp_notmasked\n" in (rank_dir / "env.log").read_text()
+    assert [(rank_dir / name).stat().st_mode & 0o777 for name in ("env.log", "output.log")] == [0o600, 0o644]
+
+
 def test_omp_threads_defaults_to_1_only_when_unset(tmp_path, out):
     env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
     os.environ.pop("OMP_NUM_THREADS", None)

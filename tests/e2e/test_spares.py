@@ -8,6 +8,7 @@ the third host stands by. Short --host-timeout and grace periods keep the file f
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -154,6 +155,42 @@ def test_a_spare_takes_a_killed_hosts_place_and_training_resumes_from_the_newest
     assert "job&#39;s hosts" in page or "job's hosts" in page
     assert f"replaced {HOSTS[1]} (by {HOSTS[2]}" in page
     assert wait_until(lambda: processes_of_run("sparekill") == [], timeout=10)
+
+
+def test_a_spare_killed_while_it_stands_by_and_started_again_stands_by_again(tmp_path, spare_jobs):
+    """Its rank table file from its first life is its own (named for it): replaced by the same table, nothing
+    of another host's touched, and the job keeps its spare."""
+    job = spare_jobs(tmp_path, "sparerestart")
+    for index in range(3):
+        job.start(index)
+    spare_table = job.run_dir / f"rank_table.{HOSTS[2]}.json"
+    assert wait_until(lambda: spare_table.exists() and len(job.steps(0)) >= 2, timeout=60)
+    before = {path: path.read_bytes() for path in job.run_dir.glob("rank_table.*.json")}
+    os.kill(job.procs[2].pid, signal.SIGKILL)
+    job.procs[2].communicate()
+    job.start(2)
+    results = {index: job.wait(index) for index in (2, 0, 1)}
+    assert [code for code, _ in results.values()] == [0, 0, 0], results[2][1]
+    assert "stands by (attempt 0): a spare" in results[2][1]
+    summary = json.loads((job.run_dir / f"summary.{HOSTS[0]}.json").read_text())
+    assert summary["job"]["roster"]["standing_by"] == [HOSTS[2]]
+    assert len(before) == 3 and {path: path.read_bytes() for path in before} == before   # its own: the same
+
+
+def test_a_replaced_host_started_again_in_its_cooldown_is_told_until_when(tmp_path, spare_jobs):
+    job = spare_jobs(tmp_path, "sparecool")
+    for index in range(3):
+        job.start(index)
+    assert wait_until(lambda: len(job.steps(2)) >= 2, timeout=60), "host 1's ranks never trained"
+    os.kill(job.procs[1].pid, signal.SIGKILL)
+    job.procs[1].communicate()
+    assert wait_until(lambda: (job.run_dir / f"rank_table.{HOSTS[2]}.1.json").exists(), timeout=60)
+    job.start(1)
+    code, stderr = job.wait(1)
+    assert code == ExitCode.USAGE, stderr
+    assert re.search(rf"host {HOSTS[1]} was replaced by a spare and is excluded from the job until "
+                     r"\d\d:\d\d:\d\d \(--exclude-cooldown", stderr), stderr
+    assert "choose another --run-id" not in stderr
 
 
 def test_a_host_whose_device_network_is_faulty_never_starts_and_a_spare_takes_it(tmp_path, spare_jobs):

@@ -294,9 +294,12 @@ class Coordinator(Membership):
             self.selector.unregister(peer.sock)
             peer.sock.close()
 
-    def _refuse(self, peer: _Peer, why: str) -> None:
+    def _refuse(self, peer: _Peer, why: str, excluded_until: float | None = None) -> None:
+        """``why`` said to the host refused; a replaced host in its cooldown is also told until when (epoch),
+        which it says in its own local time."""
         self.tally.note(f"refused ({why.split(' (')[0]})", f"job coordinator: refused {peer.address}: {why}")
-        self._send(peer, {"t": "refused", "why": why})
+        self._send(peer, {"t": "refused", "why": why,
+                          **({"excluded_until": excluded_until} if excluded_until is not None else {})})
         peer.closing = True
         self._flush(peer)
 
@@ -352,8 +355,10 @@ class Coordinator(Membership):
         elif not isinstance(index, int) or not 0 <= index < len(self.hosts) or index in self.lost:
             self._refuse(peer, f"server index {index!r} is not a host this job waits for")
         elif self.excluded.get(index, 0.0) > time.time():
-            self._refuse(peer, f"host {self.hosts[index]} was replaced by a spare; it may stand by again in "
-                               f"{self.excluded[index] - time.time():.0f} s (--exclude-cooldown)")
+            until = self.excluded[index]
+            self._refuse(peer, f"host {self.hosts[index]} was replaced by a spare and is excluded from the job until "
+                               f"{time.strftime('%H:%M:%S', time.localtime(until))} (--exclude-cooldown; "
+                               f"{until - time.time():.0f} s from now)", excluded_until=until)
         elif self.finished:
             self._refuse(peer, "the job has already ended")
         elif index in self.peers:

@@ -186,6 +186,11 @@ class JobLink:
         finally:
             selector.close()
 
+    def refusal(self) -> dict | None:
+        """Once ``joined`` returned False: the coordinator's refusal of this host (``why``, and
+        ``excluded_until`` for a replaced host in its cooldown), or None when it was not refused."""
+        return next((e for e in self._events if e["t"] == "lost" and e.get("refused")), None)
+
     def news(self) -> bool:
         """A spare's question: has the job stopped its attempt, ended, or been lost (events that wait)?"""
         self._drain(self._main_r)

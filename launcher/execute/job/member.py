@@ -10,6 +10,7 @@ it hears for dlaunch (stop, verdict) and what it concludes (the master host is l
 from __future__ import annotations
 
 import errno
+import math
 import selectors
 import socket
 import time
@@ -183,8 +184,10 @@ class Member:
                     self._write(queued)
                 self.queue = []
             elif kind == "refused":
-                self._lost(f"the job's coordinator at {self.endpoint} refused this host: "
-                           f"{message.get('why')}")
+                until = message.get("excluded_until")
+                self._lost(f"the job's coordinator at {self.endpoint} refused this host: {message.get('why')}",
+                           refused=True, excluded_until=until if isinstance(until, (int, float))
+                           and not isinstance(until, bool) and math.isfinite(until) else None)
             return
         if kind in ("stop", "verdict", "stack", "attempt"):
             if kind == "verdict" and not message.get("restart"):
@@ -201,7 +204,8 @@ class Member:
         else:
             self._lost(f"the master host {self.master_name} closed the job's connection (its dlaunch is gone)")
 
-    def _lost(self, why: str) -> None:
+    def _lost(self, why: str, **facts) -> None:
+        """The job is out of reach (``facts``: ``refused``, and ``excluded_until`` for a replaced host)."""
         self._close()
         self.state = "done"
-        self.deliver({"t": "lost", "host": self.master_name, "why": why})
+        self.deliver({"t": "lost", "host": self.master_name, "why": why, **facts})

@@ -11,6 +11,7 @@ Handshake (coordinator S, member C)::
     S -> C  {"t": "challenge", "nonce": sn, "proto": 1}
     C -> S  {"t": "join", "host", "index", "run_id", "nonce": cn, "proof": HMAC(secret, join|sn|cn|index|run_id)}
     S -> C  {"t": "welcome", "proof": HMAC(secret, welcome|sn|cn)}      or {"t": "refused", "why": ...}
+            (a host replaced by a spare, in its cooldown: the refusal also says "excluded_until": epoch)
 
 The member checks the welcome proof too: a process without the secret can neither join the job nor pose
 as its coordinator and stop it. The welcome carries the job's current attempt: a host that joins after the

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import os
 import selectors
+import time
 from dataclasses import replace
 
 from launcher.base.console import say
+from launcher.errors import UsageError
 from launcher.execute.results import AttemptResult
 
 TYPE_CHECKING = False   # typing's own flag, without importing typing on the launch path (docs/development.md)
@@ -77,6 +79,18 @@ def say_moves(verdict: dict, roster: Roster) -> None:
         part = "this host stands by" if roster.slot is None else f"this host is node {roster.slot} of them"
         say(f"the job runs on {len(roster.active)} host(s) (--nnodes {roster.min_nodes}:{len(roster.pool.servers)}): "
             f"{hosts}; {part}")
+
+
+def refusal_error(refused: dict, host: str) -> UsageError:
+    """The job's coordinator refused this host as it joined (``JobLink.refusal``): said before anything of it
+    started; a host replaced by a spare learns until when (in local time) it is kept out."""
+    until = refused.get("excluded_until")
+    if until is None:
+        return UsageError(f"{refused['why']}; nothing was started")
+    return UsageError(f"host {host} was replaced by a spare and is excluded from the job until "
+                      f"{time.strftime('%H:%M:%S', time.localtime(until))} (--exclude-cooldown, "
+                      f"{max(0.0, until - time.time()):.0f} s from now): start it again after that to stand by as "
+                      f"a spare; nothing was started")
 
 
 def stand_by(link: JobLink, signals: SignalWatch, plan: LaunchPlan, elastic: bool = False) -> AttemptResult:

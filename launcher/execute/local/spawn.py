@@ -158,13 +158,20 @@ class RankSpawner:
         self._checked.add(key)
 
 
+ENV_LOG_MODE = 0o600   # env.log: the owner's alone (docs/run-directory.md)
+
+
 def open_rank_files(spec, env_text: str) -> int:
     """A process's files before its spawn: its checkpoint (or own) directory, ``env.log`` written whole, and
     its log opened for appending (a restart's output goes on in the same file). Returns the log's fd; an
-    OSError (a full disk) means it cannot start with its files."""
+    OSError (a full disk) means it cannot start with its files.
+
+    ``env.log`` holds the whole environment, and masking knows only secret-looking names: it is its owner's
+    alone (0600 whatever the umask, also when an earlier file of that name was readable by others)."""
     _make_dir(spec.ckpt_dir or spec.rank_dir)
-    env_fd = os.open(spec.env_log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    env_fd = os.open(spec.env_log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, ENV_LOG_MODE)
     try:   # bytes as given
+        os.fchmod(env_fd, ENV_LOG_MODE)
         data = env_text.encode("utf-8", "surrogateescape")
         written = os.write(env_fd, data)
         while written < len(data):   # a short write (a nearly full disk) goes on where it stopped

@@ -200,6 +200,23 @@ def test_a_server_block_pasted_twice_is_one_problem_naming_the_copy(profile):
     assert "is a copy of server_list[0]" in found[0].message and found[0].value == "10.0.1.1"
 
 
+def test_every_copy_names_the_first_block_and_equal_values_match_whatever_their_order_or_type():
+    """Copies are found by a key per server (issue 45): JSON objects with their keys in another order are the
+    same block, a number and its string are not, and a value that is a list or an object does not break it."""
+    obj = ranktable.to_obj(table_with([list(range(8)), list(range(8))]))
+    first = obj["server_list"][0]
+    first["host_nic_ip"], first["device"][0]["extra"] = ["a", {"b": 1, "c": 2}], {"x": [1, 2]}
+    reordered = copy.deepcopy(first)
+    reordered["host_nic_ip"][1] = {"c": 2, "b": 1}
+    numeric = copy.deepcopy(first)
+    numeric["device"][0]["rank_id"] = 0   # "0" in the block it was pasted from: not the same block
+    obj["server_list"][1:1] = [copy.deepcopy(first), reordered, numeric]
+    found = topology.errors(topology.validate(ranktable.from_obj(obj), "structure"))
+    said = [(p.path, p.message) for p in found if "is a copy" in p.message]
+    assert said == [(f"server_list[{s}]", "is a copy of server_list[0] (the same server_id, devices, IPs and ranks).")
+                    for s in (1, 2)], [str(p) for p in found]
+
+
 def test_a_server_that_only_shares_its_id_is_not_called_a_copy():
     table = table_with([list(range(8)), list(range(8))], server_ids=["a", "a"])
     assert "is a copy" not in " ".join(p.message for p in topology.validate(table))

@@ -66,7 +66,9 @@ def test_the_coordinator_restarts_with_the_spare_in_the_lost_hosts_slot_and_keep
         back = Pump(port, 2)
         back.members = back.members[1:]   # h1 comes back at once: still cooling down
         assert back.until(lambda: back.heard[1])
-        assert "was replaced by a spare; it may stand by again in" in back.heard[1][-1]["why"]
+        refused = back.heard[1][-1]
+        assert "was replaced by a spare and is excluded from the job until" in refused["why"]
+        assert "(--exclude-cooldown;" in refused["why"] and 50 < refused["excluded_until"] - time.time() <= 60
 
 
 def test_a_spare_that_leaves_stops_nothing():
@@ -131,3 +133,15 @@ def test_an_elastic_job_forms_again_with_the_hosts_there():
     shrunk = elastic_form([0, 1], {0: results[0]}, {1: "gone"}, [0], HOSTS, excluded={}, master=0, least=1)
     assert shrunk["active"] == [0] and shrunk["unfit"] == [1]
     assert elastic_form([0, 1], {0: results[0]}, {1: "gone"}, [0], HOSTS, excluded={}, master=0, least=2) is None
+
+
+def test_a_refused_host_is_told_why_and_a_replaced_one_until_when_in_local_time():
+    from launcher.execute.job.spares import refusal_error
+
+    until = time.time() + 600
+    said = str(refusal_error({"why": "cooling down", "excluded_until": until}, "h1"))
+    assert said.startswith(f"host h1 was replaced by a spare and is excluded from the job until "
+                           f"{time.strftime('%H:%M:%S', time.localtime(until))} (--exclude-cooldown, ")
+    assert "choose another --run-id" not in said
+    assert str(refusal_error({"why": "host h1 has already joined this job"}, "h1")) == \
+        "host h1 has already joined this job; nothing was started"
