@@ -30,6 +30,7 @@ from launcher.execute.termination import ZombieCollector, is_pid1, termination_l
 from launcher.host.devices import free_port
 from launcher.host.mindcluster import read_version, version_path
 from launcher.plan.make import LaunchPlan, Options, check_command, make_plan
+from launcher.plan.notes import policy_lines, refusal
 from launcher.rundir.create import create as create_run_dir
 from launcher.rundir.create import write_json
 from launcher.table.model import RankTable, dumps
@@ -94,6 +95,9 @@ def launch(table: RankTable, server_index: int | None, opts: Options, *, dry_run
     else:
         assert server_index is not None   # only a spare has none
         plan = make_plan(table, server_index, opts, rank_table_file, dict(environ), resume=resume)
+    refused = refusal(plan)
+    if refused:
+        raise UsageError(refused)
     if dry_run:
         from launcher.plan.describe import describe
 
@@ -176,7 +180,7 @@ class Launch:
             say(f"run directory {self.plan.run_dir}" + (
                 f"; this host's {len(self.plan.ranks)} rank(s) are not on the console (--console {self.opts.console}:"
                 f" --console all, or a list of ranks, shows them), their logs are in rank_NNN/output.log"
-                if hidden else ""))
+                if hidden else ""), *policy_lines(self.plan))
         self.started = time.time()
         control_fd, control_pending = self.control or (None, b"")
         self.signals = SignalWatch(control_fd, control_pending, forward=self.opts.forward_signals)

@@ -9,6 +9,7 @@ from launcher.plan.environment import (
     masked_argv,
 )
 from launcher.plan.make import CWD_RANK, LaunchPlan, RankSpec
+from launcher.plan.notes import policy_lines
 
 
 def describe(plan: LaunchPlan, port_chosen_at_start: bool = False) -> str:
@@ -45,6 +46,7 @@ def describe(plan: LaunchPlan, port_chosen_at_start: bool = False) -> str:
                                   if plan.policy.hang_timeout else "off (--hang-timeout)")]
     if plan.resume:
         lines.append(f"resume from:   {plan.resume.label} of {plan.resume.run_dir}")
+    lines += [f"note:          {line}" for line in policy_lines(plan)]
     def shown_env(spec: RankSpec) -> dict[str, str]:
         return {k: f"<{port}>" if port_chosen_at_start and v == str(plan.master_port) else shlex.quote(v)
                 for k, v in masked(spec.env).items()}
