@@ -98,6 +98,9 @@ def page_context(run: Run, stories: list[RankStory], step_pattern: UserPattern |
     summaries = [s for _, s in sorted(run.summaries.items())]
     starts = [s.start for st in stories for s in st.spans if s.start]
     ends = [s.end for st in stories for s in st.spans if s.end]
+    if run.finished:   # the launches' own times: a rank started again in place has spans of its last run only
+        starts = [t for s in summaries if isinstance(t := s.get("started"), (int, float))] or starts
+        ends = [t for s in summaries if isinstance(t := s.get("ended"), (int, float))] or ends
     if run.finished:
         verdict = job_verdict(summaries, run.head, run.missing_hosts)
         status, code = verdict["status"], verdict["exit_code"]

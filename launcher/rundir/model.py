@@ -183,6 +183,7 @@ class AttemptFile(TypedDict, total=False):
     exit_code: Code | None
     root_cause: RankEntryFile | None
     ranks: list[RankEntryFile]
+    unfit: bool          # the health gate found the host unfit: no rank of it started
 
 
 class ResumedFromFile(TypedDict, total=False):

@@ -130,6 +130,30 @@ def test_restart_policy_rank_stops_the_job_once_a_rank_used_its_restarts(tmp_pat
     assert result.stderr.count("starting it again alone") == 1
 
 
+def test_the_closing_line_says_each_ranks_restarts_and_stops_no_rank_that_had_ended(tmp_path):
+    result = run_dlaunch("run", "--no-python", "/bin/sh", "--ranks", "3", "--restart-policy", "rank",
+                         "--max-restarts", "1", "--output-dir", tmp_path / "runs", "--run-id", "said", "--", "-c",
+                         '[ "$RANK" = 1 ] || exit 0; sleep 0.3; exit 4', cwd=tmp_path)
+    assert result.returncode == 4, result.stderr
+    closing = result.stderr.splitlines()[-1]
+    assert closing.startswith("dlaunch: exit code 4 after 1 restart(s) of rank(s) 1; summary "), closing
+    assert "stopped the other" not in result.stderr   # ranks 0 and 2 had exited 0 before it failed
+
+
+def test_the_report_of_a_run_whose_ranks_restarted_alone_gives_the_runs_own_start_and_time(tmp_path):
+    result = run_dlaunch("run", "--no-python", "/bin/sh", "--ranks", "1", "--restart-policy", "rank",
+                         "--max-restarts", "1", "--output-dir", tmp_path / "runs", "--run-id", "timed", "--", "-c",
+                         '[ "$TORCHELASTIC_RESTART_COUNT" = 0 ] && { sleep 1; exit 3; }; exit 0', cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    took = json.loads((tmp_path / "runs" / "timed" / "summary.json").read_text())
+    assert f"all 1 rank(s) exited 0 after 1 restart(s) of rank(s) 0 in {took['ended'] - took['started']:.1f} s" \
+        in result.stderr, result.stderr
+    page = run_dlaunch("report", tmp_path / "runs" / "timed", "-o", "-", cwd=tmp_path).stdout
+    started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(took["started"]))
+    assert f'<dt>started</dt><dd class="clip">{started}</dd>' in page
+    assert f'<dt>took</dt><dd class="clip">{took["ended"] - took["started"]:.1f} s</dd>' in page
+
+
 def job_id(tmp_path):
     """Each test's own run id: a cleanup's kill_run must never reach a job another worker runs meanwhile."""
     return "acjob-" + hashlib.sha1(str(tmp_path).encode()).hexdigest()[:8]
