@@ -403,18 +403,23 @@ class Launch:
 
     def _health_gate(self) -> AttemptResult | None:
         """This host checked before its ranks start (host/health.py): None when fit; else an attempt that
-        started nothing, stopped with exit 92, every finding said, and the other hosts told."""
-        from launcher.host.health import GateSettings, gate
+        started nothing, stopped with exit 92, every finding said, and the other hosts told. Each check's
+        outcome is said before the first start; every tool's answer is kept in ``health[.<host>].txt``."""
+        from launcher.host.health import GateSettings, gate, keep_answers
 
         policy, plan = self.opts.policy, self.plan
         devices = [spec.device_id for spec in plan.ranks if spec.device_id is not None]
         if plan.standby and self.roster is not None:   # a spare is checked for the devices it would run
             devices = [placed.device for placed in self.roster.pool.servers[self.roster.own].placed()]
-        found = gate(devices, plan.run_dir, GateSettings(command=policy.health_check),
-                     self.inherited.get("PATH", os.defpath), stop=self.signals)
-        if not found:
+        kept_in = plan.host_file("health", "txt")
+        report = gate(devices, plan.run_dir, GateSettings(command=policy.health_check, kept_in=kept_in),
+                      self.inherited.get("PATH", os.defpath), stop=self.signals)
+        unwritten = keep_answers(kept_in, plan.attempt, report.lines(), report.transcript)
+        if not self.attempts:   # before the first start: what was checked, and what could not be
+            say(*report.lines(), *([unwritten] if unwritten else []))
+        if not report.findings:
             return None
-        lines = [finding.line(plan.server_id) for finding in found]
+        lines = [finding.line(plan.server_id) for finding in report.findings]
         code = policy.unfit_exit_code
         rescheduled = policy_reschedules(self.opts)
         say(f"the health gate found this host unfit to start (exit {code}"
@@ -424,7 +429,8 @@ class Launch:
             "why": f"the health gate found host {plan.server_id} unfit: {lines[0]}"
                    + (f" (and {len(lines) - 1} more)" if len(lines) > 1 else ""),
             "exit_code": code, "cause": {"kind": "unhealthy", "host": plan.server_id, "reschedule": rescheduled,
-                                         "findings": lines}}, extra={"unfit": True})
+                                         "findings": lines, "checks": report.lines(),
+                                         **({"output": kept_in} if not unwritten else {})}}, extra={"unfit": True})
         if self.link is not None and not plan.standby:   # an unfit spare only leaves: the job runs on
             self.link.stopped(result)
         return result

@@ -302,8 +302,10 @@ def closing_lines(summary: dict, summary_path: str) -> list[str]:
             stopped = f"stopped the other {others} rank(s); " if others else ""
         lines.append(f"{stopped}exit code {summary['exit_code']}{restarted}; summary {summary_path}")
     elif summary.get("stopped_by"):
-        lines.append(f"stopped: {summary['stopped_by']['why']}; stopped "
-                     + ("the MindSpore scheduler" if alone else f"this host's {count} rank(s)")
+        unfit = summary["stopped_by"].get("cause", {}).get("kind") == "unhealthy" and not count
+        lines.append(f"stopped: {summary['stopped_by']['why']}; "
+                     + ("no rank of this host started" if unfit else "stopped the MindSpore scheduler" if alone
+                        else f"stopped this host's {count} rank(s)")
                      + f"; exit code {summary['exit_code']}{restarted}; summary {summary_path}")
     elif summary.get("launcher_error"):
         lines.append(f"{summary['launcher_error']}: stopped "

@@ -197,6 +197,10 @@ class JobCauseFile(RankEntryFile, total=False):
     kind: str
     why: str
     rank_exit_code: Code | None
+    findings: list[str]   # the health gate's (kind "unhealthy"): one line each
+    checks: list[str]     # and each of its checks: passed, skipped or failed, and why
+    output: Path          # the file that keeps the gate's tools' answers
+    reschedule: bool
 
 
 class ReplacedFile(TypedDict, total=False):
