@@ -274,7 +274,7 @@ class LocalWorkers:
                 attempt.preempt(value)
 
     def _restart(self, attempt: AttemptProcesses, process: RankProcess, why: str) -> None:
-        """``process`` exited: start it again in place, same environment and ids, alone or (its replica group's
+        """``process`` exited: start it again in place, same ids (recovery.restart_spec), alone or (its replica group's
         restart) once the rest of its group, stopped now, has ended too; the others run on."""
         result = process.result
         together = recovery.restarted_with(attempt, process)
