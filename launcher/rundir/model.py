@@ -183,6 +183,7 @@ class AttemptFile(TypedDict, total=False):
     exit_code: Code | None
     root_cause: RankEntryFile | None
     ranks: list[RankEntryFile]
+    unfit: bool          # the health gate found the host unfit: no rank of it started
 
 
 class ResumedFromFile(TypedDict, total=False):
@@ -196,6 +197,10 @@ class JobCauseFile(RankEntryFile, total=False):
     kind: str
     why: str
     rank_exit_code: Code | None
+    findings: list[str]   # the health gate's (kind "unhealthy"): one line each
+    checks: list[str]     # and each of its checks: passed, skipped or failed, and why
+    output: Path          # the file that keeps the gate's tools' answers
+    reschedule: bool
 
 
 class ReplacedFile(TypedDict, total=False):

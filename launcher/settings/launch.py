@@ -126,8 +126,9 @@ _DECLARED: list[tuple[Option, tuple[str, ...]]] = [
             help="restart all ranks up to K times after a failure (default 0)", to_hosts=True),
     _shared("--restart-policy", choices=("job", "rank", "group"),
             help="after a rank fails: 'job' stops every rank and restarts them all (default, as torchrun); 'rank' "
-                 "starts only the failed rank again, same environment and ids, up to --max-restarts times per "
-                 "rank, the others running on (MindSpore's and MindIO's recovery); 'group' starts its TorchFT "
+                 "starts only the failed rank again, same ids, its own TORCHELASTIC_RESTART_COUNT and newest "
+                 "checkpoint, up to --max-restarts times per rank, the others running on (MindSpore's and MindIO's "
+                 "recovery; a torch job's rank waits until the others ended); 'group' starts its TorchFT "
                  "replica group again (the default with --replica-groups)", to_hosts=True),
     _shared("--restart-delay", type=seconds, metavar="SECONDS",
             help="--restart-policy rank or group: start a failed rank (its group) again only after this long "

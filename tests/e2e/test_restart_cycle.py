@@ -130,3 +130,33 @@ def test_a_cpu_job_asks_no_driver(tmp_path):
                                             "PATH": f"{ROOT / 'tests' / 'programs'}:{os.environ['PATH']}"})
     assert result.returncode == 0, result.stderr
     assert "device memory" not in result.stderr and not (tmp_path / "none.json.calls").exists()
+
+
+# A stand-in nvidia-smi: two GPUs; its memory query says both hold 3000 MiB the first time it is asked, none after.
+NVIDIA_SMI = """#!/bin/sh
+case "$1" in
+  -L) echo "GPU 0: Stand-in GPU (UUID: GPU-00000000-0000-0000-0000-000000000000)"
+      echo "GPU 1: Stand-in GPU (UUID: GPU-11111111-1111-1111-1111-111111111111)";;
+  --query-gpu=*) echo "$1" >> "$GPU_CALLS"
+      if [ "$(wc -l < "$GPU_CALLS")" = 1 ]; then echo "0, 3000"; echo "1, 3000"; else echo "0, 0"; echo "1, 0"; fi;;
+  *) exit 9;;
+esac
+"""
+
+
+def test_ranks_n_on_a_gpu_host_waits_for_its_gpus_without_cuda_visible_devices(tmp_path, monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    (tools / "nvidia-smi").write_text(NVIDIA_SMI)
+    (tools / "nvidia-smi").chmod(0o755)
+    env = {"PATH": f"{tools}:{os.environ['PATH']}", "GPU_CALLS": str(tmp_path / "gpu_calls")}
+    result = run_dlaunch("run", "--no-python", "/bin/sh", "--ranks", "2", "--max-restarts", "1", "--grace-period",
+                         "1", "--output-dir", tmp_path / "runs", "--", "-c",
+                         '[ "$TORCHELASTIC_RESTART_COUNT" = 0 ] && [ "$RANK" = 1 ] && exit 3; exit 0',
+                         cwd=tmp_path, env=env)
+    assert result.returncode == 0, result.stderr
+    asked = result.stderr.index("waiting up to 15 s for the last attempt's device memory to be released "
+                                "(device 0: 3000 MiB, device 1: 3000 MiB)")
+    assert asked < result.stderr.index("devices released after"), result.stderr
+    assert len((tmp_path / "gpu_calls").read_text().splitlines()) >= 2
