@@ -65,7 +65,7 @@ PROFILE = Option(("--profile",), "rule set: " + "; ".join(f"{k}: {v}" for k, v i
 
 
 OUTPUT_DIR = Option(("--output-dir",), "where run directories go (default ./dlaunch_runs)", default="dlaunch_runs",
-                    metavar="DIR", to_hosts=True, group=WHAT)   # the commands that read runs take it too (cli/observe_args.py)
+                    metavar="DIR", to_hosts=True, group=WHAT)   # the commands reading runs take it too (observe_args)
 
 
 # Options check-network takes too (cli/checknet.py adds them from here, from the command line only).
@@ -104,7 +104,7 @@ _DECLARED: list[tuple[Option, tuple[str, ...]]] = [
             help="HCCL rank table; this host runs its own server's devices"),
     (PROFILE, LAUNCH_COMMANDS),
     (OUTPUT_DIR, LAUNCH_COMMANDS),
-    _shared("--run-id", group=WHAT, from_env=False,   # DLAUNCH_RUN_ID is the rank contract's: a parent job's id, not ours
+    _shared("--run-id", group=WHAT, from_env=False,   # DLAUNCH_RUN_ID is the rank contract's: a parent job's id
             help="name of the run directory (default: time and a random suffix; for cluster under Slurm, "
                  "slurm-$SLURM_JOB_ID); hosts of one job share it", to_hosts=True),
     _shared("--cwd", group=WHAT, choices=("launch", "rank"), default="launch",   # plan.CWD_LAUNCH, plan.CWD_RANK
@@ -143,6 +143,13 @@ _DECLARED: list[tuple[Option, tuple[str, ...]]] = [
     _shared("--restart-delay", group=FAILURES, type=seconds, metavar="SECONDS",
             help="--restart-policy rank or group: start a failed rank (its group) again only after this long "
                  "(default 0)", to_hosts=True),
+    _shared("--fault-tolerant", group=FAULTS, kind=FLAG, default=False, negatable=True,
+            help="what a job of many devices should have, each unless its own flag, variable or config key says "
+                 "otherwise: --max-restarts 10 (exit 93 after --restarts-without-progress failed attempts without "
+                 "a new checkpoint), --survivor-window 10 (ends once every survivor saved or exited), --hang-learn "
+                 "(bounded by --hang-timeout, default 1800), --warm-restarts torch where the ranks' Python can "
+                 "import torch, --health-gate where npu-smi, nvidia-smi or hccn_tool is present; the run's first "
+                 "lines and --dry-run say what it turned on (docs/restarts.md)", to_hosts=True),
     _shared("--replica-groups", group=FAULTS, type=whole(1, 100000), metavar="N",
             help="TorchFT: split the ranks into N replica groups, each with its own store and numbering "
                  "(REPLICA_GROUP_ID, NUM_REPLICA_GROUPS), all reaching one lighthouse (TORCHFT_LIGHTHOUSE if set, "
@@ -157,7 +164,8 @@ _DECLARED: list[tuple[Option, tuple[str, ...]]] = [
             to_hosts=True),
     _shared("--warm-restarts", group=FAULTS, metavar="MODULES",
             help="keep a standby interpreter per rank that has imported these modules (e.g. torch) for the next "
-                 "attempt to run in, instead of a new process importing them again (default: cold restarts)",
+                 "attempt to run in, instead of a new process importing them again (default: cold restarts; "
+                 "none: cold, also under --fault-tolerant)",
             to_hosts=True),
     _shared("--restarts-without-progress", group=FAILURES, type=whole(0, 1000), default=3, metavar="K",
             help="stop restarting (exit 93: do not requeue) after K failed attempts in a row that completed no new "
@@ -172,7 +180,7 @@ _DECLARED: list[tuple[Option, tuple[str, ...]]] = [
             help="stop the job as failed (exit 124) when a rank shows no sign of life (output, "
                  "launcher.heartbeat.beat(), a checkpoint) for this long; every rank's stack is saved first "
                  "(py-spy)", to_hosts=True),
-    _shared("--hang-learn", group=WATCH, kind=FLAG, default=False,
+    _shared("--hang-learn", group=WATCH, kind=FLAG, default=False, negatable=True,
             help="learn the hang timeout from the job: after its first 5 steps, 5 x the longest silence of a rank "
                  "between signs of life (at least 1 s), with a budget of its own for a checkpoint save or a "
                  "heartbeat.phase(); --hang-timeout (default 1800) stays the upper bound; kept in the run "
@@ -184,7 +192,7 @@ _DECLARED: list[tuple[Option, tuple[str, ...]]] = [
             help="a step line of the script's own, besides Megatron's, MindFormers', MindSpore's and tqdm's: a "
                  "regular expression with a group (?P<ms>...) or (?P<s>...), optionally (?P<step>...)",
             to_hosts=True),
-    _shared("--health-gate", group=FAULTS, kind=FLAG, default=False,
+    _shared("--health-gate", group=FAULTS, kind=FLAG, default=False, negatable=True,
             help="before the first start and every restart, check this host: storage (the run directory "
                  "writable), npu-smi's device health, nvidia-smi, hccn_tool's link and net health (each where the "
                  "tool is), --health-check; an unfit host does not start (exit 92)", to_hosts=True),
@@ -203,7 +211,8 @@ _DECLARED: list[tuple[Option, tuple[str, ...]]] = [
     _shared("--ms-topo-timeout", group=MINDSPORE, type=positive_seconds, default=600.0, metavar="SECONDS",
             help="MS_TOPO_TIMEOUT: how long MindSpore waits for the cluster to form (default 600, as msrun's "
                  "--cluster_time_out)", to_hosts=True),
-    _shared("--env", group=WHAT, kind=LIST, default=[], metavar="KEY=VALUE", help="set a variable for every rank (repeatable)"),
+    _shared("--env", group=WHAT, kind=LIST, default=[], metavar="KEY=VALUE",
+            help="set a variable for every rank (repeatable)"),
     _shared("--env-file", group=WHAT, metavar="FILE", help="KEY=VALUE lines to set for every rank"),
     _shared("--dry-run", group=WHAT, kind=FLAG, layered=False, default=False,
             help="print the plan (commands, env, logs) and start nothing"),
