@@ -108,3 +108,11 @@ def test_fault_tolerant_says_in_one_line_what_it_turned_on(tmp_path):
     assert "restarts allowed: 1" in given.stdout and "hang check:    off" in given.stdout
     plain = run_dlaunch("run", RANK_PROGRAM, "--ranks", "2", "--dry-run", cwd=tmp_path, env=env)
     assert "fault-tolerant" not in plain.stdout and "restarts allowed: 0" in plain.stdout
+    # the run itself says it first, before its run directory
+    run = run_dlaunch("run", RANK_PROGRAM, "--ranks", "2", "--fault-tolerant", "--warm-restarts", "none", cwd=tmp_path,
+                      env=env)
+    assert run.returncode == 0, run.stderr
+    first, second = run.stderr.splitlines()[:2]
+    assert first.startswith("dlaunch: --fault-tolerant: turned on --max-restarts 10") and second.startswith(
+        "dlaunch: run directory "), run.stderr
+    assert first.endswith("as given: --warm-restarts none")
