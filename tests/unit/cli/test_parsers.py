@@ -65,3 +65,14 @@ def test_help_shows_every_option_in_its_section(name, capsys, monkeypatch):
         assert option.group in GROUPS, f"{option.flag} declares no section of --help"
         assert re.search(rf"^  {re.escape(option.flags[0])}[ ,\n]", sections[option.group] + "\n", re.M), \
             f"{option.flag} not under {option.group}"
+
+
+def test_scripts_help_keeps_the_sections_and_names_one_commands_options(capsys, monkeypatch):
+    # dlaunch script takes run's and cluster's options: the same sections, and an option of one says whose it is
+    monkeypatch.setenv("COLUMNS", "200")
+    with pytest.raises(SystemExit):
+        main(["script", "--help"])
+    out = capsys.readouterr().out
+    assert "\nfault tolerance:\n" in out and "\nseveral hosts:\n" in out
+    assert re.search(r"--resume \[RUN_DIR\] +dlaunch run only: resume", out)
+    assert re.search(r"--spares K +dlaunch cluster only: the last K", out)
