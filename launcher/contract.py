@@ -30,6 +30,8 @@ CKPT_DIR = "ckpt"              # the checkpoint directory (CKPT_DIR_ENV points a
 HEARTBEAT_FILE = "heartbeat"   # touched by launcher.heartbeat.beat(); the hang watch reads its mtime
 NOTICE_FILE = "notice.json"    # written by dlaunch when a peer failed (NOTICE_FILE_ENV names it)
 NOTICE_SAVED_FILE = "notice.saved"   # written by the rank once it saved on the notice: its window may end
+NOTICE_LISTENING_FILE = "notice.listening"   # written by the rank the first time it asks for a notice: it saves
+                                             # on one (--fault-tolerant's window waits for such ranks only)
 SCHEDULER_DIR = "scheduler"    # MindSpore's scheduler's own directory in the run directory
 
 

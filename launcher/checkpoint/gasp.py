@@ -12,7 +12,8 @@ file's existence: no system call beyond ``stat``), or handles the signal, and th
 
 ``checkpoint.save_on_notice`` (in ``api``, beside ``save``) saves synchronously (the gasp must be on disk
 before the window ends) and says so with ``notice_saved()``. No torch import here: asking costs nothing on
-a rank that never gets a notice.
+a rank that never gets a notice. The first time a process asks, it writes ``notice.listening`` beside the
+notice: the window ``--fault-tolerant`` turns on waits only for ranks that listen.
 """
 
 from __future__ import annotations
@@ -20,16 +21,22 @@ from __future__ import annotations
 import os
 
 from launcher.base.border import Refused, read_json
-from launcher.contract import NOTICE_FILE_ENV, NOTICE_SAVED_FILE
+from launcher.contract import NOTICE_FILE_ENV, NOTICE_LISTENING_FILE, NOTICE_SAVED_FILE
 
 NOTICE_LIMIT = 1 << 16   # bytes of a notice read (dlaunch writes a few hundred)
+_listening: list[str] = []   # the notice file this process said it listens for (once per process)
 
 
 def notice() -> dict | None:
     """The notice of this attempt, if a peer failed: ``{"failed_rank", "host", "reason", "exit_code", "kind",
     "at", "window_ends", "attempt"}``; None when there is none (or no window was asked for)."""
     path = os.environ.get(NOTICE_FILE_ENV)
-    if not path or not os.path.exists(path):
+    if not path:
+        return None
+    if path not in _listening:
+        _listening.append(path)
+        _say(path, NOTICE_LISTENING_FILE, "listening\n")
+    if not os.path.exists(path):
         return None
     try:
         found = read_json(path, "the notice", NOTICE_LIMIT)
@@ -47,4 +54,13 @@ def notice_saved() -> None:
     if path:
         with open(os.path.join(os.path.dirname(path), NOTICE_SAVED_FILE), "w", encoding="utf-8") as fh:
             fh.write("saved\n")
+
+
+def _say(notice_path: str, name: str, text: str) -> None:
+    """A small file beside the notice, for dlaunch; a rank directory it cannot write costs the rank nothing."""
+    try:
+        with open(os.path.join(os.path.dirname(notice_path), name), "w", encoding="utf-8") as fh:
+            fh.write(text)
+    except OSError:
+        pass
 

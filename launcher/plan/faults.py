@@ -8,9 +8,11 @@ value wins, ``--no-hang-learn``, ``--warm-restarts none`` or ``--max-restarts 0`
 
 - ``--max-restarts 10``: a fault every few hours is normal on hundreds of devices, and a day's job sees more
   than torchrun's usual 3; ``--restarts-without-progress`` (3) still stops a loop that saves no new step;
-- ``--survivor-window 10``: dlaunch cannot know before a failure whether the script saves on notice
-  (``launcher.checkpoint.save_on_notice``), so the window is short and ends as soon as every survivor saved
-  or exited; a script whose saves take longer gives its own;
+- ``--survivor-window 10`` for the ranks that save on notice: a rank that asks for a notice
+  (``launcher.checkpoint.notice()``, ``save_on_notice``) says so once (``notice.listening``), and the window
+  waits for those alone, ending as soon as each saved or exited; a script that never asks is stopped at once,
+  as without a window (with ``--notice-signal``, which a script may handle without asking, every survivor
+  gets the window); a script whose saves take longer, or that reads the notice file itself, gives its own;
 - ``--warm-restarts torch`` where the ranks' Python (dlaunch's own, ``Options.python``) can import torch and
   the job restarts as a whole (standbys serve ``--restart-policy job`` only); found without importing it;
 - ``--hang-learn``, bounded by ``--hang-timeout`` (default 1800 s);
@@ -18,7 +20,7 @@ value wins, ``--no-hang-learn``, ``--warm-restarts none`` or ``--max-restarts 0`
   alone, and a CPU job would pay for it at every start).
 
 What is host-dependent (the import, the tools) is decided by each host for itself: a ``cluster --ssh`` head
-sends ``--fault-tolerant`` and the values it settled, not its own findings (``settle.host_argv``).
+sends ``--fault-tolerant`` and the values that were given, and each host settles the rest (``settle.host_argv``).
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ class FaultTolerance:
 
     settled: Mapping[str, Any] = field(default_factory=dict)
     line: str = ""
+    window_listeners: bool = False   # the window it turned on waits for the ranks that asked for a notice only
 
 
 def warm_modules(value: str | None) -> str | None:
@@ -87,9 +90,12 @@ def fault_tolerance(args: LaunchRequest, *, restart_policy: str, torch: bool, to
         limit = args.restarts_without_progress
         on.append(f"--max-restarts {MAX_RESTARTS}" + (f" (exit 93 after {limit} failed in a row without a new "
                                                          f"checkpoint)" if limit else ""))
+    listeners = False
     if not given("survivor_window"):
         settled["survivor_window"] = SURVIVOR_WINDOW
-        on.append(f"--survivor-window {SURVIVOR_WINDOW:g} (ends once every survivor saved or exited)")
+        listeners = not args.notice_signal   # a signal's handler may save without asking: every survivor waits
+        on.append(f"--survivor-window {SURVIVOR_WINDOW:g} (" + ("for the ranks that ask for a notice; " if listeners
+                                                                 else "") + "ends once each saved or exited)")
     if not given("warm_restarts"):
         why = ("the script is no Python program (--no-python)" if args.no_python else
                f"standbys serve --restart-policy job only, this job's is {restart_policy}"
@@ -114,7 +120,7 @@ def fault_tolerance(args: LaunchRequest, *, restart_policy: str, torch: bool, to
     line = ("--fault-tolerant: " + ("turned on " + ", ".join(on) if on else "turned nothing on")
             + ("; left off " + ", ".join(off) if off else "")
             + ("; as given: " + ", ".join(kept) if kept else ""))
-    return FaultTolerance(settled, line)
+    return FaultTolerance(settled, line, listeners)
 
 
 def spelled(option, value) -> str:

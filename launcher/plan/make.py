@@ -90,6 +90,7 @@ class Policy:
     cwd_mode: str = CWD_LAUNCH
     grace_period: float = 10.0
     survivor_window: float = 0.0   # after a failure: survivors are told and may save for this long
+    survivor_window_listeners: bool = False   # --fault-tolerant's window: for ranks that asked for a notice only
     notice_signal: tuple[int, ...] = ()   # sent to each survivor with the notice
     signal_grace: float = 10.0     # after a signal to dlaunch (preemption): SIGTERM, this long, SIGKILL
     max_restarts: int = 0

@@ -91,6 +91,7 @@ def launch_options(args: LaunchRequest, table, server_index: int, environ: Mappi
                    output_dir=output_dir, launch_dir=os.getcwd(), python=sys.executable,
                    policy=Policy(cwd_mode=args.cwd, grace_period=args.grace_period,
                                  survivor_window=args.survivor_window, notice_signal=tuple(args.notice_signal or ()),
+                                 survivor_window_listeners=switch.window_listeners,
                                  signal_grace=args.grace_period if args.signal_grace is None else args.signal_grace,
                                  max_restarts=max_restarts(args), restart_policy=policy_name,
                                  restart_delay=args.restart_delay or 0.0, ms_recovery=ms_recovery,
@@ -235,17 +236,20 @@ def host_argv(args: LaunchRequest, opts) -> list[str]:
     Every option declared ``to_hosts``, with the value the head settled (flags, configs, DLAUNCH_* variables;
     what the head resolved, such as the run id and the master address, from its ``Options``), defaults
     included: a host settles its arguments without its own environment or configs, and its dlaunch's defaults
-    need not be the head's.
+    need not be the head's. Under ``--fault-tolerant`` what the switch settles and no layer gave is left out,
+    for each host to settle as it finds torch and its device tools; so is a ``--no-X`` flag no layer gave.
     """
+    from launcher.plan.faults import SETTLED
+
     settled = {**vars(args), "run_id": opts.run_id, "master_addr": opts.master_addr, "master_port": opts.master_port,
                "output_dir": opts.output_dir, "console": opts.console, "module": opts.command.module,
-               "no_python": opts.command.no_python, "max_restarts": opts.policy.max_restarts,
-               "survivor_window": opts.policy.survivor_window}
+               "no_python": opts.command.no_python, "max_restarts": opts.policy.max_restarts}
     words = [opts.command.target]
     for option in options_for("cluster"):
         if option.to_hosts:
-            if option.negatable and args.source(option.dest) == "default":
-                continue   # off by default: --fault-tolerant may turn it on there, as each host finds it
+            if args.source(option.dest) == "default" and (option.negatable or args.fault_tolerant and
+                                                          option.dest in SETTLED):
+                continue   # --fault-tolerant settles it on each host, as that host finds it
             words += option.words(settled[option.dest])
     return words
 

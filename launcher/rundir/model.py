@@ -109,6 +109,7 @@ class PlanFile(TypedDict, total=False):
     cwd_mode: str
     grace_period: float
     survivor_window: float
+    survivor_window_listeners: bool
     notice_signal: list[Number]
     signal_grace: float
     max_restarts: Number

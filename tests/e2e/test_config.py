@@ -94,7 +94,8 @@ def test_fault_tolerant_says_in_one_line_what_it_turned_on(tmp_path):
     assert result.returncode == 0, result.stderr
     line = result.stdout.splitlines()[1]
     assert line.startswith("--fault-tolerant: turned on --max-restarts 10 (exit 93 after 3 failed in a row without a "
-                           "new checkpoint), --survivor-window 10 (ends once every survivor saved or exited), ")
+                           "new checkpoint), --survivor-window 10 (for the ranks that ask for a notice; ends once each "
+                           "saved or exited), ")
     assert "--hang-learn (at most 1800 s)" in line
     assert "left off --health-gate (no npu-smi, nvidia-smi or hccn_tool here)" in line
     assert "restarts allowed: 10" in result.stdout and "given 10 s to save" in result.stdout

@@ -96,3 +96,38 @@ def test_without_a_window_survivors_are_stopped_at_once_and_told_nothing(tmp_pat
     rank0 = tmp_path / "runs" / "nowin" / "rank_000"
     assert not (rank0 / "heard.json").exists() and not (rank0 / "notice.json").exists()
     assert read(rank0, "sigterm.json")["at"] - read(tmp_path / "runs" / "nowin" / "rank_001", "failed.json")["at"] < 1
+
+
+LISTENER = """
+import os, sys, time
+from launcher import checkpoint
+if os.environ["RANK"] == "1":
+    time.sleep(0.5)
+    sys.exit(3)
+listens = sys.argv[1] == "listen"
+while True:
+    if listens and checkpoint.notice() is not None:
+        time.sleep(1.0)   # the save
+        checkpoint.notice_saved()
+        print("saved on notice", flush=True)
+        listens = False
+    time.sleep(0.05)
+"""
+
+
+def test_fault_tolerants_window_waits_for_the_ranks_that_ask_for_a_notice_alone(tmp_path):
+    # issue 49: dlaunch cannot know before a failure whether the script saves on notice; a rank that asks for a
+    # notice (checkpoint.notice()) says so once, and --fault-tolerant's 10 s window waits for such ranks only
+    script = tmp_path / "listener.py"
+    script.write_text(LISTENER)
+    for mode, waited in (("deaf", False), ("listen", True)):
+        started = time.monotonic()
+        result = run_dlaunch("run", script, "--ranks", "2", "--fault-tolerant", "--max-restarts", "0",
+                             "--warm-restarts", "none", "--console", "all", "--output-dir", tmp_path / mode, "--",
+                             mode, cwd=tmp_path)
+        took = time.monotonic() - started
+        assert result.returncode == 3, result.stderr
+        asked = 1 if waited else 0
+        assert f"the {asked} that asked for a notice have 10 s" in result.stderr, result.stderr
+        assert ("saved on notice" in result.stdout) is waited, result.stdout
+        assert took < 9.0, f"{mode}: {took:.1f} s (the window must end on the save, or at once)"

@@ -10,8 +10,11 @@ stops because a rank failed or hung (here or on another host), each surviving ra
 - ``--notice-signal`` (e.g. SIGUSR1) to its process group, if one was chosen;
 
 and then S seconds, ending early once every survivor has exited or written ``notice.saved`` beside it
-(``launcher.checkpoint.notice_saved()``). Then the usual stop: SIGTERM, the grace period, SIGKILL, with
-global rank 0 signalled last (it hosts MindIO's and MindSpore's controller, which the others' saves need).
+(``launcher.checkpoint.notice_saved()``). The window ``--fault-tolerant`` turns on (``listeners_only``) waits
+only for ranks that asked for a notice at least once (``notice.listening``, written by
+``launcher.checkpoint.notice()``): a script that never asks is stopped at once, as without a window. Then the
+usual stop: SIGTERM, the grace period, SIGKILL, with global rank 0 signalled last (it hosts MindIO's and
+MindSpore's controller, which the others' saves need).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import time
 
 from launcher.base.atomic import write_atomically
 from launcher.base.border import is_regular, remove_file
-from launcher.contract import NOTICE_FILE, NOTICE_SAVED_FILE
+from launcher.contract import NOTICE_FILE, NOTICE_LISTENING_FILE, NOTICE_SAVED_FILE
 
 CHECK_SECONDS = 0.05   # how often the window looks for survivors that saved
 
@@ -31,8 +34,9 @@ class SurvivorWindow:
     """One attempt's window: the notices written, and whether every survivor (a ``RankProcess``) is done.
     The workers send ``--notice-signal`` once the notices are written."""
 
-    def __init__(self, survivors: list, cause: dict, seconds: float, attempt: int):
+    def __init__(self, survivors: list, cause: dict, seconds: float, attempt: int, listeners_only: bool = False):
         self.survivors = survivors
+        self.listeners_only = listeners_only   # a survivor that never asked for a notice is done at once
         self.until = time.monotonic() + seconds
         notice = {"attempt": attempt, **cause, "at": time.time(), "window_ends": time.time() + seconds}
         text = json.dumps(notice, default=str) + "\n"
@@ -49,7 +53,12 @@ class SurvivorWindow:
         if time.monotonic() >= self.until:
             return True
         return all(not p.alive or is_regular(os.path.join(p.spec.rank_dir, NOTICE_SAVED_FILE))
-                   for p in self.survivors)
+                   or (self.listeners_only and not self.listening(p)) for p in self.survivors)
+
+    @staticmethod
+    def listening(process) -> bool:
+        """Whether this survivor asked for a notice in this attempt (it saves on one)."""
+        return is_regular(os.path.join(process.spec.rank_dir, NOTICE_LISTENING_FILE))
 
     def wait(self) -> float:
         """Seconds until the window should be looked at again."""
@@ -60,7 +69,7 @@ def clear_notices(rank_dirs: list[str]) -> list[str]:
     """A new attempt starts with no notice: the last attempt's are removed before its ranks start. Returns a
     line for each that could not be (a directory a rank made in its place is left as it is, and not taken
     for a save)."""
-    return [line for rank_dir in rank_dirs for name in (NOTICE_FILE, NOTICE_SAVED_FILE)
+    return [line for rank_dir in rank_dirs for name in (NOTICE_FILE, NOTICE_SAVED_FILE, NOTICE_LISTENING_FILE)
             if (line := remove_file(os.path.join(rank_dir, name), "the notice file")) is not None]
 
 

@@ -353,12 +353,17 @@ class LocalWorkers:
         failure = root_cause is not None or (stopped_by is not None and stopped_by["cause"].get("kind") != "late")
         if policy.survivor_window > 0 and failure and survivors:
             attempt.window = SurvivorWindow(survivors, notice_cause(root_cause, stopped_by), policy.survivor_window,
-                                            attempt.plan.attempt)
+                                            attempt.plan.attempt, listeners_only=policy.survivor_window_listeners)
             for process in survivors:
                 for sig in policy.notice_signal:
                     killpg_quietly(process.popen.pid, sig)
+            listening = [p for p in survivors if attempt.window.listening(p)]
             say(f"told the {len(survivors)} surviving rank(s) here of the failure; they have "
-                f"{policy.survivor_window:g} s (--survivor-window) to save before they are stopped",
+                f"{policy.survivor_window:g} s (--survivor-window) to save before they are stopped"
+                if not policy.survivor_window_listeners else
+                f"told the {len(survivors)} surviving rank(s) here of the failure; the {len(listening)} that asked "
+                f"for a notice have {policy.survivor_window:g} s (--fault-tolerant's --survivor-window) to save, "
+                f"the others are stopped now",
                 *(f"cannot write a notice: {where}" for where in attempt.window.unwritten))
             return
         attempt.terminate(signal_ or signal.SIGTERM, policy.signal_grace if signal_ else policy.grace_period)

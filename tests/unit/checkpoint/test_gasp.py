@@ -24,3 +24,16 @@ def test_without_a_window_there_is_never_a_notice(tmp_path, monkeypatch):
     assert checkpoint.notice() is None
     checkpoint.notice_saved()   # nothing to say it to: no error, and no file anywhere it could have gone
     assert list(tmp_path.iterdir()) == []
+
+
+def test_asking_for_a_notice_says_once_that_this_rank_listens(tmp_path, monkeypatch):
+    # --fault-tolerant's window waits only for ranks that listen (execute/local/notice.py)
+    from launcher.contract import NOTICE_LISTENING_FILE
+
+    monkeypatch.setenv("DLAUNCH_NOTICE_FILE", str(tmp_path / NOTICE_FILE))
+    assert not (tmp_path / NOTICE_LISTENING_FILE).exists()
+    assert checkpoint.notice() is None
+    assert (tmp_path / NOTICE_LISTENING_FILE).read_text() == "listening\n"
+    (tmp_path / NOTICE_LISTENING_FILE).unlink()
+    checkpoint.notice()   # once per process: every step asks, and costs no more than a stat
+    assert not (tmp_path / NOTICE_LISTENING_FILE).exists()

@@ -37,8 +37,10 @@ def test_the_switch_settles_what_a_job_of_many_devices_should_have():
     assert dict(found.settled) == {"max_restarts": 10, "survivor_window": 10.0, "warm_restarts": "torch",
                                    "hang_learn": True, "health_gate": True}
     assert found.line == ("--fault-tolerant: turned on --max-restarts 10 (exit 93 after 3 failed in a row without "
-                          "a new checkpoint), --survivor-window 10 (ends once every survivor saved or exited), "
-                          "--warm-restarts torch, --hang-learn (at most 1800 s), --health-gate (npu-smi)")
+                          "a new checkpoint), --survivor-window 10 (for the ranks that ask for a notice; ends once "
+                          "each saved or exited), --warm-restarts torch, --hang-learn (at most 1800 s), --health-gate "
+                          "(npu-smi)")
+    assert found.window_listeners   # the window waits for the ranks that save on notice alone
     assert switch().settled == {} and switch().line == ""   # off by default: a plain job keeps failing fast
 
 
@@ -46,6 +48,8 @@ def test_the_settled_options_reach_the_plan(in_tmp, monkeypatch):
     (in_tmp / "train.py").write_text("")
     monkeypatch.setattr("launcher.plan.faults.torch_importable", lambda: True)
     policy = options("--fault-tolerant").policy
+    assert policy.survivor_window_listeners and not options("--fault-tolerant", "--notice-signal", "USR1").policy \
+        .survivor_window_listeners   # a signal's handler may save without asking: every survivor gets the window
     assert (policy.max_restarts, policy.restarts_without_progress, policy.survivor_window, policy.warm_restarts,
             policy.hang_learn, policy.hang_timeout, policy.health_gate) == (10, 3, 10.0, "torch", True, 1800.0, False)
     assert "left off --health-gate (no npu-smi, nvidia-smi or hccn_tool here)" in policy.fault_tolerance
@@ -97,7 +101,7 @@ def test_the_switch_is_a_config_key_and_the_example_config_uses_it(tmp_path):
     assert "as given: --max-restarts 4" in found.line
     assert switch("--config", str(conf), "--no-fault-tolerant").line == ""   # the flag wins over the file
     example = request("--config", str(ROOT / "configs" / "fault_tolerant.yaml"))
-    assert example.fault_tolerant and example.source("fault_tolerant").endswith("fault_tolerant.yaml:11")
+    assert example.fault_tolerant and example.source("fault_tolerant").endswith("fault_tolerant.yaml:12")
     found = fault_tolerance(example, restart_policy="job", torch=True, tools=[], hang_bound=1800.0)
     assert found.line.endswith("as given: --survivor-window 60, --hang-timeout 900")
 
@@ -119,7 +123,13 @@ def test_cluster_hosts_get_the_switch_and_the_heads_values_not_its_findings(tmp_
     args = request("--rank-table", str(table_file), "--fault-tolerant", "--no-hang-learn", "--ssh", command="cluster")
     words = head_launch(args, {"PATH": str(tmp_path)})[2].host_argv
     assert "--fault-tolerant" in words and "--no-hang-learn" in words
-    assert words[words.index("--max-restarts") + 1] == "10" and words[words.index("--survivor-window") + 1] == "10.0"
-    assert "--warm-restarts" not in words and "--health-gate" not in words and "--no-health-gate" not in words
+    # what the switch settles and nothing gave is each host's to settle: not sent, the switch is
+    for flag in ("--max-restarts", "--survivor-window", "--restarts-without-progress", "--warm-restarts",
+                 "--health-gate", "--no-health-gate", "--hang-learn", "--hang-timeout"):
+        assert flag not in words, flag
+    given = head_launch(request("--rank-table", str(table_file), "--fault-tolerant", "--max-restarts", "2", "--ssh",
+                                command="cluster"), {})[2].host_argv
+    assert given[given.index("--max-restarts") + 1] == "2"
     plain = head_launch(request("--rank-table", str(table_file), "--ssh", command="cluster"), {})[2].host_argv
     assert not [word for word in plain if word.startswith("--no-") or word == "--fault-tolerant"]
+    assert plain[plain.index("--max-restarts") + 1] == "0"   # without the switch, every value is sent, as before
