@@ -164,6 +164,8 @@ class Launch:
     def start(self) -> None:
         """The job's link (several hosts), the run directory, then what watches every attempt: the signals to
         dlaunch, the workers, and as PID 1 the collector of zombies."""
+        if self.opts.policy.fault_tolerance:   # the first line: what --fault-tolerant turned on here, and left off
+            say(self.opts.policy.fault_tolerance)
         self.link = self._open_link()
         try:
             if self.roster is not None and self.link is not None:

@@ -240,6 +240,21 @@ def parse_answer(text: str) -> int:
     raise Refused('no {"fail_count": N} line')
 
 
+def _tools(path: str, hccn_tool: str | None = None) -> tuple[str | None, str | None, str | None]:
+    """(hccn_tool, npu-smi, nvidia-smi) as this host has them (PATH, else the driver's directory), or None each."""
+    tool = hccn_tool or shutil.which(hccn.TOOL_NAME, path=path) or shutil.which(hccn.TOOL_NAME, path=hccn.DRIVER_TOOLS)
+    npu_smi = shutil.which(hccn.NPU_SMI, path=path) or (hccn.find_npu_smi(tool) if tool else None)
+    return tool, npu_smi, shutil.which(NVIDIA_SMI, path=path)
+
+
+def device_tools(path: str) -> list[str]:
+    """The device tools the gate would ask on this host (npu-smi, nvidia-smi, hccn_tool), by name: where there
+    is none, the gate checks storage alone (``--fault-tolerant`` turns it on only where there is one)."""
+    tool, npu_smi, nvidia_smi = _tools(path)
+    return [name for name, found in ((hccn.NPU_SMI, npu_smi), (NVIDIA_SMI, nvidia_smi), (hccn.TOOL_NAME, tool))
+            if found]
+
+
 def gate(devices: list[int], run_dir: str, settings: GateSettings, path: str, stop=None) -> GateReport:
     """Every check this host can make, in order, each passed, skipped (its tool is not here) or failed; the
     findings (none: fit to start). ``Stopped`` as soon as ``stop`` (``base.waiting``) says a stop signal
@@ -251,14 +266,11 @@ def gate(devices: list[int], run_dir: str, settings: GateSettings, path: str, st
     shown = f"device(s) {format_ranges(devices)}" if devices else "no device"
     report.add("storage", check_storage(run_dir, settings.timeout, stop),
                f"a file written, synced and removed in {run_dir} within {settings.timeout:g} s")
-    tool = settings.hccn_tool or shutil.which(hccn.TOOL_NAME, path=path) or shutil.which(hccn.TOOL_NAME,
-                                                                                          path=hccn.DRIVER_TOOLS)
-    npu_smi = shutil.which(hccn.NPU_SMI, path=path) or (hccn.find_npu_smi(tool) if tool else None)
+    tool, npu_smi, nvidia_smi = _tools(path, settings.hccn_tool)
     if npu_smi:
         report.add("npu", check_npus(devices, npu_smi, settings.timeout, run), f"npu-smi info: {shown} OK or Warning")
     else:
         report.skip("npu", "no npu-smi on PATH")
-    nvidia_smi = shutil.which(NVIDIA_SMI, path=path)
     if nvidia_smi:
         report.add("gpu", check_gpus(nvidia_smi, settings.timeout, run), "nvidia-smi answers")
     else:

@@ -29,7 +29,7 @@ def describe(plan: LaunchPlan, port_chosen_at_start: bool = False) -> str:
             f"run in the worker pods)" if alone else
             f"run {plan.run_id}: {len(plan.ranks)} rank(s) on server {plan.server_id} "
             f"(server {plan.server_index + 1} of {plan.server_count}), world size {plan.world_size}")
-    lines = [head,
+    lines = [head, *([plan.policy.fault_tolerance] if plan.policy.fault_tolerance else []),
              f"run directory: {plan.run_dir}",
              f"rank table:    {plan.rank_table_file}",
              f"master:        {plan.master_addr}:{plan.master_port}" if not port_chosen_at_start else

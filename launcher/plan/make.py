@@ -113,6 +113,7 @@ class Policy:
     straggler_report: float = 60.0   # judge the step times this often; a line for a rank under 0.75 (0: never)
     step_pattern: str | None = None  # a user's step line (base.steps.UserPattern), besides the frameworks'
     prefix_host: bool = False     # console lines carry the host as well as the rank (cluster)
+    fault_tolerance: str = ""     # --fault-tolerant: what it turned on, left off and why (plan/faults.py)
 
 
 @dataclass(frozen=True)

@@ -128,6 +128,7 @@ class PlanFile(TypedDict, total=False):
     host_files_suffix: str
     hang_timeout: float | None
     hang_learn: bool
+    fault_tolerance: str
     straggler_report: float
     step_pattern: str | None
     waiting_notice: float

@@ -96,3 +96,36 @@ def test_without_a_window_survivors_are_stopped_at_once_and_told_nothing(tmp_pat
     rank0 = tmp_path / "runs" / "nowin" / "rank_000"
     assert not (rank0 / "heard.json").exists() and not (rank0 / "notice.json").exists()
     assert read(rank0, "sigterm.json")["at"] - read(tmp_path / "runs" / "nowin" / "rank_001", "failed.json")["at"] < 1
+
+
+LISTENER = """
+import os, sys, time
+from launcher import checkpoint
+if os.environ["RANK"] == "1":
+    time.sleep(0.5)
+    sys.exit(3)
+listens = sys.argv[1] == "listen"
+while True:
+    if listens and checkpoint.notice() is not None:
+        time.sleep(1.0)   # the save
+        checkpoint.notice_saved()
+        print("saved on notice", flush=True)
+        listens = False
+    time.sleep(0.05)
+"""
+
+
+def test_the_window_waits_for_the_ranks_that_watch_for_notices_alone(tmp_path):
+    # issues 46 and 49: dlaunch cannot know before a failure whether the script saves on notice; a rank that asks
+    # for a notice (checkpoint.notice()) says so once, and the window waits for such ranks only. The window is
+    # 300 s and the run's bound 120 s: a window that waited for the deaf rank, or past the watcher's save, fails
+    script = tmp_path / "listener.py"
+    script.write_text(LISTENER)
+    for mode, waited in (("deaf", False), ("listen", True)):
+        result = run_dlaunch("run", script, "--ranks", "2", "--fault-tolerant", "--survivor-window", "300",
+                             "--max-restarts", "0", "--warm-restarts", "none", "--console", "all", "--output-dir",
+                             tmp_path / mode, "--", mode, cwd=tmp_path, timeout=120)
+        assert result.returncode == 3, result.stderr
+        said = "they have 300 s" if waited else "the 0 that watch for notices have 300 s"
+        assert said in result.stderr, result.stderr
+        assert ("saved on notice" in result.stdout) is waited, result.stdout

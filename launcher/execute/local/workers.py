@@ -364,8 +364,10 @@ class LocalWorkers:
                     killpg_quietly(process.popen.pid, sig)
             if root_cause is not None and root_cause.raised and root_cause.pid:   # its sockets closed now: the
                 killpg_quietly(root_cause.pid, signal.SIGTERM)   # survivors' collectives fail now, and they save
-            say(f"told the {len(survivors)} surviving rank(s) here of the failure; they have "
-                f"{policy.survivor_window:g} s (--survivor-window) to save before they are stopped",
+            waited = sum(map(attempt.window.waits_for, survivors))   # those that watch for notices
+            say(f"told the {len(survivors)} surviving rank(s) here of the failure; "
+                + ("they have" if waited == len(survivors) else f"the {waited} that watch for notices have")
+                + f" {policy.survivor_window:g} s (--survivor-window) to save before they are stopped",
                 *(f"cannot write a notice: {where}" for where in attempt.window.unwritten))
             return
         attempt.terminate(signal_ or signal.SIGTERM, policy.signal_grace if signal_ else policy.grace_period)
