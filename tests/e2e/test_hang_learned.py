@@ -104,13 +104,14 @@ def test_a_learned_timeout_calls_the_hang_of_rank_6_quickly_and_the_master_names
 
 def test_a_restart_applies_what_the_first_attempt_learned_from_its_first_step(tmp_path):
     """Attempt 0 learns the budget (steps every 0.2 s) and fails at step 25; attempt 1 has it from its first
-    step: rank 1 stopping at step 3 is called by that budget (about a second), not by the bound's 60 s, with no
-    warm-up."""
+    step: its ranks stopping at step 3 (rank 1 first) are called hung by that budget (about a second), not by the
+    bound's 60 s, with no warm-up.  No rank of attempt 1 reports a step after its third, so attempt 1 cannot learn
+    a budget of its own (5 warm-up steps, then 10): a learned budget there is attempt 0's."""
     stopped = tmp_path / "stopped"
     proc = start_dlaunch("run", ROOT / "tests/programs/paced_steps.py", "--ranks", "2", "--output-dir",
                          tmp_path / "runs", "--run-id", "carried", "--hang-learn", "--hang-timeout", "60",
-                         "--max-restarts", "1", "--", "--fail-at", "25", "--stop-at", "3", "--stopped-file", stopped,
-                         cwd=tmp_path)
+                         "--max-restarts", "1", "--", "--fail-at", "25", "--stop-at", "3", "--stop-all",
+                         "--stopped-file", stopped, cwd=tmp_path)
     lines = []
     reader = timed_lines(proc, lines)
     try:
@@ -125,8 +126,8 @@ def test_a_restart_applies_what_the_first_attempt_learned_from_its_first_step(tm
     called, first = min((at, line) for at, line in lines if " hung: " in line)
     learned = json.loads((tmp_path / "runs" / "carried" / "hang_timeouts.json").read_text())
     assert learned["counted_steps"] >= 10 and learned["step_budget_s"] < learned["bound_s"], learned
-    # rank 1 stopped at attempt 1's step 3, before that attempt could learn anything (5 warm-up steps, then 10):
-    # a hang called by the learned timeout, after the stop, is attempt 0's budget applied from the first step
+    # attempt 1 stopped at its step 3, never able to learn a budget of its own: a hang called by the learned
+    # timeout, after the stop, is attempt 0's budget applied from the first step (else: --hang-timeout, 60 s)
     budget = CALLED_BY_LEARNED.search(first)
     assert budget and math.isclose(float(budget[1]), learned["step_budget_s"], rel_tol=0.01), (first, learned)
     assert called > float(stopped.read_text()), said
