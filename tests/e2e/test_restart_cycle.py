@@ -11,7 +11,10 @@ from tests.launching import ROOT, run_dlaunch, start_dlaunch
 
 SAME_STEP = """
 echo saved > "$DLAUNCH_CKPT_DIR/ckpt-1_30.pt"
-[ "$RANK" = 1 ] && exit 3   # crashes at step 30, every attempt
+if [ "$RANK" = 1 ]; then   # crashes at step 30, every attempt, once rank 0 saved step 30 too (step 30 complete)
+  while [ ! -e "${RANK0_CKPT:-$DLAUNCH_RUN_DIR/rank_000/ckpt}/ckpt-1_30.pt" ]; do sleep 0.02; done
+  exit 3
+fi
 sleep 30
 """
 
@@ -31,6 +34,7 @@ def test_a_rank_that_crashes_at_the_same_step_stops_after_three_cycles_with_93(t
                          "1", "--termination-log", log, "--output-dir", tmp_path / "runs", "--run-id", "loop", "--",
                          "-c", SAME_STEP, cwd=tmp_path)
     assert result.returncode == ExitCode.NO_PROGRESS, result.stderr
+    assert "incomplete" not in result.stderr, result.stderr   # rank 1 crashed only once step 30 was complete
     assert result.stderr.count("restarting all ranks") == 3   # attempt 0 made step 30; 1, 2, 3 made nothing new
     assert ("not restarting: 3 attempt(s) in a row failed without a new complete checkpoint (still ckpt-1_30; "
             "--restarts-without-progress 3)") in result.stderr
@@ -59,13 +63,14 @@ def test_a_crash_loop_without_checkpoints_stops_at_the_failure_rate(tmp_path):
 
 def test_a_crash_loop_across_two_hosts_ends_with_93_on_every_host(tmp_path):
     job = Job(tmp_path, 2, 29765, "hostloop")
+    rank0_ckpt = job.cwd(0) / "dlaunch_runs" / "hostloop" / "rank_000" / "ckpt"   # host 0's: rank 1 waits for it
     try:
         for index in (0, 1):
             job.procs[index] = start_dlaunch(
                 "cluster", "--no-python", "/bin/sh", "--rank-table", job.table, "--rank-start", index, "--run-id",
                 "hostloop", "--master-port", job.port, "--profile", "structure", "--grace-period", "1",
                 *job.timeouts, "--max-restarts", "10", "--restarts-without-progress", "2", "--", "-c", SAME_STEP,
-                cwd=job.cwd(index))
+                cwd=job.cwd(index), env={"RANK0_CKPT": str(rank0_ckpt)})
         for index in (0, 1):
             code, stderr = job.wait(index, timeout=60)
             assert code == ExitCode.NO_PROGRESS, stderr
