@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from launcher.base.border import OverBudget
 from launcher.base.lines import tail_lines
-from launcher.base.steps import UserPattern, pattern_budget, step_line
+from launcher.base.steps import StepReading, UserPattern, pattern_budget
 
 THRESHOLD = 0.75     # a score under this flags the rank (or host)
 WINDOW = 10          # steps in the "current" median, and in each window of the "best" one
@@ -51,13 +51,15 @@ def read_steps(rank: int, host: str, lines, user: UserPattern | None = None) -> 
     """A rank's step times from its log's lines."""
     steps = RankSteps(rank, host)
     lines = iter(lines)
+    reading = StepReading(user)
     try:
         with pattern_budget(user):
             for line in lines:
-                _count(steps, step_line(line, user))
+                _count(steps, reading.read(line))
     except OverBudget:   # the user's pattern is too slow for this log: the frameworks' lines still count
+        reading.user = None
         for line in lines:
-            _count(steps, step_line(line))
+            _count(steps, reading.read(line))
     return steps
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from launcher.base.border import OverBudget, open_fd
 from launcher.base.console import say
 from launcher.base.pace import Pace
-from launcher.base.steps import UserPattern, pattern_budget, step_line
+from launcher.base.steps import StepReading, UserPattern, pattern_budget
 from launcher.base.stragglers import RankSteps
 from launcher.contract import HEARTBEAT_FILE
 from launcher.execute.local.hangs import read_heartbeat
@@ -39,6 +39,7 @@ class _Log:
     beat_mtime: float = 0.0      # the heartbeat's time when last read
     beat_time: float = 0.0       # when it first said beat_step
     beat_step: int | None = None
+    reading: StepReading | None = None   # the log's step lines in order (a progress bar's own count)
 
 
 class StepReader:
@@ -56,17 +57,22 @@ class StepReader:
         heartbeat that moved on adds a step time too."""
         steps = self.steps.setdefault(spec.rank, RankSteps(spec.rank, self.host))
         log = self._logs.setdefault(spec.rank_dir, _Log())
+        if log.reading is None:
+            log.reading = StepReading(self.user)
         count, newest = 0, None
         try:
             with pattern_budget(self.user):
                 for line in self._new_lines(spec.log_file, log):
-                    found = step_line(line, self.user)
+                    found = log.reading.read(line)
                     if found is not None:
                         steps.add(found.ms, found.step)
                         count, newest = count + 1, found.step if found.step is not None else newest
         except OverBudget as exc:   # read on without it: the frameworks' lines still count
             say(f"{exc}; not using it for the rest of this run")
             self.user = None
+            for each in self._logs.values():
+                if each.reading is not None:
+                    each.reading.user = None
         beat = self._beat(os.path.join(spec.rank_dir, HEARTBEAT_FILE), log)
         if beat is not None:   # a step time only: the hang watch counts heartbeat steps itself
             steps.add(*beat)

@@ -201,6 +201,35 @@ def test_a_long_line_of_rates_and_carriage_returns_costs_linear_time():
 
 
 def test_a_progress_bar_drawn_again_counts_its_step_once():
-    bar = "Epoch 0:  45%|####5     | 45/100 [00:12<00:15,  3.61it/s, v_num=0]"
-    steps = read_steps(0, "h", [bar, bar, bar.replace("45/100", "46/100")])
-    assert steps.last_step == 46 and len(steps.times) == 2
+    bar = "Epoch 0:   2%|2         | 2/100 [00:01<00:15,  3.61it/s, v_num=0]"
+    steps = read_steps(0, "h", [bar, bar, bar.replace("2/100", "3/100")])
+    assert steps.last_step == 3 and len(steps.times) == 2
+
+
+def test_nanogpts_iteration_line_is_read_by_default():
+    """nanoGPT's train.py prints ``iter N: loss X, time Y ms, mfu Z%`` on its master process (issue 47)."""
+    assert step_line("iter 30: loss 2.5375, time 98.12ms, mfu 1.23%") == StepLine(98.12, 30)
+    assert step_line("iter 0: loss 10.9876, time 20412.55ms, mfu -100.00%") == StepLine(20412.55, 0)
+    assert step_line("step 250: train loss 1.9, val loss 2.0") is None    # its evaluation line: no step time
+    steps = read_steps(0, "h", [f"iter {n}: loss 2.5, time {90 + n}.00ms, mfu 1.00%" for n in range(12)])
+    assert steps.last_step == 11 and list(steps.times)[-1] == 101.0
+
+
+def _bar(count, total, elapsed, rate):
+    percent = 100 * count // total
+    return f"{percent:3d}%|{'█' * (percent // 10):<10}| {count}/{total} [{elapsed}<00:01, {rate}it/s]"
+
+
+def test_a_resumed_hf_bar_counts_this_attempts_steps_not_the_skipped_ones():
+    """HF Trainer resumed at step 8 of 40: its bar jumps to 9 at the first step and tqdm's rate counts the 8
+    skipped steps (75.9 it/s, 13 ms) where a step takes 100 ms. The step time comes from the bar's own count
+    and elapsed time since its first line with a rate."""
+    lines = ["  0%|          | 0/40 [00:00<?, ?it/s]", _bar(9, 40, "00:00", "75.90")]
+    lines += [_bar(count, 40, f"00:{(count - 9) // 10:02d}", "25.00") for count in range(10, 41)]   # 0.1 s a step
+    steps = read_steps(0, "h", lines)
+    assert steps.last_step == 40
+    assert all(ms >= 90 for ms in steps.times), list(steps.times)        # no 13 ms step
+    assert 90 <= list(steps.times)[-1] <= 110, list(steps.times)
+    fresh = read_steps(0, "h", ["  0%|          | 0/40 [00:00<?, ?it/s]", _bar(1, 40, "00:00", "9.80"),
+                                _bar(2, 40, "00:00", "9.90")])          # a bar from its start: tqdm's rate
+    assert [round(ms, 1) for ms in fresh.times] == [102.0, 101.0]
