@@ -10,9 +10,9 @@ from launcher.table.model import dumps
 from tests.unit.test_pure_layers import settled
 
 
-def a_run(tmp_path, logs):
+def a_run(tmp_path, logs, *more):
     """A run directory as dlaunch creates it for len(logs) ranks, rank r's log holding logs[r]."""
-    args = settled(tmp_path, "run", "--ranks", str(len(logs)), "--run-id", "steps", "--master-port", "29413")
+    args = settled(tmp_path, "run", "--ranks", str(len(logs)), "--run-id", "steps", "--master-port", "29413", *more)
     table, index, _, view = launch_table(args, {})
     plan = make_plan(table, index, launch_options(args, table, index, {}, view=view), str(tmp_path / "rt.json"), {})
     create_run_dir(plan, dumps(table), shared=False)
@@ -59,3 +59,10 @@ def test_a_users_step_pattern(in_tmp, capsys):
 def test_a_single_rank_is_its_own_fastest(in_tmp):
     text = page(a_run(in_tmp, [megatron(100.0)]))
     assert "none of 1 rank(s) flagged" in text and '<tr class="flagged">' not in text
+
+
+def test_the_runs_own_step_pattern_from_its_plan(in_tmp):
+    """A run launched with --step-pattern: its report reads those lines with no flag, as status does (issue 47)."""
+    run_dir = a_run(in_tmp, ["took 100 ms\n" * 20, "took 200 ms\n" * 20], "--step-pattern", r"took (?P<ms>\d+) ms")
+    text = page(run_dir)
+    assert "Step time per rank" in text and "<strong>1 of 2 rank(s) flagged</strong>" in text
