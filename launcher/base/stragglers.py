@@ -92,7 +92,8 @@ def _ratio(top: float, bottom: float) -> float:
 
 
 def scores(ranks: list[RankSteps], threshold: float = THRESHOLD) -> dict | None:
-    """Every rank's and host's scores, slowest first (None when no rank printed a step time)::
+    """Every rank's and host's scores, slowest first (the longest median step time first; None when no rank
+    printed a step time)::
 
         {"threshold": 0.75, "ranks": [{"rank", "host", "steps", "last_step", "median_ms", "best_ms",
          "current_ms", "relative", "individual", "flagged"}, ...],
@@ -111,7 +112,7 @@ def scores(ranks: list[RankSteps], threshold: float = THRESHOLD) -> dict | None:
                      "median_ms": round(medians[r.rank], 3), "best_ms": round(best, 3),
                      "current_ms": round(current, 3), "relative": relative, "individual": own,
                      "flagged": relative < threshold or own < threshold})
-    rows.sort(key=lambda row: (min(float(row["relative"]), float(row["individual"])), int(row["rank"])))
+    rows.sort(key=lambda row: (-float(row["median_ms"]), int(row["rank"])))   # "slowest first": by time
     pooled: dict[str, list[float]] = {}
     counts: dict[str, int] = {}
     for r in timed:
@@ -122,7 +123,7 @@ def scores(ranks: list[RankSteps], threshold: float = THRESHOLD) -> dict | None:
     hosts = [{"host": host, "ranks": counts[host], "median_ms": round(value, 3),
               "relative": _ratio(fastest_host, value), "flagged": _ratio(fastest_host, value) < threshold}
              for host, value in host_medians.items()]
-    hosts.sort(key=lambda row: (row["relative"], row["host"]))
+    hosts.sort(key=lambda row: (-float(row["median_ms"]), row["host"]))
     return {"threshold": threshold, "ranks": rows, "hosts": hosts}
 
 
@@ -136,7 +137,11 @@ def straggler_line(report: dict | None) -> str | None:
         return (f"rank {row['rank']} ({row['median_ms']:.1f} ms/step, relative {row['relative']:.2f}, "
                 f"individual {row['individual']:.2f}{flag})")
 
-    text = "steps: slowest " + ", ".join(rank_text(row) for row in report["ranks"][:SHOWN])
+    shown = report["ranks"][:SHOWN]
+    text = "steps: slowest " + ", ".join(rank_text(row) for row in shown)
+    also = [row for row in report["ranks"][SHOWN:] if row["flagged"]][:SHOWN]   # slower than they were
+    if also:
+        text += "; also flagged " + ", ".join(rank_text(row) for row in also)
     if len(report["hosts"]) > 1:
         text += "; hosts " + ", ".join(
             f"{row['host']} (relative {row['relative']:.2f}{', flagged' if row['flagged'] else ''})"

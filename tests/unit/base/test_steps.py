@@ -233,3 +233,15 @@ def test_a_resumed_hf_bar_counts_this_attempts_steps_not_the_skipped_ones():
     fresh = read_steps(0, "h", ["  0%|          | 0/40 [00:00<?, ?it/s]", _bar(1, 40, "00:00", "9.80"),
                                 _bar(2, 40, "00:00", "9.90")])          # a bar from its start: tqdm's rate
     assert [round(ms, 1) for ms in fresh.times] == [102.0, 101.0]
+
+
+def test_the_slowest_come_first_by_their_time_and_a_flagged_faster_rank_is_still_named():
+    """The list called "slowest" is ordered by median step time (issue 47: 311.9 ms was listed after 309.9 ms);
+    a rank flagged for getting slower than itself, but faster than the 3 slowest, is still named."""
+    report = scores(_ranks([[310.7] * 30, [311.9] * 30, [309.9] * 30, [312.5] * 30, [300.0] * 20 + [420.0] * 10]))
+    assert [row["rank"] for row in report["ranks"]] == [3, 1, 0, 2, 4]
+    line = straggler_line(report)
+    assert line.startswith("steps: slowest rank 3 (312.5 ms/step") and "rank 1 (311.9" in line
+    assert line.endswith("; also flagged rank 4 (300.0 ms/step, relative 1.00, individual 0.71, flagged); 1 rank(s) under 0.75"), line
+    hosts = scores(_ranks([[100.0] * 20, [100.0] * 20, [150.0] * 20, [150.0] * 20], hosts=2))["hosts"]
+    assert [row["host"] for row in hosts] == ["host1", "host0"]
