@@ -89,6 +89,7 @@ class Pulse:
     heartbeat: float = 0.0            # its heartbeat file's time when last read
     step: int | None = None           # the newest step it reported (beat(step=N), a step line)
     steps: int = 0                    # the steps it made this attempt, as far as its reports tell
+    step_at: float = 0.0              # when ``step`` was reported (the heartbeat's time, or when its line was read)
     beat_phase: str | None = None     # the phase its heartbeat names
     phase: str | None = None          # the phase it is in (its heartbeat's, or a save being written), since when
     phase_since: float = 0.0
@@ -166,6 +167,7 @@ class HangWatch:
         if pulse is not None and count:
             pulse.steps += _steps_between(pulse.step, step, count)
             pulse.step = step if step is not None else pulse.step
+            pulse.step_at = time.time()
             self._count_steps()
 
     def find_hung(self, live: list[RankSpec], now: float | None = None) -> tuple[RankSpec, float] | None:
@@ -192,7 +194,7 @@ class HangWatch:
             step, pulse.beat_phase = read_heartbeat(beat_path)
             if step is not None and step != pulse.step:
                 pulse.steps += _steps_between(pulse.step, step, 1)
-                pulse.step = step
+                pulse.step, pulse.step_at = step, beat_time
         phase = pulse.beat_phase
         if phase is None and spec.ckpt_dir is not None and _saves_in_progress(spec.ckpt_dir):
             phase, changed_at = CHECKPOINT, now
@@ -323,8 +325,9 @@ def dump_rank_stacks(live: list, attempt: int, hangs: HangWatch | None = None) -
     for p in live:
         pulse = hangs.pulses.get(p.spec.rank_dir) if hangs is not None else None
         sign = hangs.last_sign_of_life(p.spec) if hangs is not None else last_sign_of_life(p.spec, 0.0)
-        step = pulse.step if pulse is not None else read_heartbeat(os.path.join(p.spec.rank_dir, HEARTBEAT_FILE))[0]
-        headers[p.spec.rank_dir] = header(sign, step)
+        beat = os.path.join(p.spec.rank_dir, HEARTBEAT_FILE)
+        step, step_at = (pulse.step, pulse.step_at) if pulse is not None else (read_heartbeat(beat)[0], _mtime(beat))
+        headers[p.spec.rank_dir] = header(sign, step, step_at)
     try:
         files, why = dump_stacks([(p.spec, p.popen.pid) for p in live], attempt, headers)
     except OSError as exc:   # a full disk must not turn a hang into a traceback
