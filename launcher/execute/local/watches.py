@@ -51,6 +51,9 @@ class Watches:
         if not (peers_due or hangs_due or reader_due):
             return None
         live = [p for p in ranks if p.alive]
+        if self.hangs is not None and not self.hangs.finishing and any(
+                p.proc is not None and p.result.returncode == 0 for p in ranks):
+            self.hangs.finishing = True   # a rank ended well: the others are finishing (a last save, teardown)
         if self.peers and peers_due:
             waiting = self.peers.check([p.spec for p in live])
             if waiting:
