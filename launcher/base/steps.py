@@ -174,7 +174,7 @@ def step_line(line: str, user: UserPattern | None = None) -> StepLine | None:
     if NANOGPT_TEXT in line and "iter " in line:
         match = NANOGPT.search(line)
         ms = _number(match.group(2)) if match else None
-        return None if ms is None else StepLine(ms, ascii_int(match.group(1)))
+        return None if match is None or ms is None else StepLine(ms, ascii_int(match.group(1)))
     # tqdm's rates; "/" and "[" first: one-character tests are memchr, "it/s" costs five times as much
     if "/" in line and "[" in line and ("it/s" in line or "s/it" in line):
         return _tqdm(line)

@@ -8,6 +8,15 @@ extension define them the same way; here they come from the logs, with no code i
 
 A rank is flagged when either score is under ``THRESHOLD`` (0.75). Hosts get a relative score the same way,
 from their ranks' step times pooled. Everything here is pure: step times in, scores out.
+
+In a synchronous job (data, tensor, pipeline parallel) every rank waits for the slowest inside the collective,
+so every rank's step takes the same time and step times cannot tell the straggler.  What differs is each
+rank's own work: a launch measures it as the CPU time of the rank's process tree per step of the job
+(``RankSteps.work``, ``stepreader``: a gloo rank waiting in a collective blocks in a socket read and uses
+none).  Where the ranks work a share of their steps on the CPU (the busiest at least ``CPU_SHARE`` of its
+wall step time), the relative score is the lower of the two: the least-working rank's CPU per step over this
+rank's, and the step-time one.  CPU time misses work on a device (a GPU kernel: the host thread may spin or
+sleep meanwhile); ``docs/observe.md`` says what each measure sees.
 """
 
 from __future__ import annotations
@@ -24,6 +33,11 @@ WINDOW = 10          # steps in the "current" median, and in each window of the 
 MAX_TIMES = 4096     # step times kept per rank (the newest)
 TAIL_BYTES = 1 << 20  # status reads the last MiB of each rank's log (logs can be gigabytes)
 SHOWN = 3            # slowest ranks and hosts named on the status line
+CPU_SHARE = 0.25     # the CPU measure counts where the busiest rank works this share of its step on the CPU
+CPU_SAMPLES = 3      # CPU samples a rank needs before its work per step is scored
+WORK_FILE = "step_work.json"   # a launch's CPU ms per step of a rank, in its rank directory, for status
+WORK_KEPT = 256      # samples kept in that file (the newest)
+WORK_LIMIT = 64 << 10  # bytes of it read back
 
 
 def median(values) -> float:
@@ -40,9 +54,12 @@ class RankSteps:
     host: str
     times: deque = field(default_factory=lambda: deque(maxlen=MAX_TIMES))
     last_step: int | None = None
+    count: int = 0                # step times added, all told
+    work: deque = field(default_factory=lambda: deque(maxlen=MAX_TIMES))   # CPU ms per step of the job
 
     def add(self, ms: float, step: int | None = None) -> None:
         self.times.append(ms)
+        self.count += 1
         if step is not None:
             self.last_step = step
 
@@ -76,6 +93,20 @@ def log_steps(path: str, rank: int, host: str, user: UserPattern | None = None) 
     return read_steps(rank, host, tail_lines(path, MAX_TIMES * 8, TAIL_BYTES), user)
 
 
+def work_record(steps: RankSteps) -> dict:
+    """What a launch keeps of a rank's CPU work per step (``WORK_FILE``)."""
+    return {"cpu_ms_per_step": [round(ms, 3) for ms in list(steps.work)[-WORK_KEPT:]]}
+
+
+def parse_work(data) -> list[float]:
+    """``work_record``'s samples from what ``border.read_json`` returned; [] for anything else."""
+    samples = data.get("cpu_ms_per_step") if isinstance(data, dict) else None
+    if not isinstance(samples, list):
+        return []
+    return [float(ms) for ms in samples[-WORK_KEPT:]
+            if isinstance(ms, (int, float)) and not isinstance(ms, bool) and 0 <= ms < 1e9]
+
+
 def individual(times) -> tuple[float, float]:
     """(best, current) medians of a rank's step times: the lowest median of any ``WINDOW`` consecutive
     steps, and that of the last ``WINDOW``."""
@@ -99,31 +130,55 @@ def scores(ranks: list[RankSteps], threshold: float = THRESHOLD) -> dict | None:
          "current_ms", "relative", "individual", "flagged"}, ...],
          "hosts": [{"host", "ranks", "median_ms", "relative", "flagged"}, ...]}
     """
-    timed = [r for r in ranks if r.times]
+    worked = {r.rank: median(r.work) for r in ranks if len(r.work) >= CPU_SAMPLES}
+    any_times = [r for r in ranks if r.times]
+    job_ms = median([t for r in any_times for t in r.times]) if any_times else None
+    # a rank that prints no step line (Megatron prints on the last rank only) but whose work was measured steps
+    # with the job in a synchronous one: it is scored by its work, at the job's step time
+    timed = [r for r in ranks if r.times or (r.rank in worked and job_ms is not None)]
     if not timed:
         return None
-    medians = {r.rank: median(r.times) for r in timed}
+    medians = {r.rank: median(r.times) if r.times else float(job_ms or 0.0) for r in timed}
     fastest = min(medians.values())
+    cpu = {rank: ms for rank, ms in worked.items() if rank in medians}
+    use_cpu = len(cpu) > 1 and max(cpu[rank] / medians[rank] if medians[rank] > 0 else 0.0 for rank in cpu) >= CPU_SHARE
+    least = min(cpu.values()) if use_cpu else 0.0
     rows: list[dict] = []
     for r in timed:
-        best, current = individual(r.times)
-        relative, own = _ratio(fastest, medians[r.rank]), _ratio(best, current)
-        rows.append({"rank": r.rank, "host": r.host, "steps": len(r.times), "last_step": r.last_step,
-                     "median_ms": round(medians[r.rank], 3), "best_ms": round(best, 3),
-                     "current_ms": round(current, 3), "relative": relative, "individual": own,
-                     "flagged": relative < threshold or own < threshold})
-    rows.sort(key=lambda row: (-float(row["median_ms"]), int(row["rank"])))   # "slowest first": by time
+        best, current = individual(r.times) if r.times else (medians[r.rank], medians[r.rank])
+        by_time, own = _ratio(fastest, medians[r.rank]), _ratio(best, current)
+        by_cpu = _ratio(least, cpu[r.rank]) if use_cpu and r.rank in cpu and least > 0 else 1.0
+        relative = min(by_time, by_cpu)
+        row = {"rank": r.rank, "host": r.host, "steps": len(r.times), "last_step": r.last_step,
+               "median_ms": round(medians[r.rank], 3), "best_ms": round(best, 3),
+               "current_ms": round(current, 3), "relative": relative, "individual": own,
+               "flagged": relative < threshold or own < threshold}
+        if use_cpu:
+            row.update({"cpu_ms": round(cpu[r.rank], 3) if r.rank in cpu else None, "relative_time": by_time,
+                        "relative_cpu": by_cpu, "by_cpu": by_cpu < by_time})
+        rows.append(row)
+    # "slowest first": by time, or by work per step where the CPU measure counts (all wait alike in a collective)
+    rows.sort(key=lambda row: (-float(row["median_ms"]) if not use_cpu else -float(row.get("cpu_ms") or 0.0),
+                               int(row["rank"])))
     pooled: dict[str, list[float]] = {}
     counts: dict[str, int] = {}
+    host_cpu: dict[str, list[float]] = {}
     for r in timed:
-        pooled.setdefault(r.host, []).extend(r.times)
+        pooled.setdefault(r.host, []).extend(r.times or [medians[r.rank]])
         counts[r.host] = counts.get(r.host, 0) + 1
+    for r in timed:
+        host_cpu.setdefault(r.host, []).append(_ratio(least, cpu[r.rank]) if use_cpu and r.rank in cpu else 1.0)
     host_medians = {host: median(times) for host, times in pooled.items()}
     fastest_host = min(host_medians.values())
-    hosts = [{"host": host, "ranks": counts[host], "median_ms": round(value, 3),
-              "relative": _ratio(fastest_host, value), "flagged": _ratio(fastest_host, value) < threshold}
-             for host, value in host_medians.items()]
-    hosts.sort(key=lambda row: (-float(row["median_ms"]), row["host"]))
+    hosts: list[dict] = []
+    for host, value in host_medians.items():
+        relative = _ratio(fastest_host, value)
+        if use_cpu:   # a host waits for its slowest rank: its score is that rank's work score
+            relative = min([relative, *host_cpu[host]])
+        hosts.append({"host": host, "ranks": counts[host], "median_ms": round(value, 3), "relative": relative,
+                      "flagged": relative < threshold})
+    hosts.sort(key=lambda row: (float(row["relative"]), -float(row["median_ms"]), str(row["host"])) if use_cpu
+               else (-float(row["median_ms"]), str(row["host"])))
     return {"threshold": threshold, "ranks": rows, "hosts": hosts}
 
 
@@ -134,7 +189,8 @@ def straggler_line(report: dict | None) -> str | None:
 
     def rank_text(row: dict) -> str:
         flag = ", flagged" if row["flagged"] else ""
-        return (f"rank {row['rank']} ({row['median_ms']:.1f} ms/step, relative {row['relative']:.2f}, "
+        work = f", CPU {row['cpu_ms']:.1f} ms/step" if row.get("cpu_ms") is not None else ""
+        return (f"rank {row['rank']} ({row['median_ms']:.1f} ms/step{work}, relative {row['relative']:.2f}, "
                 f"individual {row['individual']:.2f}{flag})")
 
     shown = report["ranks"][:SHOWN]

@@ -126,9 +126,9 @@ class Frameworks:
 
     def __init__(self, found: dict[str, Points]):
         self.found = found
-        self.bar = None          # the count of HF's training bar last drawn
-        self.logged = 0          # HF dicts read (their x where neither a step nor a bar says one)
-        self.lightning = None    # the x of Lightning's last loss point (a redraw of the same step adds none)
+        self.bar: int | None = None        # the count of HF's training bar last drawn
+        self.logged = 0                    # HF dicts read (their x where neither a step nor a bar says one)
+        self.lightning: int | None = None  # the x of Lightning's last loss point (a redraw of the same step adds none)
 
     def _add(self, name: str, x: float, text: str) -> None:
         points = self.found.get(name)

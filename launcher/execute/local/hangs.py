@@ -20,9 +20,9 @@ step.  A rank that reported steps of its own (``beat(step=N)``, a step line) has
 did not has ``--hang-timeout``, its CPU time counts as a sign of life (``BUSY_SHARE`` of a core since the last
 look: loading data, compiling), and it is not hung while the job advances (a rank of this host made a step
 within the step budget): in a synchronous job a rank that waits is waited for.  Once a rank of the attempt
-exited 0 the job is finishing (a last save, teardown): every rank left has ``--hang-timeout``.  A real hang (a rank stopped,
-the others waiting in a collective) stops every rank's steps, so the ranks that report steps are called on
-the learned budget and ``execute.blame`` names the one that stopped first from the stacks.
+exited 0 the job is finishing (a last save, teardown): every rank left has ``--hang-timeout``.  A real hang
+(a rank stopped, the others waiting in a collective) stops every rank's steps, so the ranks that report steps
+are called on the learned budget and ``execute.blame`` names the one that stopped first from the stacks.
 """
 
 from __future__ import annotations

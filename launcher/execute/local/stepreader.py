@@ -13,6 +13,7 @@ hang watch's warm-up (``HangWatch.stepped``: a learned timeout waits for the job
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 
@@ -20,7 +21,7 @@ from launcher.base.border import OverBudget, open_fd
 from launcher.base.console import say
 from launcher.base.pace import Pace
 from launcher.base.steps import StepReading, UserPattern, pattern_budget
-from launcher.base.stragglers import RankSteps
+from launcher.base.stragglers import WORK_FILE, RankSteps, work_record
 from launcher.contract import HEARTBEAT_FILE
 from launcher.execute.local.hangs import read_heartbeat
 from launcher.execute.local.tee import last_segment
@@ -50,6 +51,7 @@ class StepReader:
         self.host = host
         self.steps: dict[int, RankSteps] = {}
         self._logs: dict[str, _Log] = {}
+        self._work: dict[int, tuple[float, int]] = {}   # rank -> (its CPU seconds, the job's steps) when last measured
         self.due = Pace(INTERVAL).due   # nothing to read in a launch's first half second
 
     def read(self, spec) -> tuple[int, int | None]:
@@ -77,6 +79,40 @@ class StepReader:
         if beat is not None:   # a step time only: the hang watch counts heartbeat steps itself
             steps.add(*beat)
         return count, newest
+
+    def measure_work(self, live: list) -> None:
+        """Each live rank's (``RankProcess``) CPU time per step of the job since the last look where the job
+        stepped (``RankSteps.work``): the step count is the most step lines any rank of this host printed, so a
+        rank that prints none is measured too."""
+        from launcher.execute.local.proctree import cpu_seconds
+
+        progress = max((steps.count for steps in self.steps.values()), default=0)
+        for process in live:
+            rank = process.spec.rank
+            used = cpu_seconds(process.popen.pid)
+            if used is None:
+                continue
+            before = self._work.get(rank)
+            if before is not None and progress > before[1]:
+                self.steps.setdefault(rank, RankSteps(rank, self.host)).work.append(
+                    (used - before[0]) * 1000.0 / (progress - before[1]))
+            if before is None or progress > before[1]:
+                self._work[rank] = (used, progress)
+
+    def save_work(self, specs: list) -> None:
+        """Each rank's CPU work per step into its rank directory (``stragglers.WORK_FILE``), for ``dlaunch
+        status``; a write that fails is tried again next time."""
+        from launcher.base.atomic import write_atomically
+
+        for spec in specs:
+            steps = self.steps.get(spec.rank)
+            if steps is not None and steps.work:
+                record = work_record(steps)
+                try:
+                    write_atomically(os.path.join(spec.rank_dir, WORK_FILE),
+                                     lambda fh, record=record: json.dump(record, fh))
+                except OSError:
+                    continue
 
     def _new_lines(self, path: str, log: _Log) -> list[str]:
         fd = open_fd(path)   # the rank's: a FIFO or a link put in its place is not read

@@ -70,10 +70,13 @@ class Watches:
             count, step = self.reader.read(process.spec)
             if count and self.hangs is not None:
                 self.hangs.stepped(process.spec, count, step)
+        if self.notice is not None:
+            self.reader.measure_work(live)
         if self.notice is not None and self.notice.due():
             line = self.notice.check(list(self.reader.steps.values()))
             if line:
                 say(line)
+            self.reader.save_work([process.spec for process in live])
 
     def _keep_learned(self) -> None:
         clock = self.clock

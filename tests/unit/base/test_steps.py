@@ -242,6 +242,49 @@ def test_the_slowest_come_first_by_their_time_and_a_flagged_faster_rank_is_still
     assert [row["rank"] for row in report["ranks"]] == [3, 1, 0, 2, 4]
     line = straggler_line(report)
     assert line.startswith("steps: slowest rank 3 (312.5 ms/step") and "rank 1 (311.9" in line
-    assert line.endswith("; also flagged rank 4 (300.0 ms/step, relative 1.00, individual 0.71, flagged); 1 rank(s) under 0.75"), line
+    assert line.endswith("; also flagged rank 4 (300.0 ms/step, relative 1.00, individual 0.71, flagged); "
+                         "1 rank(s) under 0.75"), line
     hosts = scores(_ranks([[100.0] * 20, [100.0] * 20, [150.0] * 20, [150.0] * 20], hosts=2))["hosts"]
     assert [row["host"] for row in hosts] == ["host1", "host0"]
+
+
+def _synchronous(work_of_rank, wall=60.0, printing=None):
+    """Ranks of a synchronous job: every step takes ``wall`` ms on every rank (they wait for the slowest in the
+    collective); rank r works ``work_of_rank[r]`` ms of CPU per step. ``printing``: the ranks with step lines."""
+    ranks = []
+    for rank, work in enumerate(work_of_rank):
+        steps = RankSteps(rank, "h")
+        if printing is None or rank in printing:
+            for step in range(1, 31):
+                steps.add(wall * random.uniform(0.98, 1.02), step)
+        steps.work.extend(work * random.uniform(0.95, 1.05) for _ in range(20))
+        ranks.append(steps)
+    return ranks
+
+
+def test_in_a_synchronous_job_the_rank_that_works_most_per_step_is_the_straggler():
+    """8 ranks all-reducing every step, every step as long on every rank: rank 5 works 1.4x the CPU (issue 47:
+    step times alone flagged none). Flagged alone, relative near 1/1.4, first in the list; its host too."""
+    random.seed(5)
+    report = scores(_synchronous([30.0] * 5 + [42.0] + [30.0] * 2))
+    assert [row["rank"] for row in report["ranks"] if row["flagged"]] == [5]
+    slowest = report["ranks"][0]
+    assert slowest["rank"] == 5 and slowest["by_cpu"] and abs(slowest["relative"] - 1 / 1.4) < 0.1
+    assert ", CPU 4" in straggler_line(report).split("rank 5 (")[1].split(")")[0]
+    random.seed(6)
+    silent = scores(_synchronous([30.0] * 5 + [42.0] + [30.0] * 2, printing={7}))   # Megatron: the last rank prints
+    assert [row["rank"] for row in silent["ranks"] if row["flagged"]] == [5]
+
+
+def test_ranks_that_sleep_through_their_steps_are_scored_by_their_step_times():
+    """CPU a small share of the step (a rank waiting on I/O, or sleeping as the test programs do): no CPU score."""
+    ranks = _ranks([[100.0] * 20, [100.0] * 20, [140.0] * 20])
+    for steps, work in zip(ranks, (1.0, 3.0, 1.0)):
+        steps.work.extend([work] * 10)
+    report = scores(ranks)
+    assert [row["rank"] for row in report["ranks"] if row["flagged"]] == [2] and "cpu_ms" not in report["ranks"][0]
+
+
+def test_5_percent_jitter_of_work_on_every_rank_flags_none():
+    random.seed(7)
+    assert not any(row["flagged"] for row in scores(_synchronous([30.0] * 8))["ranks"])

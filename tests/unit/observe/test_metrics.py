@@ -41,7 +41,8 @@ def test_lightnings_bar_postfix_once_per_step_over_epochs():
 
 def test_megatron_and_mindformers_losses():
     megatron = (" [2025-04-13 23:41:12] iteration       10/    1000 | consumed samples:          160 | elapsed time "
-                "per iteration (ms): 1147.6 | learning rate: 1.0E-05 | global batch size:    16 | lm loss: 1.234567E+00 |")
+                "per iteration (ms): 1147.6 | learning rate: 1.0E-05 | global batch size:    16 | "
+                "lm loss: 1.234567E+00 |")
     mindformers = ("{ Epoch:[  2/  2], step:[    2/   19], loss: 10.633, per_step_time: 1752ms, lr: 1e-05, "
                    "overflow cond: False")
     assert _points([megatron]) == [(10, 1.2346)]
