@@ -15,7 +15,9 @@ rank's own work: a launch measures it as the CPU time of the rank's process tree
 (``RankSteps.work``, ``stepreader``: a gloo rank waiting in a collective blocks in a socket read and uses
 none).  Where the ranks work a share of their steps on the CPU (the busiest at least ``CPU_SHARE`` of its
 wall step time), the relative score is the lower of the two: the least-working rank's CPU per step over this
-rank's, and the step-time one.  CPU time misses work on a device (a GPU kernel: the host thread may spin or
+rank's, and the step-time one; and the individual score is the rank's own least work per step (the lowest
+median of ``WINDOW`` consecutive samples) over its current: a machine or a job that slows as a whole slows
+every rank's step, not its work.  CPU time misses work on a device (a GPU kernel: the host thread may spin or
 sleep meanwhile); ``docs/observe.md`` says what each measure sees.
 """
 
@@ -33,7 +35,7 @@ WINDOW = 10          # steps in the "current" median, and in each window of the 
 MAX_TIMES = 4096     # step times kept per rank (the newest)
 TAIL_BYTES = 1 << 20  # status reads the last MiB of each rank's log (logs can be gigabytes)
 SHOWN = 3            # slowest ranks and hosts named on the status line
-CPU_SHARE = 0.25     # the CPU measure counts where the busiest rank works this share of its step on the CPU
+CPU_SHARE = 0.1      # the CPU measure counts where the busiest rank works this share of its step on the CPU
 CPU_SAMPLES = 3      # CPU samples a rank needs before its work per step is scored
 WORK_FILE = "step_work.json"   # a launch's CPU ms per step of a rank, in its rank directory, for status
 WORK_KEPT = 256      # samples kept in that file (the newest)
@@ -147,6 +149,9 @@ def scores(ranks: list[RankSteps], threshold: float = THRESHOLD) -> dict | None:
     for r in timed:
         best, current = individual(r.times) if r.times else (medians[r.rank], medians[r.rank])
         by_time, own = _ratio(fastest, medians[r.rank]), _ratio(best, current)
+        if use_cpu and r.rank in cpu:   # its own work, not the job's pace: a job-wide slowdown is no rank's
+            least_work, work_now = individual(r.work)
+            own = _ratio(least_work, work_now)
         by_cpu = _ratio(least, cpu[r.rank]) if use_cpu and r.rank in cpu and least > 0 else 1.0
         relative = min(by_time, by_cpu)
         row = {"rank": r.rank, "host": r.host, "steps": len(r.times), "last_step": r.last_step,

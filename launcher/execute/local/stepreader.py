@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from dataclasses import dataclass
 
 from launcher.base.border import OverBudget, open_fd
@@ -29,6 +30,8 @@ from launcher.execute.local.tee import last_segment
 INTERVAL = 0.5            # seconds between looks at the logs
 READ_LIMIT = 64 << 10     # bytes of one log read per look, at most
 PENDING_LIMIT = 64 << 10  # an unfinished line longer than this is dropped (a progress bar without newlines)
+WORK_STEPS = 10           # a CPU sample spans at least this many steps of the job
+WORK_SECONDS = 2.0        # and this many seconds: /proc counts CPU in 10 ms ticks, a sample spans hundreds
 
 
 @dataclass
@@ -51,7 +54,7 @@ class StepReader:
         self.host = host
         self.steps: dict[int, RankSteps] = {}
         self._logs: dict[str, _Log] = {}
-        self._work: dict[int, tuple[float, int]] = {}   # rank -> (its CPU seconds, the job's steps) when last measured
+        self._work: dict[int, tuple[float, int, float]] = {}   # rank -> (CPU seconds, the job's steps, when)
         self.due = Pace(INTERVAL).due   # nothing to read in a launch's first half second
 
     def read(self, spec) -> tuple[int, int | None]:
@@ -81,23 +84,25 @@ class StepReader:
         return count, newest
 
     def measure_work(self, live: list) -> None:
-        """Each live rank's (``RankProcess``) CPU time per step of the job since the last look where the job
-        stepped (``RankSteps.work``): the step count is the most step lines any rank of this host printed, so a
-        rank that prints none is measured too."""
+        """Each live rank's (``RankProcess``) CPU time per step of the job (``RankSteps.work``), one sample per
+        ``WORK_STEPS`` steps and ``WORK_SECONDS`` at least: the step count is the most step lines any rank of this
+        host printed, so a rank that prints none is measured too."""
         from launcher.execute.local.proctree import cpu_seconds
 
         progress = max((steps.count for steps in self.steps.values()), default=0)
+        now = time.monotonic()
         for process in live:
             rank = process.spec.rank
+            before = self._work.get(rank)
+            if before is not None and (progress - before[1] < WORK_STEPS or now - before[2] < WORK_SECONDS):
+                continue
             used = cpu_seconds(process.popen.pid)
             if used is None:
                 continue
-            before = self._work.get(rank)
-            if before is not None and progress > before[1]:
+            if before is not None:
                 self.steps.setdefault(rank, RankSteps(rank, self.host)).work.append(
                     (used - before[0]) * 1000.0 / (progress - before[1]))
-            if before is None or progress > before[1]:
-                self._work[rank] = (used, progress)
+            self._work[rank] = (used, progress, now)
 
     def save_work(self, specs: list) -> None:
         """Each rank's CPU work per step into its rank directory (``stragglers.WORK_FILE``), for ``dlaunch
