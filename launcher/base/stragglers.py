@@ -23,10 +23,11 @@ sleep meanwhile); ``docs/observe.md`` says what each measure sees.
 
 from __future__ import annotations
 
+import os
 from collections import deque
 from dataclasses import dataclass, field
 
-from launcher.base.border import OverBudget
+from launcher.base.border import OverBudget, Refused, read_json
 from launcher.base.lines import tail_lines
 from launcher.base.steps import StepReading, UserPattern, pattern_budget
 
@@ -107,6 +108,17 @@ def parse_work(data) -> list[float]:
         return []
     return [float(ms) for ms in samples[-WORK_KEPT:]
             if isinstance(ms, (int, float)) and not isinstance(ms, bool) and 0 <= ms < 1e9]
+
+
+def with_work(steps: RankSteps, rank_dir: str | None) -> RankSteps:
+    """A rank's step times with the CPU work per step its launch measured (``WORK_FILE`` in its directory, read
+    through the border); as they were where there is none."""
+    if rank_dir:
+        try:
+            steps.work.extend(parse_work(read_json(os.path.join(rank_dir, WORK_FILE), "step work", WORK_LIMIT)))
+        except Refused:
+            pass
+    return steps
 
 
 def individual(times) -> tuple[float, float]:

@@ -12,9 +12,8 @@ import os
 import time
 from typing import Any
 
-from launcher.base.border import Refused, read_json
 from launcher.base.steps import UserPattern
-from launcher.base.stragglers import WORK_FILE, WORK_LIMIT, RankSteps, log_steps, parse_work, scores
+from launcher.base.stragglers import log_steps, scores, with_work
 from launcher.contract import RANK_DIR_ENV, Role
 from launcher.execute.results import job_verdict, restarted_how
 from launcher.host.devices import host_names
@@ -50,16 +49,6 @@ def launch_pattern(run: Run) -> UserPattern | None:
             except ValueError:   # a plan edited by hand: the frameworks' lines still count
                 return None
     return None
-
-def _with_work(steps: RankSteps, rank_dir: str | None) -> RankSteps:
-    """A rank's step times with the CPU work per step its launch measured (``stragglers.WORK_FILE``)."""
-    if rank_dir:
-        try:
-            steps.work.extend(parse_work(read_json(os.path.join(rank_dir, WORK_FILE), "step work", WORK_LIMIT)))
-        except Refused:
-            pass
-    return steps
-
 
 class Observer:
     """Looks at a run's ranks: keeps psutil objects between looks, so CPU % spans the refresh interval."""
@@ -242,7 +231,7 @@ class Observer:
                 "missing_hosts": run.missing_hosts}
         pattern = self.step_pattern or launch_pattern(run)
         dirs = {ref.rank: ref.rank_dir for ref in refs}
-        steps = scores([_with_work(log_steps(row["log"], row["rank"], row["host"], pattern), dirs.get(row["rank"]))
+        steps = scores([with_work(log_steps(row["log"], row["rank"], row["host"], pattern), dirs.get(row["rank"]))
                         for row in rows if row.get("role", Role.RANK) == Role.RANK])
         if steps:   # step times the ranks printed: straggler scores (base.stragglers)
             snap["steps"] = steps
