@@ -12,6 +12,8 @@ is no step line costs a few ``in`` tests):
   ``{ step:[    2/   10], loss:  11.755612, per_step_time:    710ms, ...``;
 - MindSpore's ``TimeMonitor`` (``mindspore/train/callback/_time_monitor.py``):
   ``"epoch time: {:5.3f} ms, per step time: {:5.3f} ms"`` (one line per epoch: the epoch's mean step);
+- nanoGPT's ``train.py``: ``f"iter {iter_num}: loss {lossf:.4f}, time {dt*1000:.2f}ms, mfu {running_mfu*100:.2f}%"``,
+  e.g. ``iter 30: loss 2.5375, time 98.12ms, mfu 1.23%`` (printed on rank 0, the master process);
 - tqdm progress bars as HF Trainer's ``ProgressCallback`` (no description) and Lightning's
   ``TQDMProgressBar`` (``Epoch N:``) draw them: `` 45%|████▌     | 45/100 [00:12<00:15,  3.61it/s]``,
   ``Epoch 0:  45%|████▌     | 45/100 [00:12<00:15,  3.61it/s, v_num=0, loss=0.5]``. The step is the count
@@ -21,7 +23,11 @@ is no step line costs a few ``in`` tests):
   bars with another description (``Validation DataLoader 0:``, ``Loading checkpoint shards:``), bars drawn
   under another (an evaluation's while the training bar is open: each redraw ends in the cursor-up escape
   ``ESC[A``), and HF's ``{'loss': ..., 'train_runtime': ...}`` dicts. Only ranks that draw a bar report:
-  HF draws it on each host's local rank 0, Lightning on global rank 0;
+  HF draws it on each host's local rank 0, Lightning on global rank 0.
+  After a resume HF's bar starts at the steps already done, so tqdm's rate counts steps this attempt skipped
+  (``16/16 ... 75.9it/s`` where a step took 60 ms): ``StepReading`` reads one log (one attempt) and, where the
+  first bar line with a rate counts more than ``FAR_STEPS`` steps, takes the step time from the bar's own count
+  and elapsed time since that line instead of tqdm's rate;
 - a user's pattern: a regular expression with a named group ``ms`` (milliseconds) or ``s`` (seconds), and
   optionally ``step``; it runs on the lines that hold its ``literal`` (every line when none is given).
 
@@ -35,7 +41,7 @@ from __future__ import annotations
 
 import re
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from launcher.base.border import PATTERN_SECONDS, ascii_float, ascii_int, check_pattern, cut_line, time_budget
 
@@ -47,11 +53,14 @@ MINDFORMERS = re.compile(r"per_step_time:\s*([0-9]+(?:\.[0-9]*)?)\s*ms")
 MINDFORMERS_STEP = re.compile(r"\bstep:\s*\[\s*([0-9]+)\s*/")
 TIME_MONITOR_TEXT = "per step time:"
 TIME_MONITOR = re.compile(r"per step time:\s*([0-9]+(?:\.[0-9]*)?)\s*ms")
+NANOGPT_TEXT = ", time "
+NANOGPT = re.compile(r"\biter ([0-9]+): loss [-+0-9.eEnaif]{1,40}, time ([0-9]+(?:\.[0-9]*)?)ms")
 # anchored at the segment's start: HF's bar has no description, Lightning's "Epoch N:"; then " 45%|bar| 45/100"
 # (Lightning without a total: "|bar| 45/?"; plain tqdm without one: "45it"), then "[00:12<00:15,  3.61it/s"
 TQDM = re.compile(r"\s*(?:Epoch \d+[^:|]{0,40}:\s*)?(?:(?:\d+%)?\|[^|]{0,400}\|\s*(\d+)/(?:\d+|\?)|(\d+)it)"
-                  r" \[[0-9:]+(?:<[0-9:?]+)?,\s*([0-9]+(?:\.[0-9]+)?)(it/s|s/it)")
+                  r" \[([0-9]{1,6}(?::[0-9]{2}){1,2})(?:<[0-9:?]+)?,\s*([0-9]+(?:\.[0-9]+)?)(it/s|s/it)")
 INNER_BAR = "\x1b[A"   # tqdm's cursor up: a bar drawn under another one (an evaluation's, during training)
+FAR_STEPS = 3        # a bar whose first rate covers more steps than this counts from its first line (a resume)
 
 
 @dataclass(frozen=True)
@@ -60,6 +69,7 @@ class StepLine:
 
     ms: float
     step: int | None = None
+    elapsed: float | None = field(default=None, compare=False)   # a progress bar's elapsed seconds, as drawn
 
 
 @dataclass(frozen=True)
@@ -108,15 +118,27 @@ def last_segment(line: str) -> str:
         end = start - 1
 
 
+def _clock(text: str) -> float | None:
+    """tqdm's elapsed time, ``12:34`` or ``1:02:03``, in seconds."""
+    seconds = 0
+    for part in text.split(":"):
+        value = ascii_int(part)
+        if value is None:
+            return None
+        seconds = seconds * 60 + value
+    return float(seconds)
+
+
 def _tqdm(line: str) -> StepLine | None:
     if INNER_BAR in line:
         return None
     match = TQDM.match(line)
-    rate = _number(match.group(3)) if match else None
+    rate = _number(match.group(4)) if match else None
     if match is None or not rate:
         return None
     count = match.group(1) or match.group(2)
-    return StepLine(1000.0 / rate if match.group(4) == "it/s" else 1000.0 * rate, ascii_int(count))
+    return StepLine(1000.0 / rate if match.group(5) == "it/s" else 1000.0 * rate, ascii_int(count),
+                    _clock(match.group(3)))
 
 
 def step_line(line: str, user: UserPattern | None = None) -> StepLine | None:
@@ -149,10 +171,58 @@ def step_line(line: str, user: UserPattern | None = None) -> StepLine | None:
         match = TIME_MONITOR.search(line)
         ms = _number(match.group(1)) if match else None
         return None if ms is None else StepLine(ms)
+    if NANOGPT_TEXT in line and "iter " in line:
+        match = NANOGPT.search(line)
+        ms = _number(match.group(2)) if match else None
+        return None if match is None or ms is None else StepLine(ms, ascii_int(match.group(1)))
     # tqdm's rates; "/" and "[" first: one-character tests are memchr, "it/s" costs five times as much
     if "/" in line and "[" in line and ("it/s" in line or "s/it" in line):
         return _tqdm(line)
     return None
+
+
+class StepReading:
+    """``step_line`` over the lines of one log (one attempt), in order: a progress bar's step time from this
+    attempt's own steps.
+
+    tqdm's rate counts every step the bar counted since it was drawn; after a resume HF Trainer's bar jumps to
+    the steps already done at the first step, so its rate is too high for as long as that jump weighs in its
+    average.  Where the first bar line with a rate counts more than ``FAR_STEPS`` steps, the step time is taken
+    from the bar itself.  tqdm shows whole seconds, so the bar's clock is read where it ticks over (the first
+    line showing a new second was drawn just past that second): the step time is the seconds between two such
+    ticks over the steps between them, from the first tick (or the newest one ``SPAN`` seconds back) to the
+    newest.  The first times come two seconds into the bar; every bar line from then on repeats the newest.
+    A bar that starts again (a new epoch's: a smaller count or elapsed time) is a new bar."""
+
+    SPAN = 10.0   # seconds of the bar a step time spans, at most (a rank that slows down shows it)
+
+    def __init__(self, user: UserPattern | None = None):
+        self.user = user
+        self._origin: tuple[int, float] | None = None   # (count, elapsed) of the bar's first line with a rate
+        self._counting = False                          # True: step times from the bar's count, not its rate
+        self._ticks: list[tuple[int, float]] = []       # (count, elapsed) where the bar's clock ticked over
+        self._ms: float | None = None                   # the newest step time from the ticks
+
+    def read(self, line: str) -> StepLine | None:
+        found = step_line(line, self.user)
+        if found is None or found.elapsed is None or found.step is None:
+            return found
+        origin = self._origin
+        if origin is None or found.step < origin[0] or found.elapsed < origin[1]:
+            self._origin, self._counting = (found.step, found.elapsed), found.step > FAR_STEPS
+            self._ticks, self._ms = [], None
+            return None if self._counting else found
+        if not self._counting:
+            return found
+        last = self._ticks[-1][1] if self._ticks else origin[1]
+        if found.elapsed > last:
+            self._ticks.append((found.step, found.elapsed))
+            start = next((tick for tick in reversed(self._ticks) if found.elapsed - tick[1] >= self.SPAN),
+                         self._ticks[0])
+            if found.step > start[0] and found.elapsed > start[1]:
+                self._ms = (found.elapsed - start[1]) * 1000.0 / (found.step - start[0])
+            del self._ticks[:max(0, self._ticks.index(start) - 1)]
+        return None if self._ms is None else StepLine(self._ms, found.step, found.elapsed)
 
 
 def _fuzz_user_line(text: str) -> StepLine | None:

@@ -28,13 +28,16 @@ COLLECTIVE_FRAMES = ("torch/distributed/", "torch/nn/parallel/distributed.py", "
                      "comm_ops.py", "torchft/")
 MARGIN = 0.5   # seconds: a last sign of life this much older than all others' is the one that stopped first
 PROCESS = re.compile(r"^Process ([0-9]+):", re.MULTILINE)
-HEADER = re.compile(r"^dlaunch: last sign of life at ([0-9.]+) \(epoch s\), last step (-?[0-9]+|unknown)")
+HEADER = re.compile(r"^dlaunch: last sign of life at ([0-9.]+) \(epoch s\), last step (-?[0-9]+|unknown)"
+                    r"(?: \(reported at ([0-9.]+) \(epoch s\)\))?")
 
 
-def header(last_sign: float, last_step: int | None) -> str:
-    """The first line of a rank's stack file."""
+def header(last_sign: float, last_step: int | None, step_at: float | None = None) -> str:
+    """The first line of a rank's stack file: its last sign of life, its last step and when that step was
+    reported (a heartbeat says its step at most once a second: it may lag the log)."""
+    reported = f" (reported at {step_at:.3f} (epoch s))" if step_at and last_step is not None else ""
     return f"dlaunch: last sign of life at {last_sign:.3f} (epoch s), last step " \
-           f"{'unknown' if last_step is None else last_step}\n"
+           f"{'unknown' if last_step is None else last_step}{reported}\n"
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,7 @@ class RankState:
     last_sign: float | None
     last_step: int | None
     in_collective: bool | None   # None: no stack was taken
+    step_at: float | None = None  # when its last step was reported (epoch s)
 
 
 def main_thread(stack: str) -> str | None:
@@ -71,7 +75,7 @@ def read_state(rank: int, host: str, text: str) -> RankState:
     if frames is not None and not any(line.startswith((" ", "\t")) for line in frames.splitlines()[1:]):
         frames = None   # py-spy caught the thread with no Python frame (in C, or leaving): it tells nothing
     collective = None if frames is None else any(marker in frames for marker in COLLECTIVE_FRAMES)
-    return RankState(rank, host, sign, step, collective)
+    return RankState(rank, host, sign, step, collective, ascii_float(found.group(3)) if found else None)
 
 
 def stopped_first(states: list[RankState]) -> tuple[RankState, str] | None:

@@ -68,7 +68,9 @@ def _from_job_stacks(run: Run) -> dict[int, tuple[RankState, str]]:
 
 def hang_view(run: Run) -> dict | None:
     """``{"stopped_first": line, "rank": that rank or None, "ranks": [{"rank", "host", "last_step", "behind_s",
-    "in_collective", "stack"}]}`` of the run's last hang, or None when no rank's stack was taken."""
+    "in_collective", "stack", "step_age_s"}]}`` of the run's last hang, or None when no rank's stack was taken.
+    ``step_age_s``: how long before the rank's last sign of life its last step was reported (a heartbeat says
+    its step at most once a second, so the logs may be a step or two further)."""
     found = {**_from_job_stacks(run), **_from_summaries(run)}
     if not found:
         return None
@@ -76,7 +78,9 @@ def hang_view(run: Run) -> dict | None:
     newest = max((s.last_sign for s in states if s.last_sign is not None), default=None)
     rows = [{"rank": state.rank, "host": state.host, "last_step": state.last_step,
              "behind_s": None if state.last_sign is None or newest is None else round(newest - state.last_sign, 2),
-             "in_collective": state.in_collective, "stack": path}
+             "in_collective": state.in_collective, "stack": path,
+             "step_age_s": None if state.step_at is None or state.last_sign is None
+             else round(max(0.0, state.last_sign - state.step_at), 2)}
             for state, path in sorted(found.values(), key=lambda pair: pair[0].rank)]
     first = stopped_first(states)
     return {"stopped_first": blame_line(first, hosts=len({s.host for s in states})),

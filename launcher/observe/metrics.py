@@ -9,6 +9,15 @@ Metrics come from each rank's output logs, in these forms:
 - accuracy lines (``accuracy is 0.91``, ``acc: 0.91``, ``epoch: 2 accuracy: 0.83``,
   MindSpore's ``Model.eval`` result ``{'accuracy': 0.91}``): at the end of the
   epoch they name, else at the loss line before them, else numbered 1, 2, ...;
+- the frameworks' own lines (``FRAMEWORKS``): nanoGPT's ``iter 30: loss 2.5375, time 98.12ms, mfu 1.23%``
+  (loss at iteration 30) and ``step 250: train loss 1.90, val loss 2.01`` (``val loss``); HF Trainer's logged
+  dicts ``{'loss': 0.52, 'grad_norm': 1.2, 'learning_rate': 5e-05, 'epoch': 0.33}`` (every number but
+  ``epoch``, ``step``, ``total_flos``, ``*_runtime`` and ``*_per_second``; the x value is the dict's ``step``
+  where it names one, else the count of the training bar drawn before it); Lightning's bar postfix
+  ``Epoch 1:  45%|...| 45/100 [00:12<00:15,  3.61it/s, v_num=0, loss=0.5]`` (``loss``/``train_loss``, at
+  epoch x total + count); Megatron's ``iteration 10/ 1000 | ... | lm loss: 1.234E+00 |`` and MindFormers'
+  ``{ Epoch:[  1/  2], step:[    2/   19], loss: 10.633, ...`` (at (epoch - 1) x 19 + 2). A line redrawn after
+  carriage returns (a progress bar) is read segment by segment;
 - one JSON object per line, tagged ``"dlaunch": "metric"``:
   ``{"dlaunch": "metric", "step": 120, "loss": 0.52, "lr": 0.1}``; ``step`` is the
   x value as given, every other number (but ``epoch`` and ``time``) is a metric
@@ -27,7 +36,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from launcher.base.border import Refused, ascii_int, parse_json
+from launcher.base.border import Refused, ascii_int, cut_line, parse_json
 from launcher.base.lines import bounded_lines
 from launcher.rundir.paths import attempt_file
 from launcher.rundir.read import RankRef, Run, log_attempts, log_path
@@ -42,6 +51,18 @@ NUMBER = re.compile(NUMBER_TEXT, re.IGNORECASE)  # the first number that is not 
 ACCURACY = re.compile(r"(?<![\w-])['\"]?(?:acc|accuracy)['\"]?\s*(?:\bis\b|[:=])\s*(?:[\[(]\s*)?(" + NUMBER_TEXT + ")",
                       re.IGNORECASE)
 EPOCH = re.compile(r"\bepoch\s*(?:[:=]\s*)?(\d+)\b", re.IGNORECASE)
+NANOGPT_LOSS = re.compile(r"\biter (\d+): loss (" + NUMBER_TEXT + ")", re.IGNORECASE)
+NANOGPT_EVAL = re.compile(r"\bstep (\d+): train loss (?:" + NUMBER_TEXT + r"), val loss (" + NUMBER_TEXT + ")",
+                          re.IGNORECASE)
+HF_PAIR = re.compile(r"'([A-Za-z_][\w/.-]{0,60})': '?(" + NUMBER_TEXT + ")'?", re.IGNORECASE)
+HF_SKIP = re.compile(r"^(?:epoch|step|total_flos)$|_runtime$|_per_second$")
+LIGHTNING_LOSS = re.compile(r"^\s*Epoch (\d+):[^|]{0,40}\|[^|]{0,400}\|\s*(\d+)/(\d+) \[[^\]]{0,400}?[ ,]"
+                            r"(?:train_)?loss(?:_step)?=(" + NUMBER_TEXT + ")", re.IGNORECASE)
+BAR_COUNT = re.compile(r"^\s*(?:\d+%)?\|[^|]{0,400}\|\s*(\d+)/\d+ \[")   # HF's training bar (no description)
+MEGATRON_LOSS = re.compile(r"\biteration\s+(\d+)\s*/.*?\| lm loss: (" + NUMBER_TEXT + ")", re.IGNORECASE)
+MINDFORMERS_LOSS = re.compile(r"\bstep:\s*\[\s*(\d+)\s*/\s*(\d+)\s*\], loss:\s*(" + NUMBER_TEXT + ")",
+                              re.IGNORECASE)
+MINDFORMERS_EPOCH = re.compile(r"\bEpoch:\s*\[\s*(\d+)\s*/")
 MAX_LINE = 64 << 10            # longer lines are no metric lines: skipped, never held whole
 MAX_KEPT = 20000               # points kept per metric and log (charts draw 1000): a 2 GiB log is evenly sampled
 MAX_NAMES = 64                 # JSON metric names kept per log; later new names are ignored
@@ -99,6 +120,76 @@ class Points(Sample):
     axis = "step"
 
 
+class Frameworks:
+    """The frameworks' own metric lines of one log, in order (nanoGPT, HF Trainer, Lightning, Megatron,
+    MindFormers): ``read`` adds their points to ``found`` and says whether the line was one of them."""
+
+    def __init__(self, found: dict[str, Points]):
+        self.found = found
+        self.bar: int | None = None        # the count of HF's training bar last drawn
+        self.logged = 0                    # HF dicts read (their x where neither a step nor a bar says one)
+        self.lightning: int | None = None  # the x of Lightning's last loss point (a redraw of the same step adds none)
+
+    def _add(self, name: str, x: float, text: str) -> None:
+        points = self.found.get(name)
+        if points is None and len(self.found) >= MAX_NAMES:
+            return
+        self.found.setdefault(name, Points()).add((x, float(text)))
+
+    def read(self, segment: str) -> bool:
+        line = cut_line(segment.strip())
+        if "|" in line and "/" in line:
+            if "Epoch " in line and "loss" in line:
+                match = LIGHTNING_LOSS.match(line)
+                epoch, count, total = (ascii_int(match.group(n)) for n in (1, 2, 3)) if match else (None,) * 3
+                if match and epoch is not None and count is not None and total is not None:
+                    x = epoch * total + count
+                    if x != self.lightning:
+                        self.lightning = x
+                        self._add("loss", x, match.group(4))
+                    return True
+            match = BAR_COUNT.match(line)
+            if match:
+                self.bar = ascii_int(match.group(1))
+                return True
+            if "lm loss:" in line:
+                match = MEGATRON_LOSS.search(line)
+                step = ascii_int(match.group(1)) if match else None
+                if match and step is not None:
+                    self._add("loss", step, match.group(2))
+                    return True
+        if line.startswith("{'") and ("'loss': " in line or "'eval_loss': " in line):
+            pairs = {name: value for name, value in HF_PAIR.findall(line)}
+            self.logged += 1
+            step = ascii_int(pairs.get("step"))
+            x = step if step is not None else self.bar if self.bar is not None else self.logged
+            for name, value in pairs.items():
+                if not HF_SKIP.search(name):
+                    self._add(name, x, value)
+            return True
+        if "iter " in line and ": loss " in line:
+            match = NANOGPT_LOSS.search(line)
+            step = ascii_int(match.group(1)) if match else None
+            if match and step is not None:
+                self._add("loss", step, match.group(2))
+                return True
+        if "val loss " in line:
+            match = NANOGPT_EVAL.search(line)
+            step = ascii_int(match.group(1)) if match else None
+            if match and step is not None:
+                self._add("val loss", step, match.group(2))
+                return True
+        if "step:[" in line and "loss:" in line:
+            match = MINDFORMERS_LOSS.search(line)
+            step, total = (ascii_int(match.group(1)), ascii_int(match.group(2))) if match else (None, None)
+            if match and step is not None and total is not None:
+                epoch_match = MINDFORMERS_EPOCH.search(line)
+                epoch = ascii_int(epoch_match.group(1)) if epoch_match else None
+                self._add("loss", (max(epoch, 1) - 1) * total + step if epoch is not None else step, match.group(3))
+                return True
+        return False
+
+
 def parse_metrics(lines) -> dict[str, Points]:
     """Metric name -> [(step, value)] from a log's lines: the seeds' loss lines, accuracy lines, JSON lines.
 
@@ -111,7 +202,15 @@ def parse_metrics(lines) -> dict[str, Points]:
     json_step = None
     per_epoch = 0
     last_seeds: tuple[int, int] | None = None
+    frameworks = Frameworks(found)
     for line in lines:
+        if "\r" in line:   # a progress bar redrawn: every drawing, then the last one's text as a line
+            segments = [segment for segment in line.split("\r") if segment.strip()]
+            for segment in segments[:-1]:
+                frameworks.read(segment)
+            line = segments[-1] if segments else ""
+        if frameworks.read(line):
+            continue
         text = line.strip()
         if text.startswith("{") and '"dlaunch"' in text:
             try:

@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from launcher.base.steps import UserPattern
-from launcher.base.stragglers import log_steps, scores
+from launcher.base.stragglers import log_steps, scores, with_work
 from launcher.contract import RANK_DIR_ENV, Role
 from launcher.execute.results import job_verdict, restarted_how
 from launcher.host.devices import host_names
@@ -230,8 +230,9 @@ class Observer:
                 "hosts": sorted({ref.host for ref in run.ranks}), "world_size": run.world_size, "ranks": rows,
                 "missing_hosts": run.missing_hosts}
         pattern = self.step_pattern or launch_pattern(run)
-        steps = scores([log_steps(row["log"], row["rank"], row["host"], pattern) for row in rows
-                        if row.get("role", Role.RANK) == Role.RANK])
+        dirs = {ref.rank: ref.rank_dir for ref in refs}
+        steps = scores([with_work(log_steps(row["log"], row["rank"], row["host"], pattern), dirs.get(row["rank"]))
+                        for row in rows if row.get("role", Role.RANK) == Role.RANK])
         if steps:   # step times the ranks printed: straggler scores (base.stragglers)
             snap["steps"] = steps
         if any(cause.get("hung") for cause in snap["root_causes"]):   # every rank's last step, who stopped first

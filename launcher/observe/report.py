@@ -184,8 +184,11 @@ def _roster(run: Run) -> str | None:
 def render(run_dir: str, step_pattern: UserPattern | None = None) -> str:
     import jinja2
 
+    from launcher.observe.processes import launch_pattern
+
     run = load_run(run_dir)
     tell_problems(run)
+    step_pattern = step_pattern or launch_pattern(run)   # the run's own --step-pattern, as status reads it
     stories = collect(run)
     env = jinja2.Environment(loader=jinja2.PackageLoader("launcher.observe", "templates"),
                              autoescape=jinja2.select_autoescape(["html", "j2"]), trim_blocks=True,

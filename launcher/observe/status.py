@@ -94,8 +94,13 @@ def hang_lines(view: dict | None) -> list[str]:
     marks = {False: "*", True: "", None: "?"}
     steps = ", ".join(f"{row['rank']}: {'-' if row['last_step'] is None else row['last_step']}"
                       f"{marks[row['in_collective']]}" for row in view["ranks"])
-    return [view["stopped_first"],
-            f"last steps: {steps} (*: in no collective, ?: no stack)"]
+    lines = [view["stopped_first"], f"last steps: {steps} (*: in no collective, ?: no stack)"]
+    aged = [row for row in view["ranks"] if row.get("step_age_s") is not None and row["last_step"] is not None]
+    if aged:
+        lines.append("step ages: " + ", ".join(f"{row['rank']}: {row['step_age_s']:.1f} s" for row in aged)
+                     + " (how long before the rank's last sign of life its last step was reported: a heartbeat "
+                       "says its step at most once a second, so its log may be further)")
+    return lines
 
 
 def finished_code(snap: dict) -> int:

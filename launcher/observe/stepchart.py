@@ -1,5 +1,6 @@
 """The report's step times: every rank's step lines read as ``dlaunch status`` reads them
-(``stragglers.log_steps``: the last MiB of the rank's newest log), drawn by ``charts.chart_svg`` (the metric
+(``stragglers.log_steps``: the last MiB of the rank's newest log, with the CPU work per step its launch
+measured, ``stragglers.with_work``), drawn by ``charts.chart_svg`` (the metric
 charts' drawer, a line per rank in its own colour) and scored by ``stragglers.scores`` for the tables of
 the slowest ranks and hosts.
 
@@ -10,7 +11,7 @@ count steps within an epoch, so their numbers start again every epoch.
 from __future__ import annotations
 
 from launcher.base.steps import UserPattern
-from launcher.base.stragglers import RankSteps, log_steps, scores
+from launcher.base.stragglers import RankSteps, log_steps, scores, with_work
 from launcher.contract import Role
 from launcher.observe.charts import chart_svg, rank_colour
 from launcher.observe.metrics import Points, RankStory
@@ -33,7 +34,8 @@ def read_ranks(refs: list[RankRef], user: UserPattern | None = None) -> list[tup
     for ref in refs:
         if ref.role == Role.RANK:
             attempt = current_attempt(ref)
-            found.append((ref, attempt, log_steps(log_path(ref, attempt), ref.rank, ref.host, user)))
+            steps = with_work(log_steps(log_path(ref, attempt), ref.rank, ref.host, user), ref.rank_dir)
+            found.append((ref, attempt, steps))
     return found
 
 

@@ -107,3 +107,23 @@ def test_a_launchs_own_step_pattern_names_the_straggler_and_status_reads_it_from
     bad = run_dlaunch("run", "--ranks", "1", "--step-pattern", "took ([0-9]+", ROOT / "tests/programs/step_rank.py",
                       cwd=tmp_path)
     assert bad.returncode == 2 and "--step-pattern" in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
+
+
+SYNC_RANK = ROOT / "tests/programs/sync_rank.py"
+
+
+def test_in_a_synchronous_job_the_rank_the_others_wait_for_is_named(tmp_path):
+    """3 gloo ranks all-reducing every step, rank 2 working 1.4x the CPU of the others: every rank's step takes
+    rank 2's time (issue 47: status said 'none flagged'). The console line and status name rank 2, by the CPU
+    each rank works per step, and no other rank by it; its relative score near 1/1.4."""
+    out = tmp_path / "runs"
+    result = run_dlaunch("run", "--ranks", "3", "--output-dir", out, "--straggler-report", "3", SYNC_RANK, "--",
+                         "--steps", "120", "--ms", "30", "--slow-rank", "2", cwd=tmp_path, timeout=240)
+    assert result.returncode == 0, result.stderr
+    by_cpu = [line for line in result.stderr.splitlines() if "straggler:" in line and " of CPU per step" in line]
+    assert by_cpu and all(re.findall(r"rank (\d+) works", line) == ["2"] for line in by_cpu), result.stderr
+    snap = json.loads(run_dlaunch("status", "--json", latest_run(out), cwd=tmp_path, timeout=30).stdout)
+    rows = snap["steps"]["ranks"]
+    assert rows[0]["rank"] == 2 and rows[0]["flagged"] and rows[0]["by_cpu"], rows
+    assert abs(rows[0]["relative"] - 1 / 1.4) < 0.1, rows
+    assert [row["rank"] for row in rows if row["relative_cpu"] < 0.75] == [2], rows

@@ -37,6 +37,7 @@ CHECK_SECONDS = 0.1   # a learning watch looks this often: a rank stepping every
 CHECKPOINT = "checkpoint"
 FILE = "hang_timeouts"
 CLOCK_LIMIT = 1 << 20   # bytes of a hang clock file read back
+NEWS = 0.05             # a learned budget that moved by this share of the one last said is said again
 
 
 @dataclass
@@ -48,6 +49,7 @@ class HangClock:
     counted_steps: int = 0       # steps seen after the warm-ups, every attempt's together
     phases: dict[str, float] = field(default_factory=dict)   # phase -> its longest duration seen
     changed: bool = False        # learned something since it was last written
+    said: dict[str, float] | None = None   # the budgets last said (``news``): "" the step budget, then phases
 
     @property
     def learned(self) -> bool:
@@ -84,6 +86,24 @@ class HangClock:
         else:
             text = f"hang timeout {self.bound:g} s (--hang-timeout; nothing learned yet)"
         return text + "".join(f"; {name}: {self.phase_budget(name):.3g} s" for name in sorted(self.phases))
+
+    def budgets(self) -> dict[str, float]:
+        """The learned budgets: "" the step budget, then each phase's."""
+        learned = {"": self.step_budget()} if self.learned else {}
+        return {**learned, **{name: self.phase_budget(name) for name in self.phases}}
+
+    def news(self) -> str | None:
+        """The line to say when a learned budget is new or moved by ``NEWS`` (5%) or more since it was last said
+        (the budget in force changes the verdicts: ``1.18 s`` then ``1.27 s`` is worth a line), else None."""
+        now = self.budgets()
+        said = self.said or {}
+        moved = [name for name, value in now.items()
+                 if name not in said or abs(value - said[name]) >= NEWS * said[name]]
+        if not self.learned or not moved:
+            return None
+        before = [f"{name or 'step'} {said[name]:.3g} s" for name in moved if name in said]
+        self.said = now
+        return self.describe() + (f" (was: {', '.join(before)})" if before else "")
 
     def to_dict(self) -> dict:
         return {"factor": FACTOR, "bound_s": self.bound, "silence_s": round(self.silence, 4),

@@ -13,6 +13,16 @@ dead data loader) is on record, after a line with the rank's last sign of life a
 step, from which ``execute.blame`` names the rank that stopped first.  The budget is
 ``--hang-timeout``, or with ``--hang-learn`` what the job's own silences taught
 (``hangclock``).
+
+With ``--hang-learn`` a rank is judged by its own steps, never by another rank's: Megatron prints its
+iteration line on the last rank only, HF Trainer, Lightning and nanoGPT on rank 0, so the other ranks show no
+step.  A rank that reported steps of its own (``beat(step=N)``, a step line) has the learned budget; one that
+did not has ``--hang-timeout``, its CPU time counts as a sign of life (``BUSY_SHARE`` of a core since the last
+look: loading data, compiling), and it is not hung while the job advances (a rank of this host made a step
+within the step budget): in a synchronous job a rank that waits is waited for.  Once a rank of the attempt
+exited 0 the job is finishing (a last save, teardown): every rank left has ``--hang-timeout``.  A real hang
+(a rank stopped, the others waiting in a collective) stops every rank's steps, so the ranks that report steps
+are called on the learned budget and ``execute.blame`` names the one that stopped first from the stacks.
 """
 
 from __future__ import annotations
@@ -32,6 +42,8 @@ from launcher.rundir.paths import attempt_file
 STACK_DUMP_SECONDS = 20.0
 HEARTBEAT_LIMIT = 4096       # bytes of a heartbeat file read (beat() writes some 60)
 LAUNCHER_GAP_SECONDS = 1.0   # the launcher slept this much longer than it asked: it was stopped (SIGSTOP, Ctrl-Z)
+BUSY_SHARE = 0.25            # a rank with no steps of its own using this share of a core is alive (learning only)
+CPU_LOOK_SECONDS = 0.5       # its CPU time is read this often at most
 
 
 def _mtime(path: str) -> float:
@@ -92,6 +104,10 @@ class Pulse:
     beat_phase: str | None = None     # the phase its heartbeat names
     phase: str | None = None          # the phase it is in (its heartbeat's, or a save being written), since when
     phase_since: float = 0.0
+    step_at: float = 0.0              # when ``step`` was reported (the heartbeat's time, or when its line was read)
+    cpu: float | None = None          # its process tree's CPU seconds at the last read, and when that was
+    cpu_at: float = 0.0
+    busy_at: float = 0.0              # when its CPU time last showed it working (a rank with no steps of its own)
 
 
 def _steps_between(before: int | None, now: int | None, reports: int) -> int:
@@ -116,6 +132,8 @@ class HangWatch:
         self.steps = 0                       # the job's steps seen this attempt (the most any rank reported)
         self.phase_seen = 0.0                # when a rank of this host was last seen in a phase
         self.silent_for: dict[str, float] = {}   # rank directory -> its silence at the last look
+        self.stepped_at = 0.0                # when a rank of this host last reported a new step (epoch s)
+        self.finishing = False               # a rank of the attempt exited 0: the rest have --hang-timeout
         self._next_check = 0.0
         self._last_wake = 0.0
 
@@ -144,7 +162,7 @@ class HangWatch:
         return last_sign_of_life(spec, self.started)
 
     def budget(self) -> float:
-        """The silence this host's ranks are allowed now."""
+        """The silence this host's ranks that reported steps of their own are allowed now."""
         if self.clock is None:
             return self.timeout
         phase = next((pulse.phase for pulse in self.pulses.values() if pulse.phase), None)
@@ -152,8 +170,24 @@ class HangWatch:
             return self.clock.phase_budget(phase)
         return self.clock.step_budget() if self.steps > 0 else self.clock.bound
 
-    def budget_name(self) -> str:
+    def own_steps(self, spec: RankSpec) -> bool:
+        """Whether ``spec`` reported a step of its own this attempt (a learned budget applies to it)."""
+        pulse = self.pulses.get(spec.rank_dir)
+        return pulse is not None and pulse.steps > 0
+
+    def budget_of(self, spec: RankSpec) -> float:
+        """The silence ``spec`` is allowed now: the learned budget once it reported steps of its own, else the
+        bound (``--hang-timeout``)."""
+        if self.clock is None or (self.own_steps(spec) and not self.finishing):
+            return self.budget()
+        return self.clock.bound
+
+    def budget_name(self, spec: RankSpec | None = None) -> str:
         """How the budget in force came about, for the hang's message."""
+        if spec is not None and self.clock is not None and not self.own_steps(spec):
+            return "--hang-timeout (it reported no step of its own)"
+        if self.clock is not None and self.finishing:
+            return "--hang-timeout (a rank ended: the job is finishing)"
         if self.clock is None or self.budget() == self.clock.bound:
             return "--hang-timeout"
         phase = next((pulse.phase for pulse in self.pulses.values() if pulse.phase), None)
@@ -166,20 +200,39 @@ class HangWatch:
         if pulse is not None and count:
             pulse.steps += _steps_between(pulse.step, step, count)
             pulse.step = step if step is not None else pulse.step
+            pulse.step_at = self.stepped_at = time.time()
             self._count_steps()
 
-    def find_hung(self, live: list[RankSpec], now: float | None = None) -> tuple[RankSpec, float] | None:
-        """The live rank silent the longest, if it has been silent past the budget."""
+    def find_hung(self, live: list[RankSpec], now: float | None = None,
+                  pids: dict[str, int] | None = None) -> tuple[RankSpec, float] | None:
+        """The live rank silent the longest of those silent past their budget (``budget_of``), if any.  ``pids``
+        (rank directory -> pid): a rank with no steps of its own that uses CPU is alive."""
         now = time.time() if now is None else now
         if not live:
             return None
-        silences = [(now - self._look(spec, now), spec) for spec in live]
+        silences = [(now - self._look(spec, now, (pids or {}).get(spec.rank_dir)), spec) for spec in live]
         self.silent_for = {spec.rank_dir: silence for silence, spec in silences}
         self._count_steps()
-        silent_for, spec = max(silences, key=lambda pair: pair[0])
-        return (spec, silent_for) if silent_for >= self.budget() else None
+        advancing = self.clock is not None and now - self.stepped_at < self.clock.step_budget()
+        hung = [(silence, spec) for silence, spec in silences if silence >= self.budget_of(spec)
+                and (self.own_steps(spec) or not advancing)]   # a rank that waits is waited for
+        if not hung:
+            return None
+        silent_for, spec = max(hung, key=lambda pair: pair[0])
+        return spec, silent_for
 
-    def _look(self, spec: RankSpec, now: float) -> float:
+    def _busy(self, pulse: Pulse, pid: int | None, now: float) -> None:
+        """Note when a rank's CPU time last showed it working (``BUSY_SHARE`` of a core since the last read)."""
+        if pid is None or now - pulse.cpu_at < CPU_LOOK_SECONDS:
+            return
+        from launcher.execute.local.proctree import cpu_seconds
+
+        used = cpu_seconds(pid)
+        if used is not None and pulse.cpu is not None and used - pulse.cpu >= BUSY_SHARE * (now - pulse.cpu_at):
+            pulse.busy_at = now
+        pulse.cpu, pulse.cpu_at = used, now
+
+    def _look(self, spec: RankSpec, now: float, pid: int | None = None) -> float:
         """The rank's last sign of life, noting what its heartbeat says (step, phase) and, with a clock, what the
         silence that just ended and the phase that just ended taught."""
         sign = self.last_sign_of_life(spec)
@@ -192,7 +245,8 @@ class HangWatch:
             step, pulse.beat_phase = read_heartbeat(beat_path)
             if step is not None and step != pulse.step:
                 pulse.steps += _steps_between(pulse.step, step, 1)
-                pulse.step = step
+                pulse.step, pulse.step_at = step, beat_time
+                self.stepped_at = max(self.stepped_at, beat_time)
         phase = pulse.beat_phase
         if phase is None and spec.ckpt_dir is not None and _saves_in_progress(spec.ckpt_dir):
             phase, changed_at = CHECKPOINT, now
@@ -203,9 +257,13 @@ class HangWatch:
         if pulse.phase is not None:
             self.phase_seen = now
         if sign > pulse.sign:
-            if self.clock is not None and self.steps >= WARMUP_STEPS and pulse.sign > self.phase_seen:
+            if self.clock is not None and self.steps >= WARMUP_STEPS and pulse.sign > self.phase_seen \
+                    and pulse.steps > 0:   # only a rank the learned budget applies to teaches it
                 self.clock.saw_silence(sign - pulse.sign)   # a silence outside any phase, past the warm-up
             pulse.sign = sign
+        if self.clock is not None and pulse.steps == 0:   # no steps of its own: working counts as alive
+            self._busy(pulse, pid, now)
+            return max(sign, pulse.busy_at)
         return sign
 
     def _count_steps(self) -> None:
@@ -283,7 +341,7 @@ def check_hangs(hangs: HangWatch, live: list, attempt: int):
     the rank that stopped first (``execute.blame``; else the one silent longest) returned; else None."""
     from launcher.execute.blame import read_state, stopped_first
 
-    found = hangs.find_hung([p.spec for p in live])
+    found = hangs.find_hung([p.spec for p in live], pids={p.spec.rank_dir: p.popen.pid for p in live})
     if not found:
         return None
     spec, silent_for = found
@@ -294,7 +352,7 @@ def check_hangs(hangs: HangWatch, live: list, attempt: int):
         spec = next(p.spec for p in live if p.spec.rank == culprit[0].rank)
         silent_for, why = hangs.silent_for.get(spec.rank_dir, silent_for), culprit[1]
     hung = next(p.result for p in live if p.spec is spec)
-    hung.hang = describe_hang(spec, silent_for, hangs.budget_name(), why)
+    hung.hang = describe_hang(spec, silent_for, hangs.budget_name(found[0]), why)
     hung.stopped_first = culprit is not None
     if culprit is None and hangs.multi_host:
         hung.hang += ("; no rank here stands out (the one the others wait for may be on another host: the "
@@ -323,8 +381,9 @@ def dump_rank_stacks(live: list, attempt: int, hangs: HangWatch | None = None) -
     for p in live:
         pulse = hangs.pulses.get(p.spec.rank_dir) if hangs is not None else None
         sign = hangs.last_sign_of_life(p.spec) if hangs is not None else last_sign_of_life(p.spec, 0.0)
-        step = pulse.step if pulse is not None else read_heartbeat(os.path.join(p.spec.rank_dir, HEARTBEAT_FILE))[0]
-        headers[p.spec.rank_dir] = header(sign, step)
+        beat = os.path.join(p.spec.rank_dir, HEARTBEAT_FILE)
+        step, step_at = (pulse.step, pulse.step_at) if pulse is not None else (read_heartbeat(beat)[0], _mtime(beat))
+        headers[p.spec.rank_dir] = header(sign, step, step_at)
     try:
         files, why = dump_stacks([(p.spec, p.popen.pid) for p in live], attempt, headers)
     except OSError as exc:   # a full disk must not turn a hang into a traceback

@@ -103,3 +103,30 @@ def children(pid: int) -> set[int]:
             return {int(p) for p in fh.read().split()}
     except OSError:
         return set()
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """CPU seconds (user + system) the process ``pid`` and its live descendants used, with its reaped children's
+    (``/proc/PID/stat`` fields 14-17); None when ``pid`` is gone.  A rank waiting in a gloo collective blocks in
+    a socket read and uses none; one computing, loading data or compiling uses its share of a core."""
+    own = _cpu_ticks(pid, children_too=True)
+    if own is None:
+        return None
+    ticks = own + sum(_cpu_ticks(child) or 0 for child in tree(pid))
+    return ticks / CLOCK_TICKS
+
+
+def _cpu_ticks(pid: int, children_too: bool = False) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(b")") + 2:].split()
+    try:   # utime, stime, cutime, cstime: fields 14-17 of stat(5), 11-14 after the command's ")"
+        return sum(int(fields[index]) for index in ((11, 12, 13, 14) if children_too else (11, 12)))
+    except (ValueError, IndexError):
+        return None
+
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100

@@ -13,14 +13,16 @@ hang watch's warm-up (``HangWatch.stepped``: a learned timeout waits for the job
 
 from __future__ import annotations
 
+import json
 import os
+import time
 from dataclasses import dataclass
 
 from launcher.base.border import OverBudget, open_fd
 from launcher.base.console import say
 from launcher.base.pace import Pace
-from launcher.base.steps import UserPattern, pattern_budget, step_line
-from launcher.base.stragglers import RankSteps
+from launcher.base.steps import StepReading, UserPattern, pattern_budget
+from launcher.base.stragglers import WORK_FILE, RankSteps, work_record
 from launcher.contract import HEARTBEAT_FILE
 from launcher.execute.local.hangs import read_heartbeat
 from launcher.execute.local.tee import last_segment
@@ -28,6 +30,8 @@ from launcher.execute.local.tee import last_segment
 INTERVAL = 0.5            # seconds between looks at the logs
 READ_LIMIT = 64 << 10     # bytes of one log read per look, at most
 PENDING_LIMIT = 64 << 10  # an unfinished line longer than this is dropped (a progress bar without newlines)
+WORK_STEPS = 10           # a CPU sample spans at least this many steps of the job
+WORK_SECONDS = 2.0        # and this many seconds: /proc counts CPU in 10 ms ticks, a sample spans hundreds
 
 
 @dataclass
@@ -39,6 +43,7 @@ class _Log:
     beat_mtime: float = 0.0      # the heartbeat's time when last read
     beat_time: float = 0.0       # when it first said beat_step
     beat_step: int | None = None
+    reading: StepReading | None = None   # the log's step lines in order (a progress bar's own count)
 
 
 class StepReader:
@@ -49,6 +54,7 @@ class StepReader:
         self.host = host
         self.steps: dict[int, RankSteps] = {}
         self._logs: dict[str, _Log] = {}
+        self._work: dict[int, tuple[float, int, float]] = {}   # rank -> (CPU seconds, the job's steps, when)
         self.due = Pace(INTERVAL).due   # nothing to read in a launch's first half second
 
     def read(self, spec) -> tuple[int, int | None]:
@@ -56,21 +62,62 @@ class StepReader:
         heartbeat that moved on adds a step time too."""
         steps = self.steps.setdefault(spec.rank, RankSteps(spec.rank, self.host))
         log = self._logs.setdefault(spec.rank_dir, _Log())
+        if log.reading is None:
+            log.reading = StepReading(self.user)
         count, newest = 0, None
         try:
             with pattern_budget(self.user):
                 for line in self._new_lines(spec.log_file, log):
-                    found = step_line(line, self.user)
+                    found = log.reading.read(line)
                     if found is not None:
                         steps.add(found.ms, found.step)
                         count, newest = count + 1, found.step if found.step is not None else newest
         except OverBudget as exc:   # read on without it: the frameworks' lines still count
             say(f"{exc}; not using it for the rest of this run")
             self.user = None
+            for each in self._logs.values():
+                if each.reading is not None:
+                    each.reading.user = None
         beat = self._beat(os.path.join(spec.rank_dir, HEARTBEAT_FILE), log)
         if beat is not None:   # a step time only: the hang watch counts heartbeat steps itself
             steps.add(*beat)
         return count, newest
+
+    def measure_work(self, live: list) -> None:
+        """Each live rank's (``RankProcess``) CPU time per step of the job (``RankSteps.work``), one sample per
+        ``WORK_STEPS`` steps and ``WORK_SECONDS`` at least: the step count is the most step lines any rank of this
+        host printed, so a rank that prints none is measured too."""
+        from launcher.execute.local.proctree import cpu_seconds
+
+        progress = max((steps.count for steps in self.steps.values()), default=0)
+        now = time.monotonic()
+        for process in live:
+            rank = process.spec.rank
+            before = self._work.get(rank)
+            if before is not None and (progress - before[1] < WORK_STEPS or now - before[2] < WORK_SECONDS):
+                continue
+            used = cpu_seconds(process.popen.pid)
+            if used is None:
+                continue
+            if before is not None:
+                self.steps.setdefault(rank, RankSteps(rank, self.host)).work.append(
+                    (used - before[0]) * 1000.0 / (progress - before[1]))
+            self._work[rank] = (used, progress, now)
+
+    def save_work(self, specs: list) -> None:
+        """Each rank's CPU work per step into its rank directory (``stragglers.WORK_FILE``), for ``dlaunch
+        status``; a write that fails is tried again next time."""
+        from launcher.base.atomic import write_atomically
+
+        for spec in specs:
+            steps = self.steps.get(spec.rank)
+            if steps is not None and steps.work:
+                record = work_record(steps)
+                try:
+                    write_atomically(os.path.join(spec.rank_dir, WORK_FILE),
+                                     lambda fh, record=record: json.dump(record, fh))
+                except OSError:
+                    continue
 
     def _new_lines(self, path: str, log: _Log) -> list[str]:
         fd = open_fd(path)   # the rank's: a FIFO or a link put in its place is not read

@@ -4,7 +4,8 @@ straggler line, ``straggler``, and the learned timeout's warm-up).
 
 The event loop wakes for every chunk of console output; each watch looks at most once its interval, and
 the live ranks are listed only when one is due.  What a hang watch learned is written to the run directory
-at most once a second, and said once when the step budget is first learned.
+at most once a second, and said when the step budget is first learned and whenever a learned budget moves by 5%
+or more (``HangClock.news``).
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ class Watches:
         self.notice = StragglerNotice(policy.straggler_report) if policy.straggler_report > 0 else None
         pattern = UserPattern.parse(policy.step_pattern) if policy.step_pattern else None
         self.reader = StepReader(pattern, host=plan.server_id) if self.notice or clock else None
-        self._learned = clock is not None and clock.learned
+        if clock is not None and clock.learned:   # carried from an earlier attempt: said when it moves on
+            clock.said = clock.said or clock.budgets()
         self._saved = 0.0
         intervals = [watch.interval for watch in (self.hangs, self.peers) if watch is not None]
         self.interval: float | None = min(intervals + ([INTERVAL] if self.reader else []), default=None)
@@ -49,6 +51,9 @@ class Watches:
         if not (peers_due or hangs_due or reader_due):
             return None
         live = [p for p in ranks if p.alive]
+        if self.hangs is not None and not self.hangs.finishing and any(
+                p.proc is not None and p.result.returncode == 0 for p in ranks):
+            self.hangs.finishing = True   # a rank ended well: the others are finishing (a last save, teardown)
         if self.peers and peers_due:
             waiting = self.peers.check([p.spec for p in live])
             if waiting:
@@ -65,10 +70,13 @@ class Watches:
             count, step = self.reader.read(process.spec)
             if count and self.hangs is not None:
                 self.hangs.stepped(process.spec, count, step)
+        if self.notice is not None:
+            self.reader.measure_work(live)
         if self.notice is not None and self.notice.due():
             line = self.notice.check(list(self.reader.steps.values()))
             if line:
                 say(line)
+            self.reader.save_work([process.spec for process in live])
 
     def _keep_learned(self) -> None:
         clock = self.clock
@@ -76,9 +84,9 @@ class Watches:
             return
         self._saved = time.monotonic()
         save_clock(clock_path(self.plan.run_dir, self.plan.host_files_suffix), clock)
-        if clock.learned and not self._learned:
-            self._learned = True
-            say(clock.describe())
+        news = clock.news()   # first learned, or a budget that moved by 5% or more
+        if news:
+            say(news)
 
     def close(self) -> None:
         """The attempt ended: keep what was learned, whatever the rate limit held back."""

@@ -201,6 +201,90 @@ def test_a_long_line_of_rates_and_carriage_returns_costs_linear_time():
 
 
 def test_a_progress_bar_drawn_again_counts_its_step_once():
-    bar = "Epoch 0:  45%|####5     | 45/100 [00:12<00:15,  3.61it/s, v_num=0]"
-    steps = read_steps(0, "h", [bar, bar, bar.replace("45/100", "46/100")])
-    assert steps.last_step == 46 and len(steps.times) == 2
+    bar = "Epoch 0:   2%|2         | 2/100 [00:01<00:15,  3.61it/s, v_num=0]"
+    steps = read_steps(0, "h", [bar, bar, bar.replace("2/100", "3/100")])
+    assert steps.last_step == 3 and len(steps.times) == 2
+
+
+def test_nanogpts_iteration_line_is_read_by_default():
+    """nanoGPT's train.py prints ``iter N: loss X, time Y ms, mfu Z%`` on its master process (issue 47)."""
+    assert step_line("iter 30: loss 2.5375, time 98.12ms, mfu 1.23%") == StepLine(98.12, 30)
+    assert step_line("iter 0: loss 10.9876, time 20412.55ms, mfu -100.00%") == StepLine(20412.55, 0)
+    assert step_line("step 250: train loss 1.9, val loss 2.0") is None    # its evaluation line: no step time
+    steps = read_steps(0, "h", [f"iter {n}: loss 2.5, time {90 + n}.00ms, mfu 1.00%" for n in range(12)])
+    assert steps.last_step == 11 and list(steps.times)[-1] == 101.0
+
+
+def _bar(count, total, elapsed, rate):
+    percent = 100 * count // total
+    return f"{percent:3d}%|{'█' * (percent // 10):<10}| {count}/{total} [{elapsed}<00:01, {rate}it/s]"
+
+
+def test_a_resumed_hf_bar_counts_this_attempts_steps_not_the_skipped_ones():
+    """HF Trainer resumed at step 8 of 40: its bar jumps to 9 at the first step and tqdm's rate counts the 8
+    skipped steps (75.9 it/s, 13 ms) where a step takes 100 ms. The step time comes from the bar's own count
+    and elapsed time since its first line with a rate."""
+    lines = ["  0%|          | 0/40 [00:00<?, ?it/s]", _bar(9, 40, "00:00", "75.90")]
+    lines += [_bar(count, 40, f"00:{(count - 9) // 10:02d}", "25.00") for count in range(10, 41)]   # 0.1 s a step
+    steps = read_steps(0, "h", lines)
+    assert steps.last_step == 40
+    assert all(ms >= 90 for ms in steps.times), list(steps.times)        # no 13 ms step
+    assert 90 <= list(steps.times)[-1] <= 110, list(steps.times)
+    fresh = read_steps(0, "h", ["  0%|          | 0/40 [00:00<?, ?it/s]", _bar(1, 40, "00:00", "9.80"),
+                                _bar(2, 40, "00:00", "9.90")])          # a bar from its start: tqdm's rate
+    assert [round(ms, 1) for ms in fresh.times] == [102.0, 101.0]
+
+
+def test_the_slowest_come_first_by_their_time_and_a_flagged_faster_rank_is_still_named():
+    """The list called "slowest" is ordered by median step time (issue 47: 311.9 ms was listed after 309.9 ms);
+    a rank flagged for getting slower than itself, but faster than the 3 slowest, is still named."""
+    report = scores(_ranks([[310.7] * 30, [311.9] * 30, [309.9] * 30, [312.5] * 30, [300.0] * 20 + [420.0] * 10]))
+    assert [row["rank"] for row in report["ranks"]] == [3, 1, 0, 2, 4]
+    line = straggler_line(report)
+    assert line.startswith("steps: slowest rank 3 (312.5 ms/step") and "rank 1 (311.9" in line
+    assert line.endswith("; also flagged rank 4 (300.0 ms/step, relative 1.00, individual 0.71, flagged); "
+                         "1 rank(s) under 0.75"), line
+    hosts = scores(_ranks([[100.0] * 20, [100.0] * 20, [150.0] * 20, [150.0] * 20], hosts=2))["hosts"]
+    assert [row["host"] for row in hosts] == ["host1", "host0"]
+
+
+def _synchronous(work_of_rank, wall=60.0, printing=None):
+    """Ranks of a synchronous job: every step takes ``wall`` ms on every rank (they wait for the slowest in the
+    collective); rank r works ``work_of_rank[r]`` ms of CPU per step. ``printing``: the ranks with step lines."""
+    ranks = []
+    for rank, work in enumerate(work_of_rank):
+        steps = RankSteps(rank, "h")
+        if printing is None or rank in printing:
+            for step in range(1, 31):
+                steps.add(wall * random.uniform(0.98, 1.02), step)
+        steps.work.extend(work * random.uniform(0.95, 1.05) for _ in range(20))
+        ranks.append(steps)
+    return ranks
+
+
+def test_in_a_synchronous_job_the_rank_that_works_most_per_step_is_the_straggler():
+    """8 ranks all-reducing every step, every step as long on every rank: rank 5 works 1.4x the CPU (issue 47:
+    step times alone flagged none). Flagged alone, relative near 1/1.4, first in the list; its host too."""
+    random.seed(5)
+    report = scores(_synchronous([30.0] * 5 + [42.0] + [30.0] * 2))
+    assert [row["rank"] for row in report["ranks"] if row["flagged"]] == [5]
+    slowest = report["ranks"][0]
+    assert slowest["rank"] == 5 and slowest["by_cpu"] and abs(slowest["relative"] - 1 / 1.4) < 0.1
+    assert ", CPU 4" in straggler_line(report).split("rank 5 (")[1].split(")")[0]
+    random.seed(6)
+    silent = scores(_synchronous([30.0] * 5 + [42.0] + [30.0] * 2, printing={7}))   # Megatron: the last rank prints
+    assert [row["rank"] for row in silent["ranks"] if row["flagged"]] == [5]
+
+
+def test_ranks_that_sleep_through_their_steps_are_scored_by_their_step_times():
+    """CPU a small share of the step (a rank waiting on I/O, or sleeping as the test programs do): no CPU score."""
+    ranks = _ranks([[100.0] * 20, [100.0] * 20, [140.0] * 20])
+    for steps, work in zip(ranks, (1.0, 3.0, 1.0)):
+        steps.work.extend([work] * 10)
+    report = scores(ranks)
+    assert [row["rank"] for row in report["ranks"] if row["flagged"]] == [2] and "cpu_ms" not in report["ranks"][0]
+
+
+def test_5_percent_jitter_of_work_on_every_rank_flags_none():
+    random.seed(7)
+    assert not any(row["flagged"] for row in scores(_synchronous([30.0] * 8))["ranks"])

@@ -24,9 +24,10 @@ def test_every_ranks_last_step_from_the_summaries_and_the_master_hosts_job_stack
     assert view["stopped_first"] == ("rank 1 on host b stopped first: its stack is in no collective while the "
                                      "other rank waits in one")
     assert view["rank"] == 1 and view["ranks"] == [
-        {"rank": 0, "host": "a", "last_step": 50, "behind_s": 0.0, "in_collective": True, "stack": str(own)},
+        {"rank": 0, "host": "a", "last_step": 50, "behind_s": 0.0, "in_collective": True, "stack": str(own),
+         "step_age_s": None},
         {"rank": 1, "host": "b", "last_step": 49, "behind_s": 1.5, "in_collective": False,
-         "stack": str(jobs / "rank_001.1.txt")}]
+         "stack": str(jobs / "rank_001.1.txt"), "step_age_s": None}]
 
 
 def test_no_stack_no_view(tmp_path):
@@ -48,3 +49,21 @@ def test_the_report_shows_the_hang_another_host_called(tmp_path):
     assert _hang(run, [summary]) is not None
     del summary["job"]
     assert _hang(run, [summary]) is None
+
+
+def test_how_old_each_ranks_step_is_shown_where_status_shows_the_steps(tmp_path):
+    """A heartbeat says its step at most once a second: ``last steps: 0: 37`` while the log shows 39 said
+    nothing of how old 37 was (issue 47). The header records when the step was reported; status shows its age."""
+    from launcher.observe.status import hang_lines
+
+    for rank, (sign, step, at, stack) in enumerate([(100.0, 37, 99.1, WAITING), (98.0, 30, 97.8, SLEEPING)]):
+        path = tmp_path / f"rank_{rank:03d}" / "stack.txt"
+        path.parent.mkdir()
+        path.write_text(header(sign, step, at) + stack)
+    entries = [{"rank": r, "host": "a", "stack_file": str(tmp_path / f"rank_{r:03d}" / "stack.txt")} for r in (0, 1)]
+    view = hang_view(Run(run_dir=str(tmp_path), run_id="r", world_size=2,
+                         summaries={"": {"attempts": [{"ranks": entries}]}}))
+    assert [row["step_age_s"] for row in view["ranks"]] == [0.9, 0.2]
+    lines = hang_lines(view)
+    assert lines[1] == "last steps: 0: 37, 1: 30* (*: in no collective, ?: no stack)"
+    assert lines[2].startswith("step ages: 0: 0.9 s, 1: 0.2 s (how long before the rank's last sign of life"), lines

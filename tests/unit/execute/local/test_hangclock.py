@@ -58,3 +58,20 @@ def test_an_unreadable_file_starts_learning_again(tmp_path):
         clock = load_clock(str(path), 60.0)
         assert (clock.silence, clock.counted_steps, clock.phases) == (0.0, 0, {})
     assert load_clock(str(tmp_path / "none.json"), 5.0).bound == 5.0
+
+
+def test_a_line_when_the_learned_budget_changes_not_on_every_small_move():
+    """The budget went from 1.18 s to 1.27 s without a line (issue 47): each move of 5% or more is said."""
+    clock = HangClock(60.0)
+    clock.saw_silence(0.236)
+    assert clock.news() is None                       # nothing learned yet
+    clock.saw_steps(LEARN_STEPS)
+    first = clock.news()
+    assert first.startswith("hang timeout learned: 1.18 s") and "was" not in first
+    assert clock.news() is None
+    clock.saw_silence(0.24)                           # 1.2 s: under 5% more
+    assert clock.news() is None
+    clock.saw_silence(0.254)
+    assert clock.news().endswith("(was: step 1.18 s)") and "learned: 1.27 s" in clock.describe()
+    clock.saw_phase("checkpoint", 3.0)
+    assert "checkpoint: 15 s" in clock.news()

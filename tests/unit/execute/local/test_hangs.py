@@ -71,3 +71,23 @@ def test_without_steps_nothing_is_learned_and_the_bound_holds(tmp_path):
     assert not clock.learned and watch.budget() == 5.0
     assert watch.find_hung(ranks, now=start + 7.8 + 4.9) is None
     assert watch.find_hung(ranks, now=start + 7.8 + 5.01) is not None
+
+
+def test_a_rank_with_no_steps_of_its_own_has_the_bound_and_is_not_hung_while_the_job_steps(tmp_path):
+    """Only rank 0 reports steps (nanoGPT, HF and Lightning print on rank 0, Megatron on the last rank): the
+    budget learned from its silences is not applied to rank 1, silent all along (issue 47)."""
+    ranks = [spec(tmp_path, 0), spec(tmp_path, 1)]
+    start = time.time() + 1000.0
+    clock = HangClock(5.0)
+    watch = HangWatch(5.0, start, clock)
+    at = start
+    for step in range(1, 60):   # 12 s of steps: past the bound of 5 s for rank 1's silence
+        at = start + 0.2 * step
+        beat(ranks[0], at, step)
+        assert watch.find_hung(ranks, now=at + 0.05) is None, step
+    assert clock.learned and abs(watch.budget_of(ranks[0]) - 1.0) < 1e-3 and watch.budget_of(ranks[1]) == 5.0
+    found = watch.find_hung(ranks, now=at + 1.1)     # the job stopped: both past their budgets now
+    assert found is not None and found[0] is ranks[1] and watch.silent_for[ranks[0].rank_dir] >= 1.0
+    assert watch.budget_name(ranks[1]) == "--hang-timeout (it reported no step of its own)"
+    watch.finishing = True                            # a rank exited 0: the rest have the bound
+    assert watch.budget_of(ranks[0]) == 5.0 and "finishing" in watch.budget_name(ranks[0])

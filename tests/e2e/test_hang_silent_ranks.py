@@ -1,0 +1,34 @@
+"""--hang-learn judges a rank by its own steps and the job's progress, never by another rank's lines (issue 47).
+
+nanoGPT, HF Trainer and Lightning say their steps on rank 0 only, Megatron on the last rank: a budget learned
+from those lines must not call a rank that prints nothing hung while the job steps. tests/programs/
+lockstep_rank.py with ``--print-rank``: gloo ranks all-reducing every 0.2 s, one of them printing nanoGPT's
+``iter N: loss X, time Y ms`` line, the others nothing at all.
+"""
+
+import re
+
+from tests.launching import ROOT, run_dlaunch
+
+PROGRAM = str(ROOT / "tests" / "programs" / "lockstep_rank.py")
+
+
+def test_a_rank_that_prints_no_step_is_not_called_hung_while_the_job_steps(tmp_path):
+    """2 ranks stepping every 0.2 s for 12 s, only rank 0 printing: the budget is learned from rank 0 (about
+    1 s) and rank 1, silent all along, is not called hung (it was: exit 124 a second after the budget applied)."""
+    result = run_dlaunch("run", PROGRAM, "--ranks", "2", "--output-dir", tmp_path / "runs", "--hang-learn",
+                         "--hang-timeout", "60", "--", "--steps", "60", "--print-rank", "0", cwd=tmp_path, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "hang timeout learned: " in result.stderr and " hung" not in result.stderr, result.stderr
+
+
+def test_a_silent_rank_that_stops_is_still_found_by_the_one_that_prints(tmp_path):
+    """Rank 0 prints nothing and stops at step 40 outside any collective; rank 1, which prints its steps,
+    waits for it in all_reduce: rank 1's silence trips the learned budget and the stacks name rank 0."""
+    stopped = tmp_path / "stopped"
+    result = run_dlaunch("run", PROGRAM, "--ranks", "2", "--output-dir", tmp_path / "runs", "--hang-learn",
+                         "--hang-timeout", "60", "--", "--steps", "200", "--print-rank", "1", "--stop-rank", "0",
+                         "--stop-at", "40", "--stopped-file", stopped, cwd=tmp_path, timeout=120)
+    assert result.returncode == 124, result.stderr
+    assert re.search(r"rank 0 hung: .*it stopped first: its stack is in no collective", result.stderr), \
+        result.stderr
