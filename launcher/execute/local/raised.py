@@ -62,11 +62,14 @@ def raised_rank(attempt, pid: int):
     """The live rank of ``attempt`` (an ``AttemptProcesses``) whose process ``pid`` said it raised, marked so
     (its exit code is its exception's, 1); returned when that starts the attempt's stop: not while it stops
     already, nor where a rank is restarted alone (``--restart-policy rank``/``group``, MindCluster's reset
-    file), which is decided by its exit."""
+    file), which is decided by its exit; nor when another rank has already ended badly and its exit is still to
+    be read (SIGKILLed from outside: its peers' collectives raise at once, and the first failure is its)."""
     process = next((p for p in attempt.ranks if p.alive and p.result.pid == pid), None)
     if process is None:
         return None
     process.result.raised = True
     if attempt.stopping or attempt.plan.policy.restart_policy != "job" or attempt.reset is not None:
         return None
+    if any(p is not process and p.alive and p.popen.poll() not in (None, 0) for p in attempt.ranks):
+        return None   # that exit, read next, starts the stop with its own root cause
     return process
