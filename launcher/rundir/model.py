@@ -129,6 +129,8 @@ class PlanFile(TypedDict, total=False):
     hang_timeout: float | None
     hang_learn: bool
     straggler_report: float
+    metrics_port: Port | None
+    metrics_addr: str
     step_pattern: str | None
     waiting_notice: float
     ranks: list[RankSpecFile]

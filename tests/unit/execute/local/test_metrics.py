@@ -1,0 +1,128 @@
+import urllib.error
+import urllib.request
+from types import SimpleNamespace
+
+import pytest
+
+from launcher.base.stragglers import RankSteps
+from launcher.execute.local.metrics import MetricsFeed, exit_class, status_class
+from launcher.execute.results import AttemptResult, RankResult
+from tests.launching import wait_until
+
+
+def samples(text: str) -> dict[str, float]:
+    """``name{labels}`` -> value of every sample of an exposition."""
+    found = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            found[name] = float(value)
+    return found
+
+
+def plan(tmp_path, attempt=0, max_restarts=1, policy="job"):
+    return SimpleNamespace(attempt=attempt, run_dir=str(tmp_path), world_size=4,
+                           ranks=[SimpleNamespace(rank=r) for r in range(4)],
+                           policy=SimpleNamespace(max_restarts=max_restarts, reset_config=None, restart_policy=policy))
+
+
+def process(rank, returncode=None, alive=False, waiting=False, hang=None, restarts=()):
+    result = RankResult(rank, rank, rank, "h", "log", None, returncode=returncode, end=None if alive else 1.0,
+                        hang=hang, restarts=list(restarts))
+    return SimpleNamespace(spec=SimpleNamespace(rank=rank), result=result, alive=alive, waiting=waiting)
+
+
+def test_ranks_by_state_restarts_by_reason_and_the_step_scores(tmp_path):
+    feed = MetricsFeed("h")
+    feed._due = lambda: True
+    feed.begin(plan(tmp_path, policy="rank"))
+    reader = SimpleNamespace(steps={})
+    for rank, ms in enumerate((100.0, 100.0, 140.0)):
+        reader.steps[rank] = RankSteps(rank, "h")
+        for step in range(12):
+            reader.steps[rank].add(ms, step + 1)
+    ranks = [process(0, alive=True, restarts=[{"exit_code": 137, "end": 5.0}]), process(1, alive=True),
+             process(2, waiting=True, returncode=3), process(3, returncode=0)]
+    feed.update(ranks, reader, SimpleNamespace(budget=lambda: 42.5), plan(tmp_path, policy="rank"))
+    feed.stepped(1)
+    feed.publish()
+    got = samples(_render(feed))
+    assert got['dlaunch_ranks{host="h",state="running"}'] == 2
+    assert got['dlaunch_ranks{host="h",state="restarting"}'] == 1
+    assert got['dlaunch_ranks{host="h",state="succeeded"}'] == 1
+    assert got['dlaunch_restarts_total{host="h",policy="rank",reason="signal"}'] == 1
+    assert got['dlaunch_restarts_total{host="h",policy="rank",reason="error"}'] == 0
+    assert got['dlaunch_hang_timeout_seconds{host="h"}'] == 42.5
+    assert got['dlaunch_rank_last_step{rank="2",host="h"}'] == 12
+    assert abs(got['dlaunch_rank_straggler_relative{rank="2",host="h"}'] - 1 / 1.4) < 0.01
+    assert got['dlaunch_rank_straggler_flagged{rank="2",host="h"}'] == 1
+    assert got['dlaunch_rank_step_seconds{rank="2",host="h"}'] == 0.14
+    assert got['dlaunch_last_fault_timestamp_seconds{host="h"}'] == 5.0
+    assert 'dlaunch_fault_recovery_seconds{host="h"}' in got   # rank 1 stepped after the fault
+    assert 'dlaunch_checkpoint_step{host="h"}' not in got      # none saved: not said, rather than said as 0
+
+
+def _render(feed):
+    from launcher.base.exposition import render
+
+    return render(feed.snapshot).decode()
+
+
+def test_a_job_restart_counts_its_reason_and_the_notices(tmp_path):
+    feed = MetricsFeed("h")
+    feed.begin(plan(tmp_path))
+    cause = RankResult(1, 1, 1, "h", "log", None, returncode=-9, end=10.0)
+    result = AttemptResult(attempt=0, ranks=[cause], root_cause=cause, extra={"notices": 3})
+    feed.ended(result, plan(tmp_path), restart=True)
+    feed.begin(plan(tmp_path, attempt=1))
+    got = samples(_render(feed))
+    assert got['dlaunch_restarts_total{host="h",policy="job",reason="signal"}'] == 1
+    assert got['dlaunch_attempts_total{host="h"}'] == 2 and got['dlaunch_attempt{host="h"}'] == 1
+    assert got['dlaunch_survivor_notices_total{host="h"}'] == 3
+    assert got['dlaunch_last_fault_timestamp_seconds{host="h"}'] == 10.0
+    assert got['dlaunch_ranks{host="h",state="starting"}'] == 4
+
+
+def test_status_words_and_exit_codes_map_to_the_labels():
+    assert [status_class(s) for s in ("running", "exited 0", "exited 3", "died of SIGKILL", "hung",
+                                      "running, restarted alone 2x", "remote", "starting")] == \
+        ["running", "succeeded", "failed", "failed", "hung", "running", None, "starting"]
+    assert [exit_class(c) for c in (1, 137, 124, 2)] == ["error", "signal", "hang", "error"]
+
+
+def test_the_server_answers_metrics_and_nothing_else(tmp_path):
+    feed = MetricsFeed("h")
+    feed.begin(plan(tmp_path))
+    assert feed.serve("127.0.0.1", 0)
+    assert feed.server is not None
+    base = f"http://127.0.0.1:{feed.server.port}"
+    try:
+        with urllib.request.urlopen(f"{base}/metrics", timeout=10) as answer:
+            assert answer.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
+            assert samples(answer.read().decode())['dlaunch_ranks{host="h",state="starting"}'] == 4
+        with pytest.raises(urllib.error.HTTPError) as missing:
+            urllib.request.urlopen(f"{base}/", timeout=10)
+        assert missing.value.code == 404
+        assert feed.server.body() is feed.server.body()   # one snapshot is rendered once
+    finally:
+        feed.close()
+
+    def refused():
+        try:
+            urllib.request.urlopen(f"{base}/metrics", timeout=2)
+        except urllib.error.URLError:
+            return True
+        return False
+
+    assert wait_until(refused, timeout=10)
+
+
+def test_a_port_in_use_is_said_and_the_launch_goes_on(tmp_path, capsys):
+    first, second = MetricsFeed("h"), MetricsFeed("h")
+    assert first.serve("127.0.0.1", 0)
+    try:
+        assert not second.serve("127.0.0.1", first.server.port)
+        assert "no metrics served" in capsys.readouterr().err
+    finally:
+        first.close()
+
