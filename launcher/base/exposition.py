@@ -29,40 +29,42 @@ def labels(**pairs) -> str:
 def number(value: float) -> str:
     """A sample's value: integers without a point, floats as ``repr`` gives them (NaN and infinities spelled
     as the format wants)."""
-    if isinstance(value, bool):
-        return "1" if value else "0"
-    if isinstance(value, int):
+    kind = type(value)
+    if kind is int:
         return str(value)
+    if kind is bool:
+        return "1" if value else "0"
     if value != value:
         return "NaN"
     if value in (float("inf"), float("-inf")):
         return "+Inf" if value > 0 else "-Inf"
-    return repr(value)
+    return repr(float(value))
 
 
 @dataclass
 class Family:
-    """One metric: its name, ``gauge`` or ``counter``, its help, and its samples (rendered labels, value)."""
+    """One metric: its name, ``gauge`` or ``counter``, its help, and its sample lines (written as added: a
+    snapshot is written once, by the loop that makes it, and served as it is to every scrape)."""
 
     name: str
     kind: str
     help: str
-    samples: list[tuple[str, float]] = field(default_factory=list)
+    lines: list[str] = field(default_factory=list)
 
     def add(self, label_text: str, value: float | None) -> None:
+        """A sample (``label_text`` from ``labels``, "" for none); a value of None is not known and not said."""
         if value is not None:
-            self.samples.append((label_text, value))
+            name = self.name
+            self.lines.append(f"{name}{{{label_text}}} {number(value)}\n" if label_text else
+                              f"{name} {number(value)}\n")
 
 
 def render(families: list[Family]) -> bytes:
-    """The exposition of ``families``: ``# HELP``, ``# TYPE``, then a line per sample; a family without a sample
+    """The exposition of ``families``: ``# HELP``, ``# TYPE``, then their sample lines; a family without a sample
     is left out (what is not known is not said, rather than said as 0)."""
     out: list[str] = []
     for family in families:
-        if not family.samples:
-            continue
-        name = family.name
-        out.append(f"# HELP {name} {family.help}\n# TYPE {name} {family.kind}\n")
-        out.extend(f"{name}{{{text}}} {number(value)}\n" if text else f"{name} {number(value)}\n"
-                   for text, value in family.samples)
+        if family.lines:
+            out.append(f"# HELP {family.name} {family.help}\n# TYPE {family.name} {family.kind}\n")
+            out += family.lines
     return "".join(out).encode()

@@ -1,11 +1,12 @@
 """``--metrics-port``: this host's part of the job for Prometheus, from what the launcher already knows.
 
-The event loop updates a snapshot (``MetricsFeed``) at most once a ``SNAPSHOT_SECONDS`` from what it holds in
+The event loop writes a snapshot (``MetricsFeed``) at most once a ``SNAPSHOT_SECONDS`` from what it holds in
 memory: its ranks' processes, the step times its step reader read (``stepreader.py``), the straggler scores
-(``base.stragglers``, every ``SCORE_SECONDS``), the hang watch's budget, the attempts and their restarts, and
-every ``CHECKPOINT_SECONDS`` the newest checkpoint step every rank completed. A daemon thread serves it
-(``MetricsServer``): a scrape renders the snapshot it finds (``base.exposition``) and never reads a rank's
-file or waits for the loop; the loop never waits for a scrape. Nothing here is imported without the flag.
+(``base.stragglers``, every ``SCORE_SECONDS`` when there are new times), the hang watch's budget, the attempts
+and their restarts, and every ``CHECKPOINT_SECONDS`` the newest checkpoint step every rank completed, in
+Prometheus's text format (``base.exposition``: written once per snapshot, bytes the scrapes share). A daemon
+thread serves it (``MetricsServer``): a scrape sends the bytes it finds, never reads a rank's file nor waits
+for the loop; the loop never waits for a scrape. Nothing here is imported without the flag.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ if TYPE_CHECKING:
     from launcher.plan.make import LaunchPlan
 
 SNAPSHOT_SECONDS = 1.0     # the loop's snapshot is made at most this often
-SCORE_SECONDS = 5.0        # straggler scores (a median per window of every rank's times) at most this often
+SCORE_SECONDS = 15.0       # straggler scores (a median per window of every rank's times: 0.5 s of CPU at 1,024
+                           # ranks of 200 times, benchmarks/results.md) at most this often, and only on new times
 CHECKPOINT_SECONDS = 10.0  # the newest complete checkpoint step looked for at most this often
 STATES = ("starting", "running", "restarting", "succeeded", "failed", "hung")   # dlaunch_ranks{state}
 REASONS = ("error", "signal", "hang")   # dlaunch_restarts_total{reason}: exit_class; "peer": another host's failure
@@ -91,10 +93,11 @@ class MetricsFeed:
         self.hang_budget: float | None = None
         self.reader: StepReader | None = None   # the attempt's (its steps are read in the loop's thread only)
         self._rank_labels: dict[int, str] = {}
+        self._scored: tuple = ()   # what the step times were when last scored
         self._due = Pace(SNAPSHOT_SECONDS).due
         self._score_due = Pace(SCORE_SECONDS).due
         self._checkpoint_due = Pace(CHECKPOINT_SECONDS).due
-        self.snapshot: list[Family] = self.families()
+        self.body: bytes = render(self.families())   # the newest snapshot, as a scrape sends it
         self.server: MetricsServer | None = None
 
     # ------------------------------------------------------------------ what the launch tells it
@@ -122,8 +125,10 @@ class MetricsFeed:
                 live[key] = live.get(key, 0) + 1
                 self._fault(before.get("end"))
         self.live_restarts = live
-        if reader is not None and (self.report is None or self._score_due()):
-            self.report = scores(list(reader.steps.values()))
+        if reader is not None:
+            seen = tuple((len(r.times), r.last_step, r.times[-1] if r.times else None) for r in reader.steps.values())
+            if seen != self._scored and (self.report is None or self._score_due()):
+                self.report, self._scored = scores(list(reader.steps.values())), seen
         self.hang_budget = hangs.budget() if hangs is not None else None
         if self._checkpoint_due():
             self.look_for_checkpoint(plan)
@@ -175,7 +180,7 @@ class MetricsFeed:
     # ------------------------------------------------------------------ the snapshot
 
     def publish(self) -> None:
-        self.snapshot = self.families()
+        self.body = render(self.families())   # one reference swapped: a scrape sends the old bytes or the new
 
     def _rank(self, rank: int, host: str) -> str:
         text = self._rank_labels.get(rank)
@@ -184,7 +189,7 @@ class MetricsFeed:
         return text
 
     def families(self) -> list[Family]:
-        """Every metric as of now (a new list: the server thread may be rendering the last one)."""
+        """Every metric as of now."""
         now, host = time.time(), self._host
 
         def family(name: str, kind: str, text: str, value: float | None = None) -> Family:
@@ -238,11 +243,9 @@ class MetricsFeed:
         seen = Family("dlaunch_rank_last_step_timestamp_seconds", "gauge",
                       "When the launcher read the rank's last step line (Unix time).")
         median = Family("dlaunch_rank_step_seconds", "gauge", "A rank's median step time.")
-        current = Family("dlaunch_rank_current_step_seconds", "gauge", "The median of a rank's last 10 step times.")
         relative = Family("dlaunch_rank_straggler_relative", "gauge",
                           "The fastest rank's median step time over this rank's (1: the fastest).")
         own = Family("dlaunch_rank_straggler_individual", "gauge", "A rank's best step time over its current one.")
-        flagged = Family("dlaunch_rank_straggler_flagged", "gauge", "1 when a score is under the threshold.")
         steps = self.reader.steps if self.reader is not None else {}
         for rank, times in sorted(steps.items()):
             text = self._rank(rank, times.host)
@@ -251,10 +254,8 @@ class MetricsFeed:
         for row in report["ranks"]:
             text = self._rank(row["rank"], row["host"])
             median.add(text, row["median_ms"] / 1000.0)
-            current.add(text, row["current_ms"] / 1000.0)
             relative.add(text, row["relative"])
             own.add(text, row["individual"])
-            flagged.add(text, 1 if row["flagged"] else 0)
         host_relative = Family("dlaunch_host_straggler_relative", "gauge",
                                "The fastest host's median step time over this host's (its ranks' times pooled).")
         host_median = Family("dlaunch_host_step_seconds", "gauge", "A host's median step time (its ranks' pooled).")
@@ -264,7 +265,7 @@ class MetricsFeed:
             host_median.add(text, row["median_ms"] / 1000.0)
         threshold = Family("dlaunch_straggler_threshold", "gauge", "A score under this flags a rank or host.")
         threshold.add("", report.get("threshold", THRESHOLD) if self.report else None)
-        return [step, seen, median, current, relative, own, flagged, host_relative, host_median, threshold]
+        return [step, seen, median, relative, own, host_relative, host_median, threshold]
 
     # ------------------------------------------------------------------ serving
 
@@ -285,8 +286,8 @@ class MetricsFeed:
 
 
 class MetricsServer:
-    """``GET /metrics`` on a daemon thread: renders the feed's newest snapshot (once per snapshot) and answers.
-    Its thread waits on a selector of the listening socket and a wake-up pipe, so ``close`` returns at once."""
+    """``GET /metrics`` on a daemon thread: the feed's newest snapshot, as the loop wrote it. Its thread waits on
+    a selector of the listening socket and a wake-up pipe, so ``close`` returns at once."""
 
     def __init__(self, feed: MetricsFeed, address: str, port: int):
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -299,7 +300,7 @@ class MetricsServer:
 
             def do_GET(self) -> None:   # noqa: N802 - http.server's name
                 if self.path.split("?")[0] in ("/metrics", "/metrics/"):
-                    body, kind, code = server_self.body(), CONTENT_TYPE, 200
+                    body, kind, code = server_self.feed.body, CONTENT_TYPE, 200
                 else:
                     body, kind, code = b"dlaunch: metrics are at /metrics\n", "text/plain; charset=utf-8", 404
                 self.send_response(code)
@@ -316,21 +317,11 @@ class MetricsServer:
             allow_reuse_address = True
 
         self.feed = feed
-        self._cache: tuple[object, bytes] | None = None
         self.httpd = Server((address, port), Handler)
         self.port = self.httpd.server_address[1]
         self._wake_r, self._wake_w = os.pipe()
         self.thread = threading.Thread(target=self._serve, name="dlaunch-metrics", daemon=True)
         self.thread.start()
-
-    def body(self) -> bytes:
-        snapshot = self.feed.snapshot
-        cached = self._cache
-        if cached is not None and cached[0] is snapshot:
-            return cached[1]
-        text = render(snapshot)
-        self._cache = (snapshot, text)
-        return text
 
     def _serve(self) -> None:
         with selectors.DefaultSelector() as selector:
