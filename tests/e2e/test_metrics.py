@@ -3,6 +3,7 @@ running job every second on loopback, and what its HTTP API answers, and what ``
 agree with what the job did."""
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -88,8 +89,8 @@ def test_prometheus_scrapes_a_running_job_and_status_agrees(tmp_path, prometheus
     port, stop = free_port("127.0.0.1", span=1), tmp_path / "stop"
     out = tmp_path / "runs"
     job = start_dlaunch("run", "--ranks", "3", "--output-dir", out, "--run-id", "metrics", "--metrics-port", port,
-                        "--max-restarts", "1", METRICS_RANK, "--", "--steps", STEPS, "--fail-rank", "1",
-                        "--stop-file", stop, cwd=tmp_path)
+                        "--max-restarts", "1", "--hang-timeout", "300", METRICS_RANK, "--", "--steps", STEPS,
+                        "--fail-rank", "1", "--stop-file", stop, cwd=tmp_path)
     try:
         api = prometheus(port)
         settled = wait_until(lambda: value(api, 'dlaunch_ranks{state="running"}') == 3
@@ -105,7 +106,16 @@ def test_prometheus_scrapes_a_running_job_and_status_agrees(tmp_path, prometheus
         assert abs(value(api, 'dlaunch_rank_straggler_relative{rank="2"}') - 1 / 1.4) < 0.02
         assert [row["metric"]["rank"] for row in query(api, "dlaunch_rank_straggler_relative < 0.75")] == ["2"]
         assert value(api, "dlaunch_checkpoint_age_seconds") >= 0
+        assert value(api, "dlaunch_hang_timeout_seconds") == 300
         host = query(api, "dlaunch_ranks")[0]["metric"]["host"]
+        dashboard = json.loads((ROOT / "configs/grafana/dlaunch.json").read_text())
+        unanswered = set()
+        for panel in dashboard["panels"]:   # every query of the Grafana dashboard, as Grafana would send it
+            for target in panel["targets"]:
+                expression = target["expr"].replace("$job", ".*").replace("$host", ".*")
+                if not query(api, expression.replace("$__rate_interval", "1m")):
+                    unanswered.update(re.findall(r"dlaunch_[a-z_]+", expression))
+        assert unanswered == {"dlaunch_spares_standing_by", "dlaunch_hosts_replaced_total"}, unanswered   # no spares
 
         def agree():
             snap = json.loads(run_dlaunch("status", "--json", latest_run(out), cwd=tmp_path, timeout=30).stdout)

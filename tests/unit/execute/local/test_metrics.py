@@ -122,3 +122,15 @@ def test_a_port_in_use_is_said_and_the_launch_goes_on(tmp_path, capsys):
     finally:
         first.close()
 
+
+
+def test_the_grafana_dashboard_names_only_metrics_dlaunch_serves():
+    import json
+    import re
+    from pathlib import Path
+
+    dashboard = json.loads((Path(__file__).resolve().parents[4] / "configs/grafana/dlaunch.json").read_text())
+    named = {name for panel in dashboard["panels"] for target in panel["targets"]
+             for name in re.findall(r"\bdlaunch_[a-z_]+", target["expr"])}
+    served = {family.name for family in MetricsFeed("h").families()}
+    assert named and named <= served, named - served
