@@ -167,13 +167,17 @@ class MetricsFeed:
             self.fault_at, self.recovered = at, None
 
     def look_for_checkpoint(self, plan: LaunchPlan) -> None:
-        """The newest step every rank completed (``checkpoint.resume``), and when its last file was written."""
-        from launcher.checkpoint.resume import resume_point
+        """The newest step every rank of this host completed (``checkpoint.resume``: its own file or a replica's;
+        the job's is the least over its hosts), and when its last file was written."""
+        from launcher.checkpoint.resume import scan
 
+        own = {spec.rank for spec in plan.ranks if spec.rank is not None}
         try:
-            step = resume_point(plan.run_dir, plan.world_size)[0]
-            if step is not None:
-                self.checkpoint = (step.step, max(os.stat(path).st_mtime for path in step.files.values()))
+            for step in reversed(scan(plan.run_dir)[0] if own else []):
+                files = step.covering(own)
+                if files is not None:
+                    self.checkpoint = (step.step, max(os.stat(path).st_mtime for path in files.values()))
+                    return
         except (OSError, ValueError):
             pass   # a checkpoint being removed as it is looked at: the one seen before stays
 
@@ -218,7 +222,8 @@ class MetricsFeed:
                       self.fault_at),
                family("dlaunch_fault_recovery_seconds", "gauge",
                       "Seconds from the last fault to the first step line after it.", self.recovered),
-               family("dlaunch_checkpoint_step", "gauge", "The newest checkpoint step every rank completed.",
+               family("dlaunch_checkpoint_step", "gauge",
+                      "The newest checkpoint step every rank of this host completed.",
                       self.checkpoint[0] if self.checkpoint else None),
                family("dlaunch_checkpoint_timestamp_seconds", "gauge",
                       "When the newest complete checkpoint's last file was written (Unix time).",

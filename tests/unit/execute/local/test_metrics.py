@@ -134,3 +134,16 @@ def test_the_grafana_dashboard_names_only_metrics_dlaunch_serves():
              for name in re.findall(r"\bdlaunch_[a-z_]+", target["expr"])}
     served = {family.name for family in MetricsFeed("h").families()}
     assert named and named <= served, named - served
+
+
+def test_the_checkpoint_is_the_newest_step_every_rank_of_this_host_completed(tmp_path):
+    for rank, steps in ((0, (10, 20)), (1, (10,)), (2, (10, 20, 30))):
+        directory = tmp_path / f"rank_{rank:03d}" / "ckpt"
+        directory.mkdir(parents=True)
+        for step in steps:
+            (directory / f"net-1_{step}.ckpt").write_bytes(b"state")
+    feed = MetricsFeed("h")
+    feed.look_for_checkpoint(SimpleNamespace(run_dir=str(tmp_path), ranks=[SimpleNamespace(rank=r) for r in (0, 2)]))
+    assert feed.checkpoint is not None and feed.checkpoint[0] == 20   # rank 1 is another host's
+    feed.look_for_checkpoint(SimpleNamespace(run_dir=str(tmp_path), ranks=[SimpleNamespace(rank=r) for r in range(3)]))
+    assert feed.checkpoint[0] == 10
