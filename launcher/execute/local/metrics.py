@@ -145,8 +145,11 @@ class MetricsFeed:
     def ended(self, result: AttemptResult, plan: LaunchPlan, restart: bool) -> None:
         """An attempt ended (``restart``: the launch starts the next one)."""
         self.states = {r.rank: state_of(r) for r in result.ranks if r.rank is not None}
-        for key, count in self.live_restarts.items():
-            self.restarts[key] = self.restarts.get(key, 0) + count
+        for rank in result.ranks:   # its ranks' restarts in place, all of them (the last second's too)
+            for before in rank.restarts:
+                key = (plan.policy.restart_policy, exit_class(before.get("exit_code")))
+                self.restarts[key] = self.restarts.get(key, 0) + 1
+                self._fault(before.get("end"))
         self.live_restarts = {}
         self.notices += int(result.extra.get("notices", 0))
         cause = result.root_cause

@@ -59,6 +59,12 @@ def test_ranks_by_state_restarts_by_reason_and_the_step_scores(tmp_path):
     assert got['dlaunch_last_fault_timestamp_seconds{host="h"}'] == 5.0
     assert 'dlaunch_fault_recovery_seconds{host="h"}' in got   # rank 1 stepped after the fault
     assert 'dlaunch_checkpoint_step{host="h"}' not in got      # none saved: not said, rather than said as 0
+    ranks[1].result.restarts.append({"exit_code": 1, "end": 6.0})   # in the attempt's last second: not looked at
+    feed.ended(AttemptResult(attempt=0, ranks=[p.result for p in ranks]), plan(tmp_path, policy="rank"), False)
+    got = samples(_render(feed))
+    assert got['dlaunch_restarts_total{host="h",policy="rank",reason="signal"}'] == 1
+    assert got['dlaunch_restarts_total{host="h",policy="rank",reason="error"}'] == 1
+    assert got['dlaunch_ranks{host="h",state="failed"}'] == 1 and got['dlaunch_ranks{host="h",state="succeeded"}'] == 1
 
 
 def _render(feed):
@@ -106,7 +112,7 @@ def test_the_server_answers_metrics_and_nothing_else(tmp_path):
     def refused():
         try:
             urllib.request.urlopen(f"{base}/metrics", timeout=2)
-        except urllib.error.URLError:
+        except OSError:   # refused, or reset: accepted in the backlog as the socket closed
             return True
         return False
 
