@@ -32,6 +32,8 @@ SNAPSHOT_SECONDS = 1.0     # the loop's snapshot is made at most this often
 SCORE_SECONDS = 15.0       # straggler scores (a median per window of every rank's times: 0.5 s of CPU at 1,024
                            # ranks of 200 times, benchmarks/results.md) at most this often, and only on new times
 CHECKPOINT_SECONDS = 10.0  # the newest complete checkpoint step looked for at most this often
+MAX_CLIENTS = 16           # connections answered at once; more are closed unanswered (a flood costs no threads)
+CLIENT_SECONDS = 5.0       # a client that sends no whole request within this long is dropped
 STATES = ("starting", "running", "restarting", "succeeded", "failed", "hung")   # dlaunch_ranks{state}
 REASONS = ("error", "signal", "hang")   # dlaunch_restarts_total{reason}: exit_class; "peer": another host's failure
 
@@ -302,8 +304,10 @@ class MetricsServer:
 
         server_self = self
 
+        slots = threading.BoundedSemaphore(MAX_CLIENTS)
+
         class Handler(BaseHTTPRequestHandler):
-            timeout = 5.0   # a client that sends nothing is dropped
+            timeout = CLIENT_SECONDS   # http.server bounds the request's lines (64 KiB) and headers (100)
             protocol_version = "HTTP/1.1"
 
             def do_GET(self) -> None:   # noqa: N802 - http.server's name
@@ -323,6 +327,18 @@ class MetricsServer:
         class Server(ThreadingHTTPServer):
             daemon_threads = True
             allow_reuse_address = True
+
+            def process_request(self, request, client_address) -> None:
+                if not slots.acquire(blocking=False):   # MAX_CLIENTS already: closed at once, no thread
+                    self.shutdown_request(request)
+                    return
+                super().process_request(request, client_address)
+
+            def process_request_thread(self, request, client_address) -> None:
+                try:
+                    super().process_request_thread(request, client_address)
+                finally:
+                    slots.release()
 
         self.feed = feed
         self.httpd = Server((address, port), Handler)

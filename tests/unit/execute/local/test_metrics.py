@@ -153,3 +153,45 @@ def test_the_checkpoint_is_the_newest_step_every_rank_of_this_host_completed(tmp
     assert feed.checkpoint is not None and feed.checkpoint[0] == 20   # rank 1 is another host's
     feed.look_for_checkpoint(SimpleNamespace(run_dir=str(tmp_path), ranks=[SimpleNamespace(rank=r) for r in range(3)]))
     assert feed.checkpoint[0] == 10
+
+
+def test_a_flood_of_idle_connections_costs_no_more_than_max_clients_and_scrapes_resume(tmp_path):
+    import socket
+
+    from launcher.execute.local import metrics
+
+    feed = MetricsFeed("h")
+    assert feed.serve("127.0.0.1", 0) and feed.server is not None
+    idle = [socket.create_connection(("127.0.0.1", feed.server.port)) for _ in range(metrics.MAX_CLIENTS)]
+    try:
+        assert wait_until(lambda: scrape_fails(feed.server.port), timeout=10)   # the 17th: closed unanswered
+    finally:
+        for connection in idle:
+            connection.close()
+    try:
+        assert wait_until(lambda: not scrape_fails(feed.server.port), timeout=15)
+    finally:
+        feed.close()
+
+
+def scrape_fails(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as answer:
+            return answer.status != 200
+    except OSError:
+        return True
+
+
+def test_the_roster_says_spares_standing_by_and_hosts_replaced():
+    from launcher.execute.attempts import Launch
+
+    launch = Launch.__new__(Launch)   # only what _roster_moved reads
+    launch.metrics = MetricsFeed("h")
+    launch.roster = SimpleNamespace(pool=SimpleNamespace(servers=[0, 1, 2]), active=(0, 1))
+    launch._roster_moved(())
+    assert (launch.metrics.standby, launch.metrics.replaced) == (1, 0)
+    launch.roster = SimpleNamespace(pool=SimpleNamespace(servers=[0, 1, 2]), active=(0, 2))
+    launch._roster_moved((0, 1))
+    launch.metrics.publish()
+    got = samples(launch.metrics.body.decode())
+    assert got['dlaunch_spares_standing_by{host="h"}'] == 1 and got['dlaunch_hosts_replaced_total{host="h"}'] == 1
