@@ -14,7 +14,7 @@ from.  Measured per run:
    before ``import torch``): "to respawn" (the launcher's part) and "respawn to training" (the job's).
 2. steps lost: the step reached at the failure (35) minus the step the new attempt resumed from.
 
-The launchers (``--launchers``, default all five):
+The launchers (``--launchers``, default all of them):
 
 - ``dlaunch``: ``python -m launcher run TRAIN.py --ranks 4 --max-restarts 1 --profile structure``; the script
   saves with ``launcher.checkpoint.save(..., replicated=True)`` and resumes from ``DLAUNCH_RESUME_FROM``
@@ -24,6 +24,9 @@ The launchers (``--launchers``, default all five):
   ``checkpoint.save_on_notice(state, 0, step, replicated=True)`` and exits; rank 2 resumes from a replica.
 - ``dlaunch-warm`` and ``dlaunch-window-warm``: the two above plus ``--warm-restarts torch``: the restarted
   ranks run in standby interpreters that imported torch while attempt 0 ran.
+- ``dlaunch-ft``: ``--fault-tolerant`` alone (no ``--max-restarts 1``): what the one switch turns on here (10
+  restarts, the 10 s survivors' window, warm restarts where torch imports, learned hang timeouts, the health gate
+  where a device tool is); the script saves on notice, as under ``dlaunch-window``.
 - ``torchrun``: ``python -m torch.distributed.run --nproc-per-node 4 --max-restarts 1 --standalone TRAIN.py``;
   the script saves with ``torch.save`` into a per-rank directory and, when ``TORCHELASTIC_RESTART_COUNT`` > 0,
   resumes from the newest step every rank saved.
@@ -47,8 +50,8 @@ Ratios are of medians from this same run: ``launcher / ft_launcher`` and ``launc
 processes still alive after their launcher exited are reported and killed.
 
 Run:  .venv/bin/python benchmarks/bench_restart.py --repeat 3
-      [--launchers dlaunch,dlaunch-window,dlaunch-warm,dlaunch-window-warm,torchrun,torchrun-noshare,ft_launcher]
-      [--ft-venv DIR] [--keep]
+      [--launchers dlaunch,dlaunch-window,dlaunch-warm,dlaunch-window-warm,dlaunch-ft,torchrun,torchrun-noshare,
+      ft_launcher] [--ranks N] [--ft-venv DIR] [--keep]
 """
 
 from __future__ import annotations
@@ -70,8 +73,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import describe_procs, kill_procs, run_launcher  # noqa: E402  (the shared harness: one run measured)
 
 REPO = Path(__file__).resolve().parent.parent
-LAUNCHERS = ("dlaunch", "dlaunch-window", "dlaunch-warm", "dlaunch-window-warm", "torchrun", "torchrun-noshare",
-             "ft_launcher")
+LAUNCHERS = ("dlaunch", "dlaunch-window", "dlaunch-warm", "dlaunch-window-warm", "dlaunch-ft", "torchrun",
+             "torchrun-noshare", "ft_launcher")
 NPROC = 4
 FAIL_RANK = 2
 FAIL_CODE = 3
@@ -304,9 +307,10 @@ class Bench:
             env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(REPO), env.get("PYTHONPATH"))))
             window = ["--survivor-window", str(SURVIVOR_WINDOW)] if "window" in launcher else []
             warm = ["--warm-restarts", "torch"] if launcher.endswith("warm") else []
-            mode = "window" if window else "dlaunch"
-            return [sys.executable, "-m", "launcher", "run", str(self.train), "--ranks", str(NPROC),
-                    "--max-restarts", "1", "--profile", "structure", "--output-dir", str(work / "runs"), *window,
+            switch = ["--fault-tolerant"] if launcher == "dlaunch-ft" else ["--max-restarts", "1"]
+            mode = "window" if window or launcher == "dlaunch-ft" else "dlaunch"
+            return [sys.executable, "-m", "launcher", "run", str(self.train), "--ranks", str(NPROC), *switch,
+                    "--profile", "structure", "--output-dir", str(work / "runs"), *window,
                     *warm, "--", *self.script_args(mode, stamps, ckpt)], env
         tail_args = [str(self.train), *self.script_args("plain", stamps, ckpt)]
         if launcher == "torchrun-noshare":   # torchrun's restart with its rendezvous store not shared by the ranks
@@ -458,6 +462,7 @@ def print_table(outcomes: list[Outcome], launchers: list[str], args, unavailable
 
 
 def main() -> int:
+    global NPROC, FAIL_RANK   # --ranks: the job's size, read by the commands and the table
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeat", type=int, default=3, help="repetitions per launcher (default 3)")
     parser.add_argument("--launchers", default=",".join(LAUNCHERS), help="comma list of: " + ", ".join(LAUNCHERS))
@@ -470,7 +475,12 @@ def main() -> int:
     parser.add_argument("--save-every", type=int, default=SAVE_EVERY)
     parser.add_argument("--step-time", type=float, default=STEP_TIME)
     parser.add_argument("--keep", action="store_true", help="keep every run's directory (printed) for a look")
+    parser.add_argument("--ranks", type=int, default=NPROC, help=f"ranks per run, at least 2 (default {NPROC}); "
+                                                                 f"the failing one is rank min({FAIL_RANK}, N-1)")
     args = parser.parse_args()
+    if args.ranks < 2:
+        parser.error("--ranks: at least 2")
+    NPROC, FAIL_RANK = args.ranks, min(FAIL_RANK, args.ranks - 1)
     launchers = [name.strip() for name in args.launchers.split(",") if name.strip()]
     unknown = [name for name in launchers if name not in LAUNCHERS]
     if unknown or args.repeat < 1 or not args.save_every <= args.fail_step < args.end_step:

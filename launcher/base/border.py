@@ -276,6 +276,12 @@ def ascii_int(text: str | bytes | None, *, max_digits: int = MAX_DIGITS, signed:
     return int(text)
 
 
+def is_number(text: str | None, max_digits: int = MAX_DIGITS) -> bool:
+    """Whether ``text`` is a whole number in ASCII digits that ``int()`` takes (``"²".isdigit()`` is True, yet
+    ``int("²")`` fails; so do 5,000 digits): the check for a scheduler's or a user's variable."""
+    return ascii_int(text, max_digits=max_digits) is not None
+
+
 def ascii_float(text: str | None, *, max_length: int = MAX_NUMBER_TEXT) -> float | None:
     """The finite, non-negative number ``text`` spells in ASCII (``12``, ``3.5``, ``1e3``); None otherwise."""
     if not text or len(text) > max_length or not text.isascii():

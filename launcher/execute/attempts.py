@@ -30,6 +30,7 @@ from launcher.execute.termination import ZombieCollector, is_pid1, termination_l
 from launcher.host.devices import free_port
 from launcher.host.mindcluster import read_version, version_path
 from launcher.plan.make import LaunchPlan, Options, check_command, make_plan
+from launcher.plan.notes import policy_lines, refusal
 from launcher.rundir.create import create as create_run_dir
 from launcher.rundir.create import write_json
 from launcher.table.model import RankTable, dumps
@@ -95,6 +96,9 @@ def launch(table: RankTable, server_index: int | None, opts: Options, *, dry_run
     else:
         assert server_index is not None   # only a spare has none
         plan = make_plan(table, server_index, opts, rank_table_file, dict(environ), resume=resume)
+    refused = refusal(plan)
+    if refused:
+        raise UsageError(refused)
     if dry_run:
         from launcher.plan.describe import describe
 
@@ -165,6 +169,8 @@ class Launch:
     def start(self) -> None:
         """The job's link (several hosts), the run directory, then what watches every attempt: the signals to
         dlaunch, the workers, and as PID 1 the collector of zombies."""
+        if self.opts.policy.fault_tolerance:   # the first line: what --fault-tolerant turned on here, and left off
+            say(self.opts.policy.fault_tolerance)
         self.link = self._open_link()
         try:
             if self.roster is not None and self.link is not None:
@@ -188,7 +194,7 @@ class Launch:
             say(f"run directory {self.plan.run_dir}" + (
                 f"; this host's {len(self.plan.ranks)} rank(s) are not on the console (--console {self.opts.console}:"
                 f" --console all, or a list of ranks, shows them), their logs are in rank_NNN/output.log"
-                if hidden else ""))
+                if hidden else ""), *policy_lines(self.plan))
         self.started = time.time()
         control_fd, control_pending = self.control or (None, b"")
         self.signals = SignalWatch(control_fd, control_pending, forward=self.opts.forward_signals)
@@ -429,18 +435,23 @@ class Launch:
 
     def _health_gate(self) -> AttemptResult | None:
         """This host checked before its ranks start (host/health.py): None when fit; else an attempt that
-        started nothing, stopped with exit 92, every finding said, and the other hosts told."""
-        from launcher.host.health import GateSettings, gate
+        started nothing, stopped with exit 92, every finding said, and the other hosts told. Each check's
+        outcome is said before the first start; every tool's answer is kept in ``health[.<host>].txt``."""
+        from launcher.host.health import GateSettings, gate, keep_answers
 
         policy, plan = self.opts.policy, self.plan
         devices = [spec.device_id for spec in plan.ranks if spec.device_id is not None]
         if plan.standby and self.roster is not None:   # a spare is checked for the devices it would run
             devices = [placed.device for placed in self.roster.pool.servers[self.roster.own].placed()]
-        found = gate(devices, plan.run_dir, GateSettings(command=policy.health_check),
-                     self.inherited.get("PATH", os.defpath), stop=self.signals)
-        if not found:
+        kept_in = plan.host_file("health", "txt")
+        report = gate(devices, plan.run_dir, GateSettings(command=policy.health_check, kept_in=kept_in),
+                      self.inherited.get("PATH", os.defpath), stop=self.signals)
+        unwritten = keep_answers(kept_in, plan.attempt, report.lines(), report.transcript)
+        if not self.attempts:   # before the first start: what was checked, and what could not be
+            say(*report.lines(), *([unwritten] if unwritten else []))
+        if not report.findings:
             return None
-        lines = [finding.line(plan.server_id) for finding in found]
+        lines = [finding.line(plan.server_id) for finding in report.findings]
         code = policy.unfit_exit_code
         rescheduled = policy_reschedules(self.opts)
         say(f"the health gate found this host unfit to start (exit {code}"
@@ -450,7 +461,8 @@ class Launch:
             "why": f"the health gate found host {plan.server_id} unfit: {lines[0]}"
                    + (f" (and {len(lines) - 1} more)" if len(lines) > 1 else ""),
             "exit_code": code, "cause": {"kind": "unhealthy", "host": plan.server_id, "reschedule": rescheduled,
-                                         "findings": lines}}, extra={"unfit": True})
+                                         "findings": lines, "checks": report.lines(),
+                                         **({"output": kept_in} if not unwritten else {})}}, extra={"unfit": True})
         if self.link is not None and not plan.standby:   # an unfit spare only leaves: the job runs on
             self.link.stopped(result)
         return result

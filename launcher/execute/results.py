@@ -228,7 +228,8 @@ def summarize(plan: LaunchPlan, attempts: list[AttemptResult], started: float, w
         "ranks": ranks[-1],
         **({"scheduler": last.scheduler.to_dict()} if last.scheduler else {}),
         "attempts": [{"attempt": a.attempt, "exit_code": a.exit_code, "root_cause": _root_cause(a),
-                      "ranks": entries} for a, entries in zip(attempts, ranks)],
+                      "ranks": entries, **({"unfit": True} if a.extra.get("unfit") else {})}
+                     for a, entries in zip(attempts, ranks)],
         **({"warnings": list(warnings)} if warnings else {}),
         **({"standby": True} if plan.standby else {}),   # --spares: this host stood by in the last attempt
     }
@@ -248,13 +249,35 @@ def _teardown_abort(cause: Mapping[str, Any]) -> bool:
                                                     for line in tail[-3:])
 
 
+def restarts_said(summary: Mapping[str, Any]) -> str:
+    """`` after 2 restart(s)`` of the job (attempts that started ranks: one a health gate found unfit did not),
+    `` after 3 restart(s) of rank(s) 1,4`` started again in place (``--restart-policy rank`` or ``group``,
+    MindCluster), both, or "" for none."""
+    from launcher.base.numlists import format_ranges
+
+    job = sum(1 for attempt in (summary.get("attempts") or [])[1:] if not attempt.get("unfit"))
+    alone = {int(r["rank"]): len(r["restarts"]) for r in summary.get("ranks") or []
+             if isinstance(r.get("rank"), int) and r.get("restarts")}
+    said = f" after {job} restart(s)" if job > 0 else ""
+    if alone:
+        said += (" and" if said else " after") + (f" {sum(alone.values())} restart(s) of rank(s) "
+                                                  f"{format_ranges(sorted(alone))}")
+    return said
+
+
+def _ran_on(rank: Mapping[str, Any], cause: Mapping[str, Any]) -> bool:
+    """Whether ``rank`` was still running when the root cause ended (so the stop that followed stopped it);
+    a rank that had ended before, exit 0 or not, was not stopped."""
+    end, failed = rank.get("end"), cause.get("end")
+    return not isinstance(end, (int, float)) or not isinstance(failed, (int, float)) or end >= failed
+
+
 def closing_lines(summary: dict, summary_path: str) -> list[str]:
     """The closing lines people read: success in one line, failure with its root cause and log tail."""
     count = len(summary["ranks"])
     took = summary["ended"] - summary["started"]
     cause = summary["root_cause"]
-    restarts = len(summary.get("attempts") or [None]) - 1
-    restarted = f" after {restarts} restart(s)" if restarts > 0 else ""
+    restarted = restarts_said(summary)
     if summary["status"] == "succeeded" and summary.get("standby"):
         return [f"the job succeeded{restarted} in {took:.1f} s with this host standing by as a spare; run "
                 f"directory {summary['run_dir']}"]
@@ -279,12 +302,14 @@ def closing_lines(summary: dict, summary_path: str) -> list[str]:
         if cause.get("role") == Role.SCHEDULER:
             stopped = f"stopped all {count} rank(s); " if count else ""
         else:
-            others = sum(1 for r in summary["ranks"] if r["rank"] != cause.get("rank"))
+            others = sum(1 for r in summary["ranks"] if r["rank"] != cause.get("rank") and _ran_on(r, cause))
             stopped = f"stopped the other {others} rank(s); " if others else ""
         lines.append(f"{stopped}exit code {summary['exit_code']}{restarted}; summary {summary_path}")
     elif summary.get("stopped_by"):
-        lines.append(f"stopped: {summary['stopped_by']['why']}; stopped "
-                     + ("the MindSpore scheduler" if alone else f"this host's {count} rank(s)")
+        unfit = summary["stopped_by"].get("cause", {}).get("kind") == "unhealthy" and not count
+        lines.append(f"stopped: {summary['stopped_by']['why']}; "
+                     + ("no rank of this host started" if unfit else "stopped the MindSpore scheduler" if alone
+                        else f"stopped this host's {count} rank(s)")
                      + f"; exit code {summary['exit_code']}{restarted}; summary {summary_path}")
     elif summary.get("launcher_error"):
         lines.append(f"{summary['launcher_error']}: stopped "

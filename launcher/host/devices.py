@@ -29,6 +29,7 @@ import re
 import socket
 from dataclasses import dataclass
 
+from launcher.base.border import is_number
 from launcher.errors import UsageError
 
 TYPE_CHECKING = False   # typing's own flag, without importing typing on the launch path (docs/development.md)
@@ -61,7 +62,7 @@ class DeviceView:
 
     @property
     def numeric(self) -> bool:
-        return all(token.isdigit() for token in self.tokens)
+        return all(is_number(token) for token in self.tokens)
 
     @property
     def ids(self) -> list[int]:
@@ -140,7 +141,7 @@ def from_environment(environ) -> DeviceView | None:
     for var in (ASCEND_VAR, CUDA_VAR):
         if var in environ:
             tokens = parse_list(environ[var], var)
-            if var == ASCEND_VAR and not all(t.isdigit() for t in tokens):
+            if var == ASCEND_VAR and not all(is_number(t) for t in tokens):
                 raise UsageError(f"{var}={environ[var]!r}: entries must be device numbers")
             return DeviceView(source=var, tokens=tokens, restricts=True)
     return None
@@ -295,7 +296,7 @@ def ranks_per_node(text: str, environ: Mapping[str, str]) -> tuple[int, str]:
     determine_local_world_size): ``dlaunch torchrun`` and a pod's PET_NPROC_PER_NODE use it."""
     word = str(text).strip().lower()
     if word not in ("auto", "cpu", "gpu", "npu"):
-        if not word.isdigit() or len(word) > 6 or not 1 <= int(word) <= 65536:
+        if not is_number(word) or len(word) > 6 or not 1 <= int(word) <= 65536:
             raise UsageError(f"--nproc-per-node: expected a whole number from 1 to 65536, or auto, cpu, gpu, npu; "
                              f"got {word[:40]!r}")
         return int(word), ""

@@ -49,7 +49,12 @@ _NPU_ROW = re.compile(r"^\|\s*(\d+)\s+[^\s|][^|]*\|\s*([A-Za-z]+)\s*\|", re.M)
 
 
 class ToolError(Exception):
-    """One call of the tool failed: it exited non-zero, ran past its time, or said nothing readable."""
+    """One call of the tool failed: it exited non-zero, ran past its time, or said nothing readable. ``output``:
+    what it printed (bounded), kept where a run records its tools' answers (the health gate's)."""
+
+    def __init__(self, message: str, output: str = ""):
+        super().__init__(message)
+        self.output = output
 
 
 def find_tool(given: str | None = None) -> str:
@@ -118,10 +123,10 @@ def run(argv: list[str], timeout: float, stop=None) -> str:
     text = kept.decode("utf-8", "replace")
     words = " ".join(argv[1:])
     if timed_out:
-        raise ToolError(f"{os.path.basename(argv[0])} {words}: no answer within {timeout:g} s (killed)")
+        raise ToolError(f"{os.path.basename(argv[0])} {words}: no answer within {timeout:g} s (killed)", text)
     if code != 0 and not flooded:
         said = _last_line(text)
-        raise ToolError(f"{os.path.basename(argv[0])} {words}: exit {code}" + (f" ({said})" if said else ""))
+        raise ToolError(f"{os.path.basename(argv[0])} {words}: exit {code}" + (f" ({said})" if said else ""), text)
     return text
 
 

@@ -24,7 +24,8 @@ import os
 import shlex
 import shutil
 import threading
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 
 from launcher.base.border import Refused, parse_json, read_text, socket_answer, whole_number
 from launcher.base.waiting import until
@@ -56,6 +57,58 @@ class GateSettings:
     hccn_tool: str | None = None       # found on PATH (or the driver's directory) when None
     command: str | None = None         # --health-check: the external checker (a command, or unix:PATH)
     infiniband: str = "/sys/class/infiniband"   # the NIC ports' states (tests give a directory of their own)
+    kept_in: str | None = None         # where the run keeps the tools' answers (named by a finding's fix)
+
+
+PASSED, SKIPPED, FAILED = "passed", "skipped", "failed"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One check of the gate: passed, skipped or failed, and why (what it asked, or what was missing)."""
+
+    check: str
+    status: str
+    why: str
+
+    def line(self) -> str:
+        return f"health gate: {self.check} {self.status}: {self.why}"
+
+
+@dataclass
+class GateReport:
+    """What the gate did: each check's outcome, the findings (none: fit to start), and every tool's answer
+    (``$ command`` then its output) for the run directory."""
+
+    outcomes: list[Outcome] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    transcript: list[str] = field(default_factory=list)
+
+    def add(self, check: str, found: list[Finding], passed: str) -> None:
+        self.findings += found
+        details = sorted({f.detail + (f" (device {f.device})" if f.device is not None else "") for f in found})
+        shown = "; ".join(details[:3]) + (f"; and {len(details) - 3} more" if len(details) > 3 else "")
+        self.outcomes.append(Outcome(check, FAILED, shown) if found else Outcome(check, PASSED, passed))
+
+    def skip(self, check: str, why: str) -> None:
+        self.outcomes.append(Outcome(check, SKIPPED, why))
+
+    def lines(self) -> list[str]:
+        return [outcome.line() for outcome in self.outcomes]
+
+
+def recording(run, transcript: list[str]):
+    """``run`` (``hccn.run``'s signature) that appends each call's command and answer to ``transcript``."""
+    def call(argv: list[str], timeout: float) -> str:
+        try:
+            text = run(argv, timeout)
+        except ToolError as exc:
+            transcript.append(f"$ {shlex.join(argv)}\n{exc.output}{'' if exc.output.endswith(chr(10)) else chr(10)}"
+                              f"[{exc}]\n")
+            raise
+        transcript.append(f"$ {shlex.join(argv)}\n{text}" + ("" if text.endswith("\n") else "\n"))
+        return text
+    return call
 
 
 def check_storage(directory: str, timeout: float, stop=None) -> list[Finding]:
@@ -149,22 +202,26 @@ def check_nic_ports(root: str) -> list[Finding]:
     return found
 
 
-def check_external(command: str, timeout: float, run=hccn.run, stop=None) -> list[Finding]:
+def check_external(command: str, timeout: float, run=hccn.run, stop=None, kept_in: str | None = None,
+                   transcript: list[str] | None = None) -> list[Finding]:
     """The user's checker (a command, or ``unix:PATH``): its answer holds NVIDIA's node-health
-    ``{"fail_count": N}``; answering within ``timeout`` seconds in all, or it is a finding."""
+    ``{"fail_count": N}``; answering within ``timeout`` seconds in all, or it is a finding. ``kept_in``: the
+    file its answer is kept in, which a finding names; a socket's answer is added to ``transcript``."""
+    see = f"see what the checker reports (kept in {kept_in})" if kept_in else "see what the checker reports"
     try:
         if command.startswith("unix:"):
             text = socket_answer(command[len("unix:"):], timeout, stop=stop)
+            if transcript is not None:
+                transcript.append(f"$ {command}\n{text}" + ("" if text.endswith("\n") else "\n"))
         else:
             text = run(shlex.split(command), timeout)
     except (ToolError, ValueError, OSError) as exc:
-        return [Finding("external", f"{command!r} failed: {exc}", "see what the checker reports")]
+        return [Finding("external", f"{command!r} failed: {exc}", see)]
     try:
         count = parse_answer(text)
     except Refused as exc:
-        return [Finding("external", f"{command!r} gave no usable answer ({exc})", "fix the checker")]
-    return [Finding("external", f"{command!r} says fail_count {count}", "see what the checker reports")] \
-        if count > 0 else []
+        return [Finding("external", f"{command!r} gave no usable answer ({exc})", f"fix the checker; {see}")]
+    return [Finding("external", f"{command!r} says fail_count {count}", see)] if count > 0 else []
 
 
 def parse_answer(text: str) -> int:
@@ -183,23 +240,71 @@ def parse_answer(text: str) -> int:
     raise Refused('no {"fail_count": N} line')
 
 
-def gate(devices: list[int], run_dir: str, settings: GateSettings, path: str, stop=None) -> list[Finding]:
-    """Every check this host can make, in order; the failures (an empty list: fit to start). ``Stopped`` as
-    soon as ``stop`` (``base.waiting``) says a stop signal came: no tool or service is waited for then."""
-    run = functools.partial(hccn.run, stop=stop)
-    found = check_storage(run_dir, settings.timeout, stop)
-    tool = settings.hccn_tool or shutil.which(hccn.TOOL_NAME, path=path) or shutil.which(hccn.TOOL_NAME,
-                                                                                          path=hccn.DRIVER_TOOLS)
+def _tools(path: str, hccn_tool: str | None = None) -> tuple[str | None, str | None, str | None]:
+    """(hccn_tool, npu-smi, nvidia-smi) as this host has them (PATH, else the driver's directory), or None each."""
+    tool = hccn_tool or shutil.which(hccn.TOOL_NAME, path=path) or shutil.which(hccn.TOOL_NAME, path=hccn.DRIVER_TOOLS)
     npu_smi = shutil.which(hccn.NPU_SMI, path=path) or (hccn.find_npu_smi(tool) if tool else None)
+    return tool, npu_smi, shutil.which(NVIDIA_SMI, path=path)
+
+
+def device_tools(path: str) -> list[str]:
+    """The device tools the gate would ask on this host (npu-smi, nvidia-smi, hccn_tool), by name: where there
+    is none, the gate checks storage alone (``--fault-tolerant`` turns it on only where there is one)."""
+    tool, npu_smi, nvidia_smi = _tools(path)
+    return [name for name, found in ((hccn.NPU_SMI, npu_smi), (NVIDIA_SMI, nvidia_smi), (hccn.TOOL_NAME, tool))
+            if found]
+
+
+def gate(devices: list[int], run_dir: str, settings: GateSettings, path: str, stop=None) -> GateReport:
+    """Every check this host can make, in order, each passed, skipped (its tool is not here) or failed; the
+    findings (none: fit to start). ``Stopped`` as soon as ``stop`` (``base.waiting``) says a stop signal
+    came: no tool or service is waited for then."""
+    from launcher.base.numlists import format_ranges
+
+    report = GateReport()
+    run = recording(functools.partial(hccn.run, stop=stop), report.transcript)
+    shown = f"device(s) {format_ranges(devices)}" if devices else "no device"
+    report.add("storage", check_storage(run_dir, settings.timeout, stop),
+               f"a file written, synced and removed in {run_dir} within {settings.timeout:g} s")
+    tool, npu_smi, nvidia_smi = _tools(path, settings.hccn_tool)
     if npu_smi:
-        found += check_npus(devices, npu_smi, settings.timeout, run)
-    nvidia_smi = shutil.which(NVIDIA_SMI, path=path)
-    if nvidia_smi:
-        found += check_gpus(nvidia_smi, settings.timeout, run)
-    if tool:
-        found += check_network(devices, tool, settings.timeout, run)
+        report.add("npu", check_npus(devices, npu_smi, settings.timeout, run), f"npu-smi info: {shown} OK or Warning")
     else:
-        found += check_nic_ports(settings.infiniband)
+        report.skip("npu", "no npu-smi on PATH")
+    if nvidia_smi:
+        report.add("gpu", check_gpus(nvidia_smi, settings.timeout, run), "nvidia-smi answers")
+    else:
+        report.skip("gpu", "no nvidia-smi on PATH")
+    if tool:
+        report.add("link, net_health", check_network(devices, tool, settings.timeout, run),
+                   f"hccn_tool: {shown} link UP, net health not Fault")
+        report.skip("nic", "hccn_tool checks the links")
+    else:
+        report.skip("link, net_health", "no hccn_tool on PATH or in the driver's directory")
+        if os.path.isdir(settings.infiniband):
+            report.add("nic", check_nic_ports(settings.infiniband), f"every InfiniBand port in {settings.infiniband} "
+                                                                    f"ACTIVE")
+        else:
+            report.skip("nic", f"no InfiniBand ({settings.infiniband})")
     if settings.command:
-        found += check_external(settings.command, settings.timeout, run, stop)
-    return found
+        report.add("external", check_external(settings.command, settings.timeout, run, stop, settings.kept_in,
+                                              report.transcript), f"{settings.command!r} says fail_count 0")
+    else:
+        report.skip("external", "no --health-check")
+    return report
+
+
+def keep_answers(path: str, attempt: int, checks: list[str], transcript: list[str]) -> str | None:
+    """The health gate's outcomes and every tool's answer, appended to ``path`` for attempt ``attempt``; a line
+    saying why it could not be, else None."""
+    text = f"== attempt {attempt}, {time.strftime('%Y-%m-%d %H:%M:%S')}\n" + "".join(f"{line}\n" for line in checks) \
+        + "".join(transcript)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            os.write(fd, text.encode("utf-8", "replace"))
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        return f"cannot keep the health gate's answers in {path}: {exc.strerror}"
+    return None

@@ -31,6 +31,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from launcher.base.border import is_number
 from launcher.contract import RANK_DIR_ENV
 from launcher.errors import UsageError
 
@@ -60,7 +61,7 @@ def _number(environ: Mapping[str, str], name: str, low: int = 0) -> int | None:
     text = environ.get(name, "").strip()
     if not text:
         return None
-    if not text.isdigit() or len(text) > 9 or int(text) < low:
+    if not is_number(text) or len(text) > 9 or int(text) < low:
         raise UsageError(f"{name}={text[:40]!r} (set by the job's scheduler): expected a whole number of at "
                          f"least {low}")
     return int(text)

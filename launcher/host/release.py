@@ -8,10 +8,13 @@ uses less than ``RELEASED_MIB`` or the timeout passes (then it says so in one li
 
 - Ascend (``ASCEND_RT_VISIBLE_DEVICES`` or ``/dev/davinci*``): ``npu-smi info``, the ``HBM-Usage(MB)``
   (``used / total``) at the end of each NPU's chip row;
-- NVIDIA (``CUDA_VISIBLE_DEVICES`` or ``nvidia-smi -L``):
-  ``nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits``.
+- NVIDIA (``CUDA_VISIBLE_DEVICES``, ``nvidia-smi -L``, or nothing said about the devices on a host whose
+  ``nvidia-smi`` is on ``PATH``: ``--ranks N`` gives its ranks devices 0..N-1, the ``cuda:LOCAL_RANK`` every
+  GPU of the host is visible to): ``nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits``.
 
-CPU jobs, and hosts without the tool, do not wait. Device ids are the physical ids the plan gave the ranks.
+Hosts without the tool (so CPU jobs there) do not wait; a CPU job on a GPU host asks about GPUs its ranks do
+not use, which costs a quarter second when they hold nothing. Device ids are the physical ids the plan gave
+the ranks.
 """
 
 from __future__ import annotations
@@ -64,11 +67,12 @@ def parse_gpu_memory(text: str) -> dict[int, int]:
 
 def memory_reader(source: str, path: str | None):
     """A function ``read(stop)`` returning {device: MiB in use}, for the devices ``source`` says the job has;
-    None for a CPU job or where the driver's tool is absent."""
+    None where the driver's tool is absent. ``source`` "" (nothing restricts or describes the devices: ``--ranks
+    N`` without a variable) asks ``nvidia-smi`` where it is on ``path``: every GPU is visible to the ranks then."""
     if source in (ASCEND_VAR, DAVINCI_GLOB):
         tool = shutil.which(hccn.NPU_SMI, path=path) or shutil.which(hccn.NPU_SMI, path=hccn.DRIVER_TOOLS)
         return (lambda stop=None: parse_npu_memory(hccn.run([tool, "info"], TOOL_SECONDS, stop))) if tool else None
-    if source in (CUDA_VAR, "nvidia-smi -L"):
+    if source in (CUDA_VAR, "nvidia-smi -L", ""):
         tool = shutil.which("nvidia-smi", path=path)
         return (lambda stop=None: parse_gpu_memory(hccn.run([tool, *NVIDIA_QUERY], TOOL_SECONDS, stop))) \
             if tool else None

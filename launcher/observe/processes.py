@@ -236,6 +236,10 @@ class Observer:
             snap["steps"] = steps
         if any(cause.get("hung") for cause in snap["root_causes"]):   # every rank's last step, who stopped first
             snap["hang"] = hang_view(run)
+        unfit = [cause for _, summ in sorted(run.summaries.items())
+                 if (cause := (summ.get("stopped_by") or {}).get("cause") or {}).get("kind") == "unhealthy"]
+        if unfit:   # --health-gate: what each unfit host's checks found, and where their answers are kept
+            snap["unfit"] = unfit
         roster = run.roster()
         if roster:   # --spares: active, standing by, replaced
             snap["roster"] = roster
@@ -269,7 +273,7 @@ class Observer:
             elif entry.get("spawn_error"):
                 row["state"] = "failed to start"
             else:
-                row["state"] = "not started"
+                row["state"] = "not started" + unfit_said(run.summaries[ref.suffix])
         elif proc is not None:
             row.update(pid=proc.pid, state="running")
             if self.hang_after is not None and idle is not None and idle > self.hang_after:
@@ -337,3 +341,9 @@ def _last_line(path: str) -> str:
     if not lines:
         return ""
     return lines[-1].split("\r")[-1] if lines[-1].strip("\r") else lines[-1]
+
+
+def unfit_said(summary) -> str:
+    """``: its host was unfit (health gate)`` for a rank of a host the health gate kept from starting."""
+    cause = (summary.get("stopped_by") or {}).get("cause") or {}
+    return ": its host was unfit (health gate)" if cause.get("kind") == "unhealthy" else ""

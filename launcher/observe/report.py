@@ -98,6 +98,9 @@ def page_context(run: Run, stories: list[RankStory], step_pattern: UserPattern |
     summaries = [s for _, s in sorted(run.summaries.items())]
     starts = [s.start for st in stories for s in st.spans if s.start]
     ends = [s.end for st in stories for s in st.spans if s.end]
+    if run.finished:   # the launches' own times: a rank started again in place has spans of its last run only
+        starts = [t for s in summaries if isinstance(t := s.get("started"), (int, float))] or starts
+        ends = [t for s in summaries if isinstance(t := s.get("ended"), (int, float))] or ends
     if run.finished:
         verdict = job_verdict(summaries, run.head, run.missing_hosts)
         status, code = verdict["status"], verdict["exit_code"]
@@ -150,7 +153,14 @@ def page_context(run: Run, stories: list[RankStory], step_pattern: UserPattern |
             "timeline": timeline_svg(stories), "legend": legend_html(stories), "charts": charts, "rows": rows,
             "steps": step_section([story.ref for story in stories], step_pattern), "step_pattern": step_pattern,
             "generated": _when(time.time()), "outcome_colours": OUTCOME_COLOURS, **command_context(run),
-            "roster": _roster(run), "hang": _hang(run, summaries)}
+            "roster": _roster(run), "hang": _hang(run, summaries), "unfit": _unfit(summaries)}
+
+
+def _unfit(summaries: list) -> list[dict]:
+    """--health-gate: each host it found unfit, its findings and the file of its checks' answers."""
+    causes = [(s.get("stopped_by") or {}).get("cause") or {} for s in summaries]
+    return [{"host": c.get("host"), "findings": [str(f) for f in c.get("findings") or []], "output": c.get("output"),
+             "url": file_url(c.get("output"))} for c in causes if c.get("kind") == "unhealthy"]
 
 
 def _hang(run: Run, summaries: list) -> dict | None:

@@ -67,6 +67,11 @@ def headline(snap: dict) -> list[str]:
     if missing:
         names = ", ".join(f"{h['host']} (ranks {h['ranks']})" for h in missing)
         lines.append(f"never reported: {names}: no plan or summary of theirs in this run directory")
+    for unfit in snap.get("unfit") or []:
+        lines.append(f"health gate: host {unfit.get('host')} unfit, its ranks not started:")
+        lines += [f"  {printable(str(finding))}" for finding in unfit.get("findings") or []]
+        if unfit.get("output"):
+            lines.append(f"  every check and its tool's answer: {unfit['output']}")
     for cause in snap["root_causes"]:
         if cause.get("hung"):
             where = (f"the MindSpore scheduler, host {cause.get('host')}" if cause.get("role") == Role.SCHEDULER else

@@ -9,6 +9,7 @@ from launcher.plan.environment import (
     masked_argv,
 )
 from launcher.plan.make import CWD_RANK, LaunchPlan, RankSpec
+from launcher.plan.notes import policy_lines
 
 
 def describe(plan: LaunchPlan, port_chosen_at_start: bool = False) -> str:
@@ -28,7 +29,7 @@ def describe(plan: LaunchPlan, port_chosen_at_start: bool = False) -> str:
             f"run in the worker pods)" if alone else
             f"run {plan.run_id}: {len(plan.ranks)} rank(s) on server {plan.server_id} "
             f"(server {plan.server_index + 1} of {plan.server_count}), world size {plan.world_size}")
-    lines = [head,
+    lines = [head, *([plan.policy.fault_tolerance] if plan.policy.fault_tolerance else []),
              f"run directory: {plan.run_dir}",
              f"rank table:    {plan.rank_table_file}",
              f"master:        {plan.master_addr}:{plan.master_port}" if not port_chosen_at_start else
@@ -42,9 +43,11 @@ def describe(plan: LaunchPlan, port_chosen_at_start: bool = False) -> str:
              + POLICY_WORDS.get(plan.policy.restart_policy, ""),
              f"on a signal:   forwarded, {plan.policy.signal_grace:g} s grace (--signal-grace), SIGKILL",
              "hang check:    " + (f"stop after {plan.policy.hang_timeout:g} s without a sign of life (exit 124)"
-                                  if plan.policy.hang_timeout else "off (--hang-timeout)")]
+                                  if plan.policy.hang_timeout else "off (--hang-timeout)"),
+             "health gate:   " + (health_gate_words(plan) if plan.policy.health_gate else "off (--health-gate)")]
     if plan.resume:
         lines.append(f"resume from:   {plan.resume.label} of {plan.resume.run_dir}")
+    lines += [f"note:          {line}" for line in policy_lines(plan)]
     def shown_env(spec: RankSpec) -> dict[str, str]:
         return {k: f"<{port}>" if port_chosen_at_start and v == str(plan.master_port) else shlex.quote(v)
                 for k, v in masked(spec.env).items()}
@@ -81,6 +84,14 @@ def describe(plan: LaunchPlan, port_chosen_at_start: bool = False) -> str:
 
 POLICY_WORDS = {"rank": "; only the failed rank starts again (--restart-policy rank)",
                 "group": "; only the failed rank's replica group starts again (--restart-policy group)"}
+
+
+def health_gate_words(plan: LaunchPlan) -> str:
+    """What ``--health-gate`` will check (host/health.py), as --dry-run says it."""
+    external = repr(plan.policy.health_check) if plan.policy.health_check else "no --health-check"
+    return (f"before every start: storage, npu (npu-smi), gpu (nvidia-smi), link and net_health (hccn_tool), nic "
+            f"(InfiniBand), external ({external}), each skipped where its tool is absent; an unfit host starts no "
+            f"rank (exit {plan.policy.unfit_exit_code}); answers kept in {plan.host_file('health', 'txt')}")
 
 
 def restart_limits(policy) -> str:

@@ -14,6 +14,7 @@ import os
 from dataclasses import dataclass, field
 
 from launcher.base import numlists
+from launcher.base.border import is_number
 from launcher.base.signals import signal_names
 from launcher.checkpoint.resume import ResumePoint
 from launcher.contract import (
@@ -114,6 +115,7 @@ class Policy:
     metrics_addr: str = "127.0.0.1"  # ... bound on the job's address: loopback for run, this host's for cluster
     step_pattern: str | None = None  # a user's step line (base.steps.UserPattern), besides the frameworks'
     prefix_host: bool = False     # console lines carry the host as well as the rank (cluster)
+    fault_tolerance: str = ""     # --fault-tolerant: what it turned on, left off and why (plan/faults.py)
 
 
 @dataclass(frozen=True)
@@ -339,7 +341,7 @@ def _operator_world_size(inherited: dict) -> int:
     """The job's size in the operator's scheduler pod, which has no rank table: its ``MS_WORKER_NUM`` (checked
     by ``host/pods.py``, which made this a scheduler pod), the number the worker pods' ranks register as."""
     text = inherited.get("MS_WORKER_NUM", "").strip()
-    if not text.isdigit() or int(text) < 1:
+    if not is_number(text) or int(text) < 1:
         raise UsageError(f"MS_WORKER_NUM={text[:40]!r}: MindSpore's scheduler pod needs the job's number of "
                          f"ranks (a whole number of at least 1)")
     return int(text)

@@ -44,6 +44,7 @@ def launch_options(args: LaunchRequest, table, server_index: int, environ: Mappi
     """
     from launcher.host.devices import DeviceView, free_port
     from launcher.host.mindcluster import RESET_CONFIG
+    from launcher.plan.faults import warm_modules
     from launcher.plan.make import Command, Options, Policy, console_ranks
     from launcher.rundir.paths import check_run_id, fresh_run_id, host_suffix, new_run_id, resolve
     from launcher.table.share import master_address
@@ -83,14 +84,17 @@ def launch_options(args: LaunchRequest, table, server_index: int, environ: Mappi
     ms_recovery = bool(args.ms_scheduler or args.ms_scheduler_elsewhere or args.ms_scheduler_pod) and \
         {**environ, **added}.get("MS_ENABLE_RECOVERY") == "1"
     reset_config = args.reset_config or (RESET_CONFIG if environ.get("MINDX_TASK_ID") else None)
+    policy_name = restart_policy(args, ms_recovery)
+    switch = fault_switch(args, policy_name, environ)
+    request, args = args, replace(args, **switch.settled)   # what --fault-tolerant turned on, as if given
     opts = Options(command=command, run_id=check_run_id(run_id) if run_id else new_run_id(),
                    output_dir=output_dir, launch_dir=os.getcwd(), python=sys.executable,
                    policy=Policy(cwd_mode=args.cwd, grace_period=args.grace_period,
                                  survivor_window=args.survivor_window, notice_signal=tuple(args.notice_signal or ()),
                                  signal_grace=args.grace_period if args.signal_grace is None else args.signal_grace,
-                                 max_restarts=max_restarts(args), restart_policy=restart_policy(args, ms_recovery),
+                                 max_restarts=max_restarts(args), restart_policy=policy_name,
                                  restart_delay=args.restart_delay or 0.0, ms_recovery=ms_recovery,
-                                 warm_restarts=args.warm_restarts,
+                                 warm_restarts=warm_modules(args.warm_restarts),
                                  reset_config=reset_config, reset_hold=reset_hold(args, reset_config, environ),
                                  restarts_without_progress=args.restarts_without_progress,
                                  max_failures_per_hour=args.max_failures_per_hour,
@@ -102,7 +106,8 @@ def launch_options(args: LaunchRequest, table, server_index: int, environ: Mappi
                                  metrics_port=args.metrics_port,   # bound on the job's address: this host's own
                                  metrics_addr=table.servers[server_index].server_id if cluster and not head
                                  else "127.0.0.1",
-                                 step_pattern=args.step_pattern, prefix_host=cluster),
+                                 step_pattern=args.step_pattern, prefix_host=cluster,
+                                 fault_tolerance=switch.line),
                    console=console, master_addr=master_addr,
                    master_port=master_port,
                    host_files_suffix=host_suffix(table.servers[server_index].server_id) if cluster and not head
@@ -122,7 +127,7 @@ def launch_options(args: LaunchRequest, table, server_index: int, environ: Mappi
     if args.replica_groups and not head:
         opts = replace(opts, replicas=replica_groups(args.replica_groups, table, server_index, opts, environ))
     if head:
-        return replace(opts, host_argv=tuple(host_argv(args, opts)))
+        return replace(opts, host_argv=tuple(host_argv(request, opts)))   # each host settles the switch itself
     # an id that names the job rather than this launch: torchrun's --rdzv-id, an AscendJob's uid (a rescheduled
     # pod on storage the job shares finds its earlier plan there); Slurm's requeues are slurm_requeue's
     fresh = (args.run_id_fresh or (cluster and not args.run_id and bool(environ.get("MINDX_TASK_ID")))) \
@@ -133,6 +138,19 @@ def launch_options(args: LaunchRequest, table, server_index: int, environ: Mappi
         opts = replace(opts, run_id=fresh_run_id(output_dir, opts.run_id, opts.host_files_suffix),
                        job_name=opts.run_id)
     return opts
+
+
+def fault_switch(args: LaunchRequest, policy_name: str, environ: Mapping[str, str]):
+    """``--fault-tolerant`` on this host (``plan.faults``): whether the ranks' Python finds torch, which device
+    tools the health gate would ask here (on the ranks' PATH, as the gate looks)."""
+    from launcher.plan.faults import FaultTolerance, fault_tolerance, torch_importable
+
+    if not args.fault_tolerant:
+        return FaultTolerance()
+    from launcher.host.health import device_tools
+
+    return fault_tolerance(args, restart_policy=policy_name, torch=not args.no_python and torch_importable(),
+                           tools=device_tools(environ.get("PATH", os.defpath)), hang_bound=LEARNED_HANG_BOUND)
 
 
 def max_restarts(args: LaunchRequest) -> int:
@@ -220,14 +238,20 @@ def host_argv(args: LaunchRequest, opts) -> list[str]:
     Every option declared ``to_hosts``, with the value the head settled (flags, configs, DLAUNCH_* variables;
     what the head resolved, such as the run id and the master address, from its ``Options``), defaults
     included: a host settles its arguments without its own environment or configs, and its dlaunch's defaults
-    need not be the head's.
+    need not be the head's. Under ``--fault-tolerant`` what the switch settles and no layer gave is left out,
+    for each host to settle as it finds torch and its device tools; so is a ``--no-X`` flag no layer gave.
     """
+    from launcher.plan.faults import SETTLED
+
     settled = {**vars(args), "run_id": opts.run_id, "master_addr": opts.master_addr, "master_port": opts.master_port,
                "output_dir": opts.output_dir, "console": opts.console, "module": opts.command.module,
                "no_python": opts.command.no_python, "max_restarts": opts.policy.max_restarts}
     words = [opts.command.target]
     for option in options_for("cluster"):
         if option.to_hosts:
+            if args.source(option.dest) == "default" and (option.negatable or args.fault_tolerant and
+                                                          option.dest in SETTLED):
+                continue   # --fault-tolerant settles it on each host, as that host finds it
             words += option.words(settled[option.dest])
     return words
 

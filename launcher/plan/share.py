@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from launcher.base.border import is_number
 from launcher.errors import UsageError
 from launcher.plan.settle import launch_options
 from launcher.settings.argtypes import spell_span
@@ -253,7 +254,7 @@ def slurm_node(environ, nnodes: int) -> int | None:
     or None outside one, or in a step of another size."""
     node = environ.get("SLURM_NODEID", "")
     count = environ.get("SLURM_NNODES") or environ.get("SLURM_JOB_NUM_NODES", "")
-    if node.isdigit() and count.isdigit() and int(count) == nnodes and int(node) < nnodes:
+    if is_number(node) and is_number(count) and int(count) == nnodes and int(node) < nnodes:
         return int(node)
     return None
 

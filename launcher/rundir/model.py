@@ -128,6 +128,7 @@ class PlanFile(TypedDict, total=False):
     host_files_suffix: str
     hang_timeout: float | None
     hang_learn: bool
+    fault_tolerance: str
     straggler_report: float
     metrics_port: Port | None
     metrics_addr: str
@@ -185,6 +186,7 @@ class AttemptFile(TypedDict, total=False):
     exit_code: Code | None
     root_cause: RankEntryFile | None
     ranks: list[RankEntryFile]
+    unfit: bool          # the health gate found the host unfit: no rank of it started
 
 
 class ResumedFromFile(TypedDict, total=False):
@@ -198,6 +200,10 @@ class JobCauseFile(RankEntryFile, total=False):
     kind: str
     why: str
     rank_exit_code: Code | None
+    findings: list[str]   # the health gate's (kind "unhealthy"): one line each
+    checks: list[str]     # and each of its checks: passed, skipped or failed, and why
+    output: Path          # the file that keeps the gate's tools' answers
+    reschedule: bool
 
 
 class ReplacedFile(TypedDict, total=False):

@@ -163,9 +163,9 @@ def script_options() -> list[Option]:
     takers = launch_option_names()
     for command in LAUNCH_COMMANDS:
         for option in options_for(command):
-            if option.dest not in seen:
-                group = option.group or (None if len(takers[option.dest]) > 1 else f"dlaunch {command} only")
-                seen[option.dest] = replace(option, group=group)
+            if option.dest not in seen:   # in run's and cluster's sections; one command's own says so
+                only = "" if len(takers[option.dest]) > 1 else f"dlaunch {command} only: "
+                seen[option.dest] = replace(option, help=only + option.help)
     return [*seen.values(), *SCRIPT_OPTIONS]
 
 

@@ -44,7 +44,9 @@ class Option:
     ``kind``: VALUE (``--x V``), FLAG (``--x``, true when given), LIST (``--x V`` repeatable) or OPTIONAL
     (``--x`` alone means ``const``, ``--x V`` means V). ``exclusive`` names a group of options of which one
     may be given on the command line; ``rivals`` a group settled by layer (the highest layer that sets one
-    member decides), which defaults to ``exclusive``; ``group`` is the help section. ``layered`` options
+    member decides), which defaults to ``exclusive``; ``group`` is the help section. A ``negatable`` FLAG
+    also takes ``--no-x`` (false), so a flag can turn off what a config, a variable or a switch such as
+    ``--fault-tolerant`` turned on. ``layered`` options
     also come from DLAUNCH_<NAME> (unless ``from_env`` is false: names the rank contract uses) and YAML.
     ``spell`` writes a settled value back as the flag's text (default ``str``), for generated scripts and
     the hosts of ``cluster --ssh``; ``to_hosts`` options are the ones every host of that job must share.
@@ -65,6 +67,7 @@ class Option:
     from_env: bool = True
     spell: Callable[[Any], str] | None = None
     to_hosts: bool = False
+    negatable: bool = False
 
     @property
     def dest(self) -> str:
@@ -79,7 +82,8 @@ class Option:
         default = argparse.SUPPRESS if self.layered else self.default
         extra: dict[str, Any] = {"dest": self.dest, "help": self.help, "default": default}
         if self.kind == FLAG:
-            container.add_argument(*self.flags, action="store_true", **extra)
+            action = argparse.BooleanOptionalAction if self.negatable else "store_true"
+            container.add_argument(*self.flags, action=action, **extra)
             return
         extra.update(type=self.type, choices=self.choices, metavar=self.metavar)
         if self.kind == LIST:
@@ -96,7 +100,7 @@ class Option:
             return [f"{self.flag}={text}"] if text.startswith("-") else [self.flag, text]
 
         if self.kind == FLAG:
-            return [self.flag] if value else []
+            return [self.flag] if value else [f"--no-{self.flag[2:]}"] if self.negatable and value is False else []
         if self.kind == LIST:
             return [word for item in value or [] for word in pair(item)]
         if value is None:

@@ -51,6 +51,7 @@ class LaunchRequest:
     forward_signals: tuple[int, ...] | None
     termination_log: str | None
     max_restarts: int
+    fault_tolerant: bool
     spares: int
     last_call: float
     exclude_cooldown: float

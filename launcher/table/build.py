@@ -17,6 +17,7 @@ import os
 import socket
 
 from launcher.base import numlists
+from launcher.base.border import is_number
 from launcher.errors import UsageError
 from launcher.table.model import MISSING, Device, RankTable, Server, as_int, numbered_like
 
@@ -41,7 +42,7 @@ def read_hccn_conf(path: str = HCCN_CONF) -> dict[int, str]:
     lines = read_text(path, "hccn.conf", MAX_HCCN_BYTES).splitlines()
     for line in lines:
         key, sep, value = line.strip().partition("=")
-        if sep and key.startswith("address_") and key[len("address_"):].isdigit():
+        if sep and key.startswith("address_") and is_number(key[len("address_"):]):
             addresses[int(key[len("address_"):])] = value.strip()
     return addresses
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from launcher.base.border import is_number
 from launcher.errors import UsageError
 from launcher.table.model import RankTable
 
@@ -23,9 +24,9 @@ def _node_index(environ) -> tuple[str, str] | None:
     operator gave (``launcher.host.pods``)."""
     from launcher.host.pods import detect
 
-    if environ.get("SLURM_NODEID", "").isdigit():
+    if is_number(environ.get("SLURM_NODEID")):
         return "SLURM_NODEID", environ["SLURM_NODEID"]
-    if environ.get("OMPI_COMM_WORLD_LOCAL_SIZE") == "1" and environ.get("OMPI_COMM_WORLD_RANK", "").isdigit():
+    if environ.get("OMPI_COMM_WORLD_LOCAL_SIZE") == "1" and is_number(environ.get("OMPI_COMM_WORLD_RANK")):
         return "OMPI_COMM_WORLD_RANK", environ["OMPI_COMM_WORLD_RANK"]
     pod = detect(environ)
     if pod is not None and pod.node_rank is not None:

@@ -1,6 +1,8 @@
 """Layered settings: flags > DLAUNCH_<OPTION> env > YAML files > defaults, for every option type."""
 
 import json
+import os
+import sys
 
 import pytest
 
@@ -37,7 +39,8 @@ def test_missing_script_is_a_usage_error(tmp_path):
     assert result.returncode == 2 and "no SCRIPT given" in result.stderr
 
 
-@pytest.mark.parametrize("name", ["single_host_8dev", "two_hosts_16dev_ssh", "atlas_a2_relaxed", "slurm_job"])
+@pytest.mark.parametrize("name", ["single_host_8dev", "two_hosts_16dev_ssh", "atlas_a2_relaxed", "slurm_job",
+                                  "fault_tolerant"])
 def test_bundled_configs_are_valid(name):
     from tests.conftest import ROOT
 
@@ -81,3 +84,36 @@ def test_config_show_says_which_command_takes_a_clashing_option(tmp_path):
     cluster = run_dlaunch("config", "show", "cluster", "x.py", "--rank-start", "3", "--json", cwd=tmp_path)
     assert cluster.returncode == 0, cluster.stderr
     assert json.loads(cluster.stdout)["rank_start"] == {"value": 3, "source": "command line"}
+
+
+def test_fault_tolerant_says_in_one_line_what_it_turned_on(tmp_path):
+    # issue 49: the one switch, from the real CLI: the dry run's second line names each setting it turned on,
+    # what it left off and why (no device tool on this PATH), and what was given; a flag wins over the switch
+    env = {"PATH": os.path.dirname(sys.executable)}
+    result = run_dlaunch("run", RANK_PROGRAM, "--ranks", "2", "--fault-tolerant", "--dry-run", cwd=tmp_path, env=env)
+    assert result.returncode == 0, result.stderr
+    line = result.stdout.splitlines()[1]
+    assert line.startswith("--fault-tolerant: turned on --max-restarts 10 (exit 93 after 3 failed in a row without a "
+                           "new checkpoint), --survivor-window 10 (for the ranks that ask for a notice; ends once each "
+                           "saved or exited), ")
+    assert "--hang-learn (at most 1800 s)" in line
+    assert "left off --health-gate (no npu-smi, nvidia-smi or hccn_tool here)" in line
+    assert "restarts allowed: 10" in result.stdout and "given 10 s to save" in result.stdout
+    conf = tmp_path / "ft.yaml"
+    conf.write_text("fault-tolerant: true\nmax-restarts: 1\n")
+    given = run_dlaunch("run", RANK_PROGRAM, "--ranks", "2", "--config", conf, "--no-hang-learn", "--dry-run",
+                        cwd=tmp_path, env={**env, "DLAUNCH_SURVIVOR_WINDOW": "0"})
+    assert given.returncode == 0, given.stderr
+    line = given.stdout.splitlines()[1]
+    assert line.endswith("as given: --max-restarts 1, --survivor-window 0, --no-hang-learn"), line
+    assert "restarts allowed: 1" in given.stdout and "hang check:    off" in given.stdout
+    plain = run_dlaunch("run", RANK_PROGRAM, "--ranks", "2", "--dry-run", cwd=tmp_path, env=env)
+    assert "fault-tolerant" not in plain.stdout and "restarts allowed: 0" in plain.stdout
+    # the run itself says it first, before its run directory
+    run = run_dlaunch("run", RANK_PROGRAM, "--ranks", "2", "--fault-tolerant", "--warm-restarts", "none", cwd=tmp_path,
+                      env=env)
+    assert run.returncode == 0, run.stderr
+    first, second = run.stderr.splitlines()[:2]
+    assert first.startswith("dlaunch: --fault-tolerant: turned on --max-restarts 10") and second.startswith(
+        "dlaunch: run directory "), run.stderr
+    assert first.endswith("as given: --warm-restarts none")

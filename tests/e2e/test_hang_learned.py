@@ -3,12 +3,17 @@
 Two real ``dlaunch cluster`` hosts on 127.0.0.2 and 127.0.0.3, 4 gloo ranks each (tests/programs/
 lockstep_rank.py): every rank all-reduces every 0.2 s and reports its step with ``beat(step=N)``; at step 30
 every rank spends 3 s in ``heartbeat.phase("checkpoint")``; rank 6 stops at step 50 outside any collective,
-the 7 others wait for it in all_reduce.  With ``--hang-learn`` (bound 60 s) the hang is called within
-5 x the silence the job showed + 1 s of rank 6 stopping, the 3 s save does not trip it, and the master host
-names rank 6 from every host's stacks.
+the 7 others wait for it in all_reduce.  With ``--hang-learn`` (bound 60 s) the hang is called after rank 6
+stopped by the budget learned from the job (5 x the silence it showed), the 3 s save does not trip it, and the
+master host names rank 6 from every host's stacks.
+
+How long after the stop a hang is called depends on the machine's load (a 2-core machine at load 15 took
+3.5 s where 3.1 s was asserted): these tests assert the order (no hang before the stop) and which budget
+called it (the learned one, the message says so); benchmarks/bench_hang_learned.py measures the delay.
 """
 
 import json
+import math
 import re
 import threading
 import time
@@ -17,6 +22,9 @@ from tests.launching import ROOT, free_port, kill_run, run_dlaunch, start_dlaunc
 
 PROGRAM = str(ROOT / "tests" / "programs" / "lockstep_rank.py")
 HOSTS = ("127.0.0.2", "127.0.0.3")
+# a hang called by the step budget learned from the job (hangs.budget_name), not by --hang-timeout or a phase's
+CALLED_BY_LEARNED = re.compile(r" hung: no output, heartbeat or checkpoint for [\d.]+ s \(learned hang timeout "
+                               r"([\d.]+) s\)")
 
 
 def timed_lines(proc, lines):
@@ -61,7 +69,11 @@ def test_a_learned_timeout_calls_the_hang_of_rank_6_quickly_and_the_master_names
     took = called - float(stopped.read_text())
     print(f"learned silence {silence:.3f} s, budget {max(c['step_budget_s'] for c in learned):.2f} s; "
           f"hang called {took:.2f} s after rank 6 stopped")
-    assert took <= 5 * silence + 1.0, said
+    assert took > 0, said   # no hang before rank 6 stopped: the 3 s save (longer than the step budget) was no hang
+    first = next(line for host in lines for at, line in host if at == called)
+    budget = CALLED_BY_LEARNED.search(first)   # called by what the job taught, not by the 60 s bound
+    assert budget and any(math.isclose(float(budget[1]), clock["step_budget_s"], rel_tol=0.01) for clock in learned
+                          ), (first, learned)
     assert all(clock["phases_s"].get("checkpoint", 0) >= 2.5 for clock in learned), learned   # the save: seen
     # py-spy may catch one rank of a loaded machine with no Python frame (blame.read_state: no stack): 6 others
     assert re.search(r"rank 6 on host 127\.0\.0\.3 stopped first: its stack is in no collective while the [67] "
@@ -92,12 +104,14 @@ def test_a_learned_timeout_calls_the_hang_of_rank_6_quickly_and_the_master_names
 
 def test_a_restart_applies_what_the_first_attempt_learned_from_its_first_step(tmp_path):
     """Attempt 0 learns the budget (steps every 0.2 s) and fails at step 25; attempt 1 has it from its first
-    step: rank 1 stopping at step 3 is called in about a second, not after the bound's 60 s, and no warm-up."""
+    step: its ranks stopping at step 3 (rank 1 first) are called hung by that budget (about a second), not by the
+    bound's 60 s, with no warm-up.  No rank of attempt 1 reports a step after its third, so attempt 1 cannot learn
+    a budget of its own (5 warm-up steps, then 10): a learned budget there is attempt 0's."""
     stopped = tmp_path / "stopped"
     proc = start_dlaunch("run", ROOT / "tests/programs/paced_steps.py", "--ranks", "2", "--output-dir",
                          tmp_path / "runs", "--run-id", "carried", "--hang-learn", "--hang-timeout", "60",
-                         "--max-restarts", "1", "--", "--fail-at", "25", "--stop-at", "3", "--stopped-file", stopped,
-                         cwd=tmp_path)
+                         "--max-restarts", "1", "--", "--fail-at", "25", "--stop-at", "3", "--stop-all",
+                         "--stopped-file", stopped, cwd=tmp_path)
     lines = []
     reader = timed_lines(proc, lines)
     try:
@@ -109,10 +123,14 @@ def test_a_restart_applies_what_the_first_attempt_learned_from_its_first_step(tm
     reader.join(timeout=10)
     said = "\n".join(line for _, line in lines)
     assert code == 124, said
-    called = min(at for at, line in lines if " hung: " in line)
+    called, first = min((at, line) for at, line in lines if " hung: " in line)
     learned = json.loads((tmp_path / "runs" / "carried" / "hang_timeouts.json").read_text())
-    assert learned["counted_steps"] >= 10 and learned["step_budget_s"] < 3, learned
-    assert "learned hang timeout" in said and called - float(stopped.read_text()) < learned["step_budget_s"] + 1.5
+    assert learned["counted_steps"] >= 10 and learned["step_budget_s"] < learned["bound_s"], learned
+    # attempt 1 stopped at its step 3, never able to learn a budget of its own: a hang called by the learned
+    # timeout, after the stop, is attempt 0's budget applied from the first step (else: --hang-timeout, 60 s)
+    budget = CALLED_BY_LEARNED.search(first)
+    assert budget and math.isclose(float(budget[1]), learned["step_budget_s"], rel_tol=0.01), (first, learned)
+    assert called > float(stopped.read_text()), said
 
 
 def test_survivors_saving_in_silence_longer_than_the_learned_timeout_are_not_called_hung(tmp_path):

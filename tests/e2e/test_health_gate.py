@@ -85,7 +85,7 @@ def test_the_external_checker_decides_before_the_first_start_and_before_a_restar
 def test_a_checker_without_an_answer_is_a_failure_not_a_pass(tmp_path):
     result = launch(tmp_path, "--health-check", "/bin/echo all good")
     assert result.returncode == 92, result.stderr
-    assert "gave no {\"fail_count\": N} answer" in result.stderr
+    assert 'gave no usable answer (no {"fail_count": N} line)' in result.stderr
 
 
 def test_an_unfit_host_of_a_job_stops_the_other_hosts_too(tmp_path):
@@ -105,3 +105,44 @@ def test_an_unfit_host_of_a_job_stops_the_other_hosts_too(tmp_path):
     assert "says fail_count 3" in err1
     assert code0 != 0 and "the health gate found host 127.0.0.3 unfit" in err0, err0
     assert job.summary(0)["job"]["root_cause"]["kind"] == "unhealthy"
+
+
+def test_the_gate_says_each_check_passed_or_skipped_and_why_at_the_start(tmp_path):
+    result = launch(tmp_path, "--health-gate", env=stand_ins(tmp_path))
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.splitlines()
+    said = [line.removeprefix("dlaunch: health gate: ") for line in lines if line.startswith("dlaunch: health gate: ")]
+    assert lines[1:len(said) + 1] == [f"dlaunch: health gate: {line}" for line in said]   # after the run directory
+    assert [line.split(":")[0] for line in said] == [
+        "storage passed", "npu passed", "gpu skipped", "link, net_health passed", "nic skipped", "external skipped"]
+    assert "gpu skipped: no nvidia-smi on PATH" in said and "external skipped: no --health-check" in said
+    assert "npu passed: npu-smi info: device(s) 0-1 OK or Warning" in said
+    (tmp_path / "dry").mkdir()
+    dry = launch(tmp_path, "--health-gate", "--dry-run", env=stand_ins(tmp_path / "dry"))
+    assert "health gate:   before every start: storage, npu (npu-smi)" in dry.stdout, dry.stdout
+    assert "health gate:   off (--health-gate)" in launch(tmp_path, "--dry-run").stdout
+
+
+def test_an_unfit_host_keeps_the_checkers_words_and_status_shows_the_findings(tmp_path):
+    checker = tmp_path / "checker.sh"
+    marker = tmp_path / "rank1-failed"
+    checker.write_text(f'echo "fake ECC error"; if [ -e {marker} ]; then echo \'{{"fail_count": 1}}\'; '
+                       f'else echo \'{{"fail_count": 0}}\'; fi\n')
+    sh = shutil.which("sh")
+    result = launch(tmp_path, "--health-check", f"{sh} {checker}", "--max-restarts", "2", env={"FAIL": str(marker)})
+    assert result.returncode == 92, result.stderr
+    run_dir = tmp_path / "runs" / "gate"
+    kept = run_dir / "health.txt"
+    assert f"see what the checker reports (kept in {kept})" in result.stderr
+    assert kept.read_text().count("fake ECC error") == 2   # the fit start's answer and the unfit restart's
+    closing = result.stderr.splitlines()[-1]
+    assert "restart(s)" not in closing and "no rank of this host started; exit code 92;" in closing, closing
+    status = run_dlaunch("status", run_dir, cwd=tmp_path).stdout
+    assert "health gate: host 127.0.0.1 unfit, its ranks not started:" in status, status
+    assert f"external: '{sh} {checker}' says fail_count 1" in status
+    assert "not started: its host was unfit (health gate)" in status
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["stopped_by"]["cause"]["output"] == str(kept) and summary["attempts"][1]["unfit"] is True
+    page = run_dlaunch("report", run_dir, "-o", "-", cwd=tmp_path).stdout
+    assert "<strong>host 127.0.0.1</strong> was unfit: its ranks did not start" in page
+    assert f"says fail_count 1; see what the checker reports (kept in {kept})" in page

@@ -83,13 +83,16 @@ def test_a_pod_finds_its_server_by_container_ip_when_pods_share_a_node():
 
 
 def _pods(command, operator, tmp_path, program_args=(), per_pod=None, **values):
-    """Start one dlaunch per pod of a two-pod job, side by side: {index: (returncode, stderr, directory)}."""
+    """Start one dlaunch per pod of a two-pod job, side by side: {index: (returncode, stderr, directory)}.
+    Each pod's stderr is also in ``pod{index}/dlaunch.stderr`` while it runs (a test may wait for a line)."""
     def one(index):
         cwd = tmp_path / f"pod{index}"
         cwd.mkdir(exist_ok=True)
         env = clean_env({**pod_env(operator, index, **values), "POD_IP": PODS[index], **(per_pod or {})})
-        done = subprocess.run(command(index), cwd=cwd, env=env, capture_output=True, text=True, timeout=180)
-        return done.returncode, done.stderr, cwd
+        with open(cwd / "dlaunch.stderr", "w") as err:
+            done = subprocess.run(command(index), cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=err, text=True,
+                                  timeout=180)
+        return done.returncode, (cwd / "dlaunch.stderr").read_text(), cwd
     return side_by_side(one, 0, 1)
 
 
@@ -167,20 +170,35 @@ def test_ascendjob_pods_wait_for_the_table_and_find_their_server_by_pod_ip(tmp_p
     master pod's address, not a server_id) and never hands its LOCAL_RANK list to a rank."""
     table = tmp_path / "hccl.json"
     _ascend_table(table, "initializing")
-    flip = threading.Timer(1.5, _ascend_table, (table, "completed"))
-    flip.start()
     port = free_port("127.0.0.2")
-    started = time.monotonic()
+    # the operator completes the table once both pods said they wait for it (a timer raced a slow pod's start: a
+    # pod that first read the table after it flipped never waited); after 60 s it completes it anyway, so a pod
+    # that never says so fails the test below instead of hanging it
+    waiting = [tmp_path / f"pod{index}" / "dlaunch.stderr" for index in (0, 1)]
+    said, stop = [], threading.Event()
+
+    def operator():
+        deadline = time.monotonic() + 60
+        while not stop.is_set() and time.monotonic() < deadline:
+            if all(path.exists() and "(status: initializing)" in path.read_text() for path in waiting):
+                said.append(True)
+                break
+            stop.wait(0.05)
+        _ascend_table(table, "completed")
+
+    flip = threading.Thread(target=operator, daemon=True)
+    flip.start()
     try:
         results = _pods(lambda i: dlaunch_argv("cluster", DUMP), "ascendjob_pytorch", tmp_path, master="127.0.0.2",
                         port=str(port), nproc="8", world="16", local_list="0,1,2,3,4,5,6,7",
                         per_pod={"DLAUNCH_ASCEND_RANK_TABLE_DEFAULT": str(table)})
     finally:
-        flip.cancel()
-    assert time.monotonic() - started > 1.5
+        stop.set()
+        flip.join(timeout=10)
     for index, (code, err, _) in results.items():
         assert code == 0, f"pod {index}: {err}"
-        assert "initializing" in err and "AscendJob" in err
+        assert "AscendJob" in err and "to be completed by the job's operator (status: initializing)" in err, err
+    assert said, "the table was completed only after 60 s: a pod never said it waited for it"
     for rank in range(16):
         env = json.loads((tmp_path / f"pod{rank // 8}" / f"env_{rank}.json").read_text())
         assert (env["RANK"], env["LOCAL_RANK"], env["WORLD_SIZE"], env["MASTER_ADDR"], env["DEVICE_ID"]) == (

@@ -30,17 +30,18 @@ def runs(rank_dir):
     return [line.split()[0] for line in (rank_dir / "runs.txt").read_text().splitlines()]
 
 
-def test_restart_policy_rank_starts_only_the_failed_rank_again_with_the_same_environment(tmp_path):
+def test_restart_policy_rank_starts_only_the_failed_rank_again_with_its_own_restart_count(tmp_path):
     result = run_dlaunch("run", "--no-python", "/bin/sh", "--ranks", "3", "--profile", "structure", "--restart-policy",
                          "rank", "--max-restarts", "2", "--output-dir", tmp_path / "runs", "--run-id", "alone",
                          "--", "-c", RANK, cwd=tmp_path, env={"FAIL_RANK": "1", "STEPS": "2"})
     assert result.returncode == 0, result.stderr
-    assert ("rank 1 exited with code 3; starting it again alone (--restart-policy rank: restart 1 of 2)"
-            in result.stderr)
+    assert ("rank 1 exited with code 3; starting it again alone once the other 2 rank(s) here have ended (torch's "
+            "process group cannot take it back) (--restart-policy rank: restart 1 of 2)" in result.stderr)
     run_dir = tmp_path / "runs" / "alone"
     assert [len(runs(run_dir / f"rank_{r:03d}")) for r in range(3)] == [1, 2, 1]   # 0 and 2: never restarted
     first, second = (run_dir / "rank_001" / "env.txt").read_text().split("DLAUNCH_RANK_DIR")[1:]
-    assert "DLAUNCH_RANK_DIR" + first == "DLAUNCH_RANK_DIR" + second   # the same ids and environment
+    assert "TORCHELASTIC_RESTART_COUNT=0" in first and "TORCHELASTIC_RESTART_COUNT=1" in second
+    assert first.replace("COUNT=0", "") == second.replace("COUNT=1", "")   # else the same ids and environment
     summary = json.loads((run_dir / "summary.json").read_text())
     assert len(summary["attempts"]) == 1
     rank1 = next(r for r in summary["ranks"] if r["rank"] == 1)
@@ -51,12 +52,107 @@ def test_restart_policy_rank_starts_only_the_failed_rank_again_with_the_same_env
     assert "restarted alone 1x (--restart-policy rank: restart 1 of 2)" in page
 
 
+# Rank 1 saves a checkpoint in its own directory on each run, then fails twice; each run records what it was given.
+OWN_CHECKPOINT = """
+[ "$RANK" = 0 ] && exit 0
+n=$(ls "$DLAUNCH_CKPT_DIR" | wc -l)
+echo "count=$TORCHELASTIC_RESTART_COUNT from=${DLAUNCH_RESUME_FROM:-none} step=${DLAUNCH_RESUME_STEP:-none}" \
+  >> "$DLAUNCH_RANK_DIR/given.txt"
+echo saved > "$DLAUNCH_CKPT_DIR/ckpt-0_$((n * 10 + 5)).pt"
+[ "$n" -lt 2 ] && exit 3
+exit 0
+"""
+
+
+def test_a_rank_restarted_alone_gets_its_restart_count_and_its_own_newest_checkpoint(tmp_path):
+    result = run_dlaunch("run", "--no-python", "/bin/sh", "--ranks", "2", "--restart-policy", "rank",
+                         "--max-restarts", "2", "--output-dir", tmp_path / "runs", "--run-id", "own", "--", "-c",
+                         OWN_CHECKPOINT, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    rank_dir = tmp_path / "runs" / "own" / "rank_001"
+    ckpt = rank_dir / "ckpt"
+    assert (rank_dir / "given.txt").read_text().splitlines() == [
+        "count=0 from=none step=none",
+        f"count=1 from={ckpt / 'ckpt-0_5.pt'} step=0_5",
+        f"count=2 from={ckpt / 'ckpt-0_15.pt'} step=0_15"]
+    assert f"DLAUNCH_RESUME_FROM={ckpt / 'ckpt-0_15.pt'}" in (rank_dir / "env.log").read_text()
+
+
+# Rank 1 fails at once; rank 0 ends later as a broken process group ends it (exit 1); each run's start and
+# rank 0's end are written, in the order they happen, to one file.
+TORCH_RACE = """
+echo "$RANK start $TORCHELASTIC_RESTART_COUNT" >> "$ORDER"
+[ "$TORCHELASTIC_RESTART_COUNT" != 0 ] && exit 0
+[ "$RANK" = 1 ] && exit 3
+sleep 1; echo "0 end" >> "$ORDER"; exit 1
+"""
+
+
+def test_a_torch_job_under_restart_policy_rank_restarts_a_rank_only_once_rank_0_has_ended(tmp_path):
+    order = tmp_path / "order.txt"
+    result = run_dlaunch("run", "--no-python", "/bin/sh", "--ranks", "2", "--restart-policy", "rank",
+                         "--max-restarts", "1", "--output-dir", tmp_path / "runs", "--", "-c", TORCH_RACE,
+                         cwd=tmp_path, env={"ORDER": str(order)})
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.splitlines()
+    said = [line for line in lines if "torch's process groups cannot take a peer back" in line]
+    assert len(said) == 1 and lines.index(said[0]) < next(i for i, line in enumerate(lines) if "rank 1 exited" in line)
+    happened = order.read_text().splitlines()
+    assert sorted(happened) == ["0 end", "0 start 0", "0 start 1", "1 start 0", "1 start 1"], happened
+    assert happened.index("0 end") < happened.index("1 start 1"), happened   # the old store's host had ended
+    assert happened.index("0 end") < happened.index("0 start 1"), happened
+
+
+def test_a_torch_job_across_hosts_is_refused_restart_policy_rank_in_one_line(tmp_path):
+    table = write_rank_table(tmp_path / "rt.json", hosts=HOSTS[:2], devices_per_host=1)
+    result = run_dlaunch("cluster", "--no-python", "/bin/true", "--rank-table", table, "--rank-start", "0",
+                         "--profile", "structure", "--restart-policy", "rank", "--max-restarts", "1", "--dry-run",
+                         cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.count("\n") == 1 and "--restart-policy rank across 2 hosts with a torch job" in result.stderr
+
+
+def test_warm_restarts_under_restart_policy_rank_are_said_to_be_unused(tmp_path):
+    args = ("run", "--no-python", "/bin/sh", "--ranks", "2", "--restart-policy", "rank", "--max-restarts", "1",
+            "--warm-restarts", "json", "--output-dir", tmp_path / "runs")
+    unused = ("--warm-restarts json is not used under --restart-policy rank: standbys serve the restarts of every "
+              "rank (--restart-policy job); a rank started again alone starts cold")
+    dry = run_dlaunch(*args, "--dry-run", "--", "-c", "exit 0", cwd=tmp_path)
+    assert dry.returncode == 0 and unused in dry.stdout, dry.stdout
+    result = run_dlaunch(*args, "--", "-c", "exit 0", cwd=tmp_path)
+    assert result.returncode == 0 and result.stderr.count(unused) == 1, result.stderr
+
+
 def test_restart_policy_rank_stops_the_job_once_a_rank_used_its_restarts(tmp_path):
     result = run_dlaunch("run", "--no-python", "/bin/sh", "--ranks", "2", "--restart-policy", "rank",
                          "--max-restarts", "1", "--output-dir", tmp_path / "runs", "--run-id", "budget", "--", "-c",
-                         '[ "$RANK" = 1 ] && exit 4; sleep 20', cwd=tmp_path)
+                         '[ "$RANK" = 1 ] && exit 4; sleep 1', cwd=tmp_path)
     assert result.returncode == 4, result.stderr
     assert result.stderr.count("starting it again alone") == 1
+
+
+def test_the_closing_line_says_each_ranks_restarts_and_stops_no_rank_that_had_ended(tmp_path):
+    result = run_dlaunch("run", "--no-python", "/bin/sh", "--ranks", "3", "--restart-policy", "rank",
+                         "--max-restarts", "1", "--output-dir", tmp_path / "runs", "--run-id", "said", "--", "-c",
+                         '[ "$RANK" = 1 ] || exit 0; sleep 0.3; exit 4', cwd=tmp_path)
+    assert result.returncode == 4, result.stderr
+    closing = result.stderr.splitlines()[-1]
+    assert closing.startswith("dlaunch: exit code 4 after 1 restart(s) of rank(s) 1; summary "), closing
+    assert "stopped the other" not in result.stderr   # ranks 0 and 2 had exited 0 before it failed
+
+
+def test_the_report_of_a_run_whose_ranks_restarted_alone_gives_the_runs_own_start_and_time(tmp_path):
+    result = run_dlaunch("run", "--no-python", "/bin/sh", "--ranks", "1", "--restart-policy", "rank",
+                         "--max-restarts", "1", "--output-dir", tmp_path / "runs", "--run-id", "timed", "--", "-c",
+                         '[ "$TORCHELASTIC_RESTART_COUNT" = 0 ] && { sleep 1; exit 3; }; exit 0', cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    took = json.loads((tmp_path / "runs" / "timed" / "summary.json").read_text())
+    assert f"all 1 rank(s) exited 0 after 1 restart(s) of rank(s) 0 in {took['ended'] - took['started']:.1f} s" \
+        in result.stderr, result.stderr
+    page = run_dlaunch("report", tmp_path / "runs" / "timed", "-o", "-", cwd=tmp_path).stdout
+    started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(took["started"]))
+    assert f'<dt>started</dt><dd class="clip">{started}</dd>' in page
+    assert f'<dt>took</dt><dd class="clip">{took["ended"] - took["started"]:.1f} s</dd>' in page
 
 
 def job_id(tmp_path):
@@ -168,7 +264,8 @@ def test_with_process_recovery_a_failed_rank_waits_for_clusterds_order_and_resta
         env_file = rank_dir(tmp_path, 5) / "env.txt"   # written by the restarted rank just after runs.txt
         assert wait_until(lambda: env_file.read_text().count("HCCL_ASYNC_ERROR_HANDLING") == 2, timeout=10)
         env = env_file.read_text().split("DLAUNCH_RANK_DIR")
-        assert env[1] == env[2], "the same environment and ids"
+        assert "TORCHELASTIC_RESTART_COUNT=1" in env[2], "its own restart count"
+        assert env[1].replace("COUNT=0", "") == env[2].replace("COUNT=1", ""), "else the same environment and ids"
         assert "HCCL_ASYNC_ERROR_HANDLING=0" in env[2], "the operator's watchdog switch, never turned back on"
         write_reset(reset, GracefulExit=1)
         codes, stderr = ended(procs)

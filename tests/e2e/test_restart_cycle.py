@@ -11,7 +11,10 @@ from tests.launching import ROOT, run_dlaunch, start_dlaunch
 
 SAME_STEP = """
 echo saved > "$DLAUNCH_CKPT_DIR/ckpt-1_30.pt"
-[ "$RANK" = 1 ] && exit 3   # crashes at step 30, every attempt
+if [ "$RANK" = 1 ]; then   # crashes at step 30, every attempt, once rank 0 saved step 30 too (step 30 complete)
+  while [ ! -e "${RANK0_CKPT:-$DLAUNCH_RUN_DIR/rank_000/ckpt}/ckpt-1_30.pt" ]; do sleep 0.02; done
+  exit 3
+fi
 sleep 30
 """
 
@@ -31,6 +34,7 @@ def test_a_rank_that_crashes_at_the_same_step_stops_after_three_cycles_with_93(t
                          "1", "--termination-log", log, "--output-dir", tmp_path / "runs", "--run-id", "loop", "--",
                          "-c", SAME_STEP, cwd=tmp_path)
     assert result.returncode == ExitCode.NO_PROGRESS, result.stderr
+    assert "incomplete" not in result.stderr, result.stderr   # rank 1 crashed only once step 30 was complete
     assert result.stderr.count("restarting all ranks") == 3   # attempt 0 made step 30; 1, 2, 3 made nothing new
     assert ("not restarting: 3 attempt(s) in a row failed without a new complete checkpoint (still ckpt-1_30; "
             "--restarts-without-progress 3)") in result.stderr
@@ -59,13 +63,14 @@ def test_a_crash_loop_without_checkpoints_stops_at_the_failure_rate(tmp_path):
 
 def test_a_crash_loop_across_two_hosts_ends_with_93_on_every_host(tmp_path):
     job = Job(tmp_path, 2, 29765, "hostloop")
+    rank0_ckpt = job.cwd(0) / "dlaunch_runs" / "hostloop" / "rank_000" / "ckpt"   # host 0's: rank 1 waits for it
     try:
         for index in (0, 1):
             job.procs[index] = start_dlaunch(
                 "cluster", "--no-python", "/bin/sh", "--rank-table", job.table, "--rank-start", index, "--run-id",
                 "hostloop", "--master-port", job.port, "--profile", "structure", "--grace-period", "1",
                 *job.timeouts, "--max-restarts", "10", "--restarts-without-progress", "2", "--", "-c", SAME_STEP,
-                cwd=job.cwd(index))
+                cwd=job.cwd(index), env={"RANK0_CKPT": str(rank0_ckpt)})
         for index in (0, 1):
             code, stderr = job.wait(index, timeout=60)
             assert code == ExitCode.NO_PROGRESS, stderr
@@ -130,3 +135,33 @@ def test_a_cpu_job_asks_no_driver(tmp_path):
                                             "PATH": f"{ROOT / 'tests' / 'programs'}:{os.environ['PATH']}"})
     assert result.returncode == 0, result.stderr
     assert "device memory" not in result.stderr and not (tmp_path / "none.json.calls").exists()
+
+
+# A stand-in nvidia-smi: two GPUs; its memory query says both hold 3000 MiB the first time it is asked, none after.
+NVIDIA_SMI = """#!/bin/sh
+case "$1" in
+  -L) echo "GPU 0: Stand-in GPU (UUID: GPU-00000000-0000-0000-0000-000000000000)"
+      echo "GPU 1: Stand-in GPU (UUID: GPU-11111111-1111-1111-1111-111111111111)";;
+  --query-gpu=*) echo "$1" >> "$GPU_CALLS"
+      if [ "$(wc -l < "$GPU_CALLS")" = 1 ]; then echo "0, 3000"; echo "1, 3000"; else echo "0, 0"; echo "1, 0"; fi;;
+  *) exit 9;;
+esac
+"""
+
+
+def test_ranks_n_on_a_gpu_host_waits_for_its_gpus_without_cuda_visible_devices(tmp_path, monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    (tools / "nvidia-smi").write_text(NVIDIA_SMI)
+    (tools / "nvidia-smi").chmod(0o755)
+    env = {"PATH": f"{tools}:{os.environ['PATH']}", "GPU_CALLS": str(tmp_path / "gpu_calls")}
+    result = run_dlaunch("run", "--no-python", "/bin/sh", "--ranks", "2", "--max-restarts", "1", "--grace-period",
+                         "1", "--output-dir", tmp_path / "runs", "--", "-c",
+                         '[ "$TORCHELASTIC_RESTART_COUNT" = 0 ] && [ "$RANK" = 1 ] && exit 3; exit 0',
+                         cwd=tmp_path, env=env)
+    assert result.returncode == 0, result.stderr
+    asked = result.stderr.index("waiting up to 15 s for the last attempt's device memory to be released "
+                                "(device 0: 3000 MiB, device 1: 3000 MiB)")
+    assert asked < result.stderr.index("devices released after"), result.stderr
+    assert len((tmp_path / "gpu_calls").read_text().splitlines()) >= 2

@@ -65,13 +65,18 @@ def test_sigterm_while_the_failed_attempt_stops_cancels_the_restart(tmp_path):
     assert "Traceback" not in said and "restarting" not in said
 
 
-def test_sigterm_inside_the_survivors_window_cancels_the_restart(tmp_path):
-    proc, marks = _launch(tmp_path, "--survivor-window", "60")
-    before = _stderr_until(proc, "to save before they are stopped")
-    said = _stop(proc, before)
+def _stopped_in(proc, marks, phase: str) -> str:
+    """SIGTERM once dlaunch said ``phase``: it exits 143 and starts no second attempt; what it said."""
+    said = _stop(proc, _stderr_until(proc, phase))
     assert proc.returncode == 128 + signal.SIGTERM, said
     _no_second_attempt(marks)
-    assert "restarting" not in said
+    assert "Traceback" not in said
+    return said
+
+
+def test_sigterm_inside_the_survivors_window_cancels_the_restart(tmp_path):
+    said = _stopped_in(*_launch(tmp_path, "--survivor-window", "60"), "to save before they are stopped")
+    assert "restarting" not in said   # decided inside the window: the restart never came up
 
 
 def test_sigterm_during_the_device_release_wait_starts_no_next_attempt(tmp_path):
@@ -82,12 +87,7 @@ def test_sigterm_during_the_device_release_wait_starts_no_next_attempt(tmp_path)
                    'esac\n')
     smi.chmod(0o755)
     env = {"PATH": f"{tools}:{os.environ['PATH']}", "CUDA_VISIBLE_DEVICES": "0"}
-    proc, marks = _launch(tmp_path, "--device-release-timeout", "60", env=env, ranks=1)
-    before = _stderr_until(proc, "device memory to be released")
-    said = _stop(proc, before)
-    assert proc.returncode == 128 + signal.SIGTERM, said
-    _no_second_attempt(marks)
-    assert "Traceback" not in said
+    _stopped_in(*_launch(tmp_path, "--device-release-timeout", "60", env=env, ranks=1), "device memory to be released")
 
 
 def test_sigterm_while_the_health_gate_waits_for_its_checker(tmp_path):

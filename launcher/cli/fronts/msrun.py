@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from launcher.base.border import is_number
 from launcher.errors import UsageError
 from launcher.settings.argtypes import MAX_SECONDS, port, whole
 from launcher.settings.launch import MAX_LOCAL_RANKS
@@ -174,7 +175,7 @@ def _refusals(ns: argparse.Namespace, environ) -> list[str]:
             refused.append(f"--node_rank {ns.node_rank} is beyond the {ns.worker_num // ns.local_worker_num} "
                            f"node(s) of {ns.worker_num} workers, {ns.local_worker_num} per node")
     tail = ns.tail_worker_log.strip()
-    if tail != MSRUN_ALL_WORKERS and not all(part.strip().isdigit() for part in tail.split(",")):
+    if tail != MSRUN_ALL_WORKERS and not all(is_number(part.strip()) for part in tail.split(",")):
         refused.append(f"--tail_worker_log {tail[:40]!r}: give -1 (all) or rank numbers such as 0,3")
     return refused
 

@@ -55,7 +55,11 @@ class SurvivorWindow:
         """The window's time is up, or every survivor that may save has exited or saved."""
         if time.monotonic() >= self.until:
             return True
-        return not any(p.alive and self._may_save(p.spec.rank_dir) for p in self.survivors)
+        return not any(self.waits_for(p) for p in self.survivors)
+
+    def waits_for(self, process) -> bool:
+        """Whether the window waits for this survivor: alive, and it may save and has not said it did."""
+        return process.alive and self._may_save(process.spec.rank_dir)
 
     def _may_save(self, rank_dir: str) -> bool:
         """Not saved yet, and watching for notices (or told by a signal): a script that never asks costs nothing."""

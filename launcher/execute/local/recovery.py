@@ -2,11 +2,13 @@
 
 Three reasons to, each the cheapest recovery there is (no other host touched, nothing else stopped):
 
-- ``--restart-policy rank``: a rank that exits non-zero is started again with the same environment and
-  ids (its log goes on in the same file), up to ``--max-restarts`` times for each rank; past that, the
-  job stops as always. The ranks that kept running must cope with a peer that came back (MindSpore's
-  recovery, MindIO's process-level restart); a plain torch job does not, so ``job`` (stop all,
-  restart all) stays the default.
+- ``--restart-policy rank``: a rank that exits non-zero is started again with the same ids (its log goes
+  on in the same file), its own restart count and its own newest checkpoint to resume from
+  (``restart_spec``), up to ``--max-restarts`` times for each rank; past that, the job stops as always.
+  The ranks that kept running must cope with a peer that came back (MindSpore's recovery, MindIO's
+  process-level restart); a plain torch job does not, so ``job`` (stop all, restart all) stays the
+  default, and under ``rank`` a torch job's failed rank waits until every other rank here has ended
+  (``plan/notes.py``): the old rank 0, which hosts the store, is gone before any rank starts again.
 - ``--restart-policy group`` (TorchFT's replica groups, ``plan/replicas.py``): a rank that fails, or the
   group's store, stops the rest of its group (its store included) and, once all have ended, the group
   starts again, store first, up to ``--max-restarts`` times per group; the other groups step on and heal
@@ -28,10 +30,12 @@ from launcher.base.console import say
 from launcher.contract import Role
 from launcher.execute.results import how_it_ended
 from launcher.host.mindcluster import ResetOrders
+from launcher.plan.notes import torch_rank_restarts
 
 TYPE_CHECKING = False   # typing's own flag, without importing typing on the launch path (docs/development.md)
 if TYPE_CHECKING:
     from launcher.execute.local.processes import AttemptProcesses, RankProcess
+    from launcher.plan.make import RankSpec
 
 GRACEFUL_EXIT_CODE = 143   # 128 + SIGTERM: what a pod stopped by its controller reports
 
@@ -150,3 +154,59 @@ def reset_actions(orders: ResetOrders, attempt: AttemptProcesses, node0: bool) -
     return [], {"why": f"MindCluster marked rank(s) {', '.join(map(str, faulty))} faulty {why}: this node stops so "
                        f"that its pod is rescheduled", "exit_code": 1,
                 "cause": {"kind": "mindcluster", "order": "fault", "ranks": faulty}}
+
+
+def restart_line(attempt: AttemptProcesses, process: RankProcess, together: list[RankProcess], why: str) -> str:
+    """What is said when ``process`` is started again in place (once, for the failure itself)."""
+    result, delay = process.result, attempt.plan.policy.restart_delay
+    who = (f"rank {result.rank}" if result.rank is not None else "the MindSpore scheduler"
+           if process.spec.role == Role.SCHEDULER else f"replica group {process.spec.replica_group}'s store")
+    peers = awaits_peers(attempt) and any(p.alive for p in attempt.ranks)
+    return (f"{who} {how_it_ended(result.to_dict())}; starting "
+            + ("it again alone" if len(together) == 1 else "its replica group again")
+            + (f" in {delay:g} s (--restart-delay)" if delay > 0 else "")
+            + (f" once the other {attempt.describe_alive()} here have ended (torch's process group cannot take it "
+               f"back)" if peers else "") + f" ({why})")
+
+
+def awaits_peers(attempt: AttemptProcesses) -> bool:
+    """A rank of this attempt starts again only once every other rank here has ended (``plan/notes.py``)."""
+    return torch_rank_restarts(attempt.plan)
+
+
+def next_due(attempt: AttemptProcesses, now: float) -> float | None:
+    """Seconds until a process waiting to start again may (``--restart-delay``); None when none may before
+    some rank ends (a torch job's rank waits for its peers: their exits wake the loop)."""
+    if not attempt.due or (awaits_peers(attempt) and any(p.alive for p in attempt.ranks)):
+        return None
+    return max(0.0, min(attempt.due.values()) - now)
+
+
+def due_now(attempt: AttemptProcesses, now: float) -> list[RankProcess]:
+    """The processes to start again now, in plan order, taken off ``attempt.due``."""
+    if next_due(attempt, now) is None:
+        return []
+    ready = [p for p, at in attempt.due.items() if at <= now]
+    for process in ready:
+        del attempt.due[process]
+    order = {id(p): index for index, p in enumerate(attempt.processes)}
+    return sorted(ready, key=lambda p: order[id(p)])
+
+
+def restart_spec(attempt: AttemptProcesses, process: RankProcess) -> RankSpec:
+    """What a rank started again in place runs with: the same ids, ``TORCHELASTIC_RESTART_COUNT`` counting its
+    own restarts (on top of the attempt's), and ``DLAUNCH_RESUME_FROM``/``DLAUNCH_RESUME_STEP`` naming the
+    newest checkpoint in its own checkpoint directory (else what it started with: ``--resume``'s, or none)."""
+    from dataclasses import replace
+
+    from launcher.checkpoint.resume import collect
+    from launcher.contract import RESUME_FROM_ENV, RESUME_STEP_ENV
+
+    spec, count = process.spec, len(process.result.restarts)
+    if spec.role != Role.RANK or not count or spec.rank is None:
+        return spec
+    env = {**spec.env, "TORCHELASTIC_RESTART_COUNT": str(attempt.plan.attempt + count)}
+    steps = collect({spec.rank: spec.ckpt_dir}) if spec.ckpt_dir else []
+    if steps:
+        env[RESUME_FROM_ENV], env[RESUME_STEP_ENV] = steps[-1].files[spec.rank], f"{steps[-1].epoch}_{steps[-1].step}"
+    return replace(spec, env=env)

@@ -33,7 +33,7 @@ from launcher.execute.local.spawn import RankSpawner, open_rank_files
 from launcher.execute.local.tee import PREFIX_TEMPLATE_ENV, ConsoleTee, close_pipe, console_key, console_tag
 from launcher.execute.local.warm import Standbys
 from launcher.execute.local.watches import Watches
-from launcher.execute.results import AttemptResult, RankResult, how_it_ended
+from launcher.execute.results import AttemptResult, RankResult
 from launcher.execute.signals import SignalWatch
 from launcher.host.mindcluster import ResetWatch
 from launcher.plan.environment import EnvLog
@@ -190,14 +190,13 @@ class LocalWorkers:
                 timeout = min(i for i in (watches.interval, attempt.reset and attempt.reset.interval) if i)
             else:
                 timeout = None
-            if attempt.due:   # --restart-delay: the next rank due to start again
-                soon = max(0.0, min(attempt.due.values()) - time.monotonic())
+            soon = recovery.next_due(attempt, time.monotonic())   # --restart-delay; a torch rank: its peers' end
+            if soon is not None:
                 timeout = soon if timeout is None else min(timeout, soon)
             reap = self.zombies.tick() if self.zombies is not None else None   # the ranks' orphans, as they exit
             timeout = reap if timeout is None else timeout if reap is None else min(timeout, reap)
             events = self._dispatch(selector, tee, attempt.unwatched, timeout)
-            for process in [p for p, at in attempt.due.items() if at <= time.monotonic()]:
-                del attempt.due[process]
+            for process in recovery.due_now(attempt, time.monotonic()):
                 if process.waiting and not attempt.stopping:
                     self._respawn(attempt, process)
             if not attempt.stopping and not attempt.ranks_done():
@@ -286,7 +285,7 @@ class LocalWorkers:
                 attempt.preempt(value)
 
     def _restart(self, attempt: AttemptProcesses, process: RankProcess, why: str) -> None:
-        """``process`` exited: start it again in place, same environment and ids, alone or (its replica group's
+        """``process`` exited: start it again in place, same ids (recovery.restart_spec), alone or (its replica group's
         restart) once the rest of its group, stopped now, has ended too; the others run on."""
         result = process.result
         together = recovery.restarted_with(attempt, process)
@@ -295,11 +294,7 @@ class LocalWorkers:
             result.restarts.append({"pid": result.pid, "exit_code": result.exit_code, "end": result.end,
                                     "why": why})
         if process.restart_why is None or len(together) == 1:   # the failure itself: said once
-            who = (f"rank {result.rank}" if result.rank is not None else "the MindSpore scheduler"
-                   if process.spec.role == Role.SCHEDULER else f"replica group {process.spec.replica_group}'s store")
-            say(f"{who} {how_it_ended(result.to_dict())}; starting "
-                + ("it again alone" if len(together) == 1 else "its replica group again")
-                + (f" in {delay:g} s (--restart-delay)" if delay > 0 else "") + f" ({why})")
+            say(recovery.restart_line(attempt, process, together, why))
         process.waiting = True
         for member in together:
             if member.alive and member.restart_why is not None:
@@ -307,8 +302,9 @@ class LocalWorkers:
         if recovery.still_ending(together):
             return   # the last member's exit starts them all
         for member in together:   # in plan order: the group's store before its ranks
-            if member.waiting and delay > 0:
+            if member.waiting and (delay > 0 or recovery.awaits_peers(attempt)):
                 attempt.due[member] = time.monotonic() + delay
+                attempt.revived(member)   # ranks_done must look at it again: it is not done
             elif member.waiting:
                 self._respawn(attempt, member)
 
@@ -321,7 +317,7 @@ class LocalWorkers:
         assert attempt.selector is not None and attempt.tee is not None
         close_pipe(attempt.selector, attempt.tee, console_key(result.rank))
         result.returncode = result.end = None
-        process.restart_why = None
+        process.restart_why, process.spec = None, recovery.restart_spec(attempt, process)
         self._spawn(process, attempt.selector, attempt.tee, attempt.plan.policy.prefix_host)
         self.reaper.flush()
         attempt.unwatched += watch_exits([process], attempt.selector)
@@ -371,8 +367,10 @@ class LocalWorkers:
             if root_cause is not None and root_cause.raised and root_cause.pid:   # its sockets closed now: the
                 killpg_quietly(root_cause.pid, signal.SIGTERM)   # survivors' collectives fail now, and they save
             attempt.result.extra["notices"] = len(survivors) - len(attempt.window.unwritten)   # for the metrics
-            say(f"told the {len(survivors)} surviving rank(s) here of the failure; they have "
-                f"{policy.survivor_window:g} s (--survivor-window) to save before they are stopped",
+            waited = sum(map(attempt.window.waits_for, survivors))   # those that watch for notices
+            say(f"told the {len(survivors)} surviving rank(s) here of the failure; "
+                + ("they have" if waited == len(survivors) else f"the {waited} that watch for notices have")
+                + f" {policy.survivor_window:g} s (--survivor-window) to save before they are stopped",
                 *(f"cannot write a notice: {where}" for where in attempt.window.unwritten))
             return
         attempt.terminate(signal_ or signal.SIGTERM, policy.signal_grace if signal_ else policy.grace_period)

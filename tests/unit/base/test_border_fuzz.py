@@ -72,3 +72,9 @@ def test_every_reader_takes_the_shapes_that_broke_dlaunch(name):
 def test_every_reader_takes_mixtures_of_them(text):
     for name, reader in _readers():
         _read(name, reader, text)
+
+
+def test_a_schedulers_variable_of_other_digits_is_no_number():
+    from launcher.base.border import is_number
+
+    assert [is_number(t) for t in ("12", "²", "٣", "", "-1", "9" * 31, " 1")] == [True] + [False] * 6

@@ -195,9 +195,9 @@ def test_a_long_line_of_rates_and_carriage_returns_costs_linear_time():
 
     lines = ["\r" * 60000 + "x", " 1%|" + "█" * 60000 + "| 1/9 [00:01<00:01, 1.0it/s]",
              "Epoch 1" + "1" * 60000 + "it/s", "|" * 60000 + "s/it", " " * 60000 + "1it [" + "1:" * 2000 + "s/it"]
-    start = time.perf_counter()
+    start = time.process_time()   # this process's CPU, not the wall clock: a busy machine does not stretch it
     assert [step_line(line) for line in lines] == [None] * len(lines)
-    assert time.perf_counter() - start < 0.5
+    assert time.process_time() - start < 0.5   # measured: 0.006 s of CPU (0.026 s wall) on the 2-core VM
 
 
 def test_a_progress_bar_drawn_again_counts_its_step_once():

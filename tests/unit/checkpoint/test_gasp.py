@@ -36,3 +36,16 @@ def test_the_collective_snippet_in_the_docs_is_the_one_the_e2e_test_runs():
     snippet = program.split("# --- the snippet of docs/checkpoints.md", 1)[1].split("\n", 1)[1]
     snippet = snippet.split("# ------", 1)[0]
     assert snippet.strip() and snippet in (root / "docs" / "checkpoints.md").read_text()
+
+
+def test_asking_for_a_notice_says_once_that_this_rank_watches(tmp_path, monkeypatch):
+    # the survivors' window waits only for ranks that watch for notices (execute/local/notice.py)
+    from launcher.contract import NOTICE_WATCHED_FILE as NOTICE_LISTENING_FILE
+
+    monkeypatch.setenv("DLAUNCH_NOTICE_FILE", str(tmp_path / NOTICE_FILE))
+    assert not (tmp_path / NOTICE_LISTENING_FILE).exists()
+    assert checkpoint.notice() is None
+    assert (tmp_path / NOTICE_LISTENING_FILE).exists()
+    (tmp_path / NOTICE_LISTENING_FILE).unlink()
+    checkpoint.notice()   # once per process: every step asks, and costs no more than a stat
+    assert not (tmp_path / NOTICE_LISTENING_FILE).exists()

@@ -96,3 +96,18 @@ def test_torchs_teardown_abort_gets_the_destroy_process_group_hint():
     assert results.TEARDOWN_ABORT_HINT not in results.closing_lines(_aborted_summary("Aborted"), "s.json")
     assert results.TEARDOWN_ABORT_HINT not in results.closing_lines(
         _aborted_summary("terminate called without an active exception", "SIGSEGV"), "s.json")
+
+
+def test_the_closing_line_counts_restarts_that_started_and_ranks_that_were_still_running():
+    from launcher.execute.results import closing_lines, restarts_said
+
+    assert restarts_said({"attempts": [{}, {"unfit": True}], "ranks": []}) == ""   # the gate: nothing restarted
+    ranks = [{"rank": 0, "end": 5.0, "exit_code": 0}, {"rank": 2, "end": 30.0, "exit_code": 143},
+             {"rank": 1, "end": 20.0, "exit_code": 4, "restarts": [{}, {}]}]
+    summary = {"attempts": [{}, {}], "ranks": ranks}
+    assert restarts_said(summary) == " after 1 restart(s) and 2 restart(s) of rank(s) 1"
+    cause = {**ranks[2], "host": "h", "device_id": 1, "log": "l", "log_tail": []}
+    lines = closing_lines({**summary, "status": "failed", "root_cause": cause, "exit_code": 4, "started": 0.0,
+                           "ended": 31.0, "run_dir": "d"}, "s.json")
+    assert lines[-1] == ("stopped the other 1 rank(s); exit code 4 after 1 restart(s) and 2 restart(s) of rank(s) 1; "
+                         "summary s.json")   # rank 0 had exited 0 before rank 1 failed

@@ -87,3 +87,16 @@ def test_a_node_health_service_on_a_unix_socket_answers_fail_count(tmp_path):
     assert check_external(f"unix:{path}", 5) == []
     thread.join(5)
     assert "failed" in check_external(f"unix:{tmp_path / 'gone.sock'}", 1)[0].detail
+
+
+def test_the_gate_reports_every_check_passed_skipped_or_failed(tmp_path):
+    from launcher.host.health import GateSettings, gate
+
+    report = gate([0, 1], str(tmp_path), GateSettings(hccn_tool=None, infiniband=str(tmp_path / "no-ib")),
+                  path=str(tmp_path / "empty"))
+    assert [(o.check, o.status) for o in report.outcomes] == [
+        ("storage", "passed"), ("npu", "skipped"), ("gpu", "skipped"), ("link, net_health", "skipped"),
+        ("nic", "skipped"), ("external", "skipped")]
+    assert report.findings == [] and report.lines()[1] == "health gate: npu skipped: no npu-smi on PATH"
+    broken = gate([0], str(tmp_path / "gone"), GateSettings(infiniband=str(tmp_path / "no-ib")), path="")
+    assert broken.outcomes[0].status == "failed" and broken.findings[0].check == "storage"

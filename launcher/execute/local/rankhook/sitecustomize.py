@@ -50,7 +50,7 @@ def _chain() -> None:
 def _report_raises() -> None:
     spec = os.environ.pop(RAISE_ENV, "")
     fd_text, _, launcher = spec.partition(":")
-    if not (fd_text.isdigit() and launcher.isdigit()) or os.getppid() != int(launcher):
+    if not (spec.isascii() and fd_text.isdigit() and launcher.isdigit()) or os.getppid() != int(launcher):
         return   # not started by dlaunch itself: a child of the rank, or a Python the user ran by hand
     fd = int(fd_text)
     try:
