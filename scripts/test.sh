@@ -3,7 +3,7 @@
 # installs the Debian packages the suite needs (openssh-server for the real
 # sshd hosts of the multi-host tests, chromium for the report screenshot,
 # slurm-wlm and munge for a real one-machine Slurm, shellcheck for generated
-# scripts), creates .venv, installs dlaunch with its torch and test extras,
+# scripts, prometheus to scrape a job's --metrics-port), creates .venv, installs dlaunch with its torch and test extras,
 # then checks the code (ruff, mypy) and runs pytest, test files spread over
 # DLAUNCH_TEST_WORKERS processes (default 2; 0 runs them in this one). Extra
 # arguments go to pytest.
@@ -11,7 +11,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/_env.sh
 ensure_debian_packages openssh-server:/usr/sbin/sshd chromium:/usr/bin/chromium \
-  slurm-wlm:/usr/sbin/slurmctld munge:/usr/sbin/munged shellcheck:/usr/bin/shellcheck
+  slurm-wlm:/usr/sbin/slurmctld munge:/usr/sbin/munged shellcheck:/usr/bin/shellcheck \
+  prometheus:/usr/bin/prometheus
 ensure_venv torch,mindspore,test
 export DLAUNCH_REQUIRE_MINDSPORE=1   # the MindSpore tests fail rather than skip when it is missing
 .venv/bin/ruff check --quiet launcher tests benchmarks examples

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 
     from launcher.checkpoint.resume import ResumePoint
     from launcher.execute.job.link import JobLink
+    from launcher.execute.local.metrics import MetricsFeed
     from launcher.plan.share import TableSource
     from launcher.rundir.model import PidsFile
     from launcher.table.spares import Roster
@@ -135,6 +136,7 @@ class Launch:
         self.interrupted: int | None = None   # a stop signal that came between attempts, or cancelled a restart
         self.started = time.time()
         self.link: JobLink | None = None  # a multi-host job's link, opened by start
+        self.metrics: MetricsFeed | None = None   # --metrics-port (execute/local/metrics.py), started by start
 
     # ------------------------------------------------------------------ the seams
 
@@ -145,7 +147,10 @@ class Launch:
             try:
                 while True:
                     result = self.run_attempt()
-                    if result is None or self.decide(result) is not Decision.RESTART:
+                    decision = None if result is None else self.decide(result)
+                    if self.metrics is not None and result is not None:
+                        self.metrics.ended(result, self.plan, restart=decision is Decision.RESTART)
+                    if decision is not Decision.RESTART:
                         break
                     # the job's next attempt: one more, or, for a host that joined late, the one the job is in
                     check(self.signals)   # a stop signal while this attempt stopped: no next attempt
@@ -194,6 +199,12 @@ class Launch:
         control_fd, control_pending = self.control or (None, b"")
         self.signals = SignalWatch(control_fd, control_pending, forward=self.opts.forward_signals)
         self.workers = LocalWorkers(self.signals, self.inherited, job=self.link, on_started=self._publish_pids)
+        if self.opts.policy.metrics_port is not None:   # imported only then: no cost on the launch path without it
+            from launcher.execute.local.metrics import MetricsFeed
+
+            self.metrics = self.workers.metrics = MetricsFeed(self.plan.server_id)
+            self._roster_moved(())
+            self.metrics.serve(self.opts.policy.metrics_addr, self.opts.policy.metrics_port)
         # dlaunch is a child subreaper (reaper.py), as PID 1 or not: orphans of the ranks become its children,
         # and short-lived ones would pile up as its zombies until the attempt's end
         self.zombies = ZombieCollector(lambda: {*self.workers.reaper.groups, self.workers.reaper.pid})
@@ -214,6 +225,8 @@ class Launch:
             result = stand_by(self.link, self.signals, self.plan, elastic=bool(self.roster and self.roster.min_nodes))
             self.attempts.append(result)
             return result
+        if self.metrics is not None:
+            self.metrics.begin(self.plan)
         try:
             result = self.workers.run(self.plan)
         except Exception as exc:   # a dlaunch defect
@@ -313,8 +326,10 @@ class Launch:
         roster = self.roster
         assert roster is not None
         if active is not None and tuple(active) != roster.active:
-            roster = self.roster = roster.moved(active)
+            before, roster = roster.active, roster.moved(active)
+            self.roster = roster
             spares.say_moves(self.verdict, roster)
+            self._roster_moved(before)
         written = dumps(self.table)   # what this plan's RANK_TABLE_FILE holds
         self.table, self.server_index = roster.table(), roster.slot
         rank_table_file = self.plan.rank_table_file
@@ -377,9 +392,17 @@ class Launch:
         written), the zombie collector stopped."""
         if self.link is not None:
             self.link.close()
+        if self.metrics is not None:
+            self.metrics.close()
         self.workers.reaper.leave()
         if self.zombies:
             self.zombies.stop()
+
+    def _roster_moved(self, before: tuple[int, ...]) -> None:
+        """--spares: the metrics' hosts standing by, and those replaced (active before, not now)."""
+        if self.metrics is not None and self.roster is not None:
+            left = len(set(before) - set(self.roster.active)) if before else 0
+            self.metrics.roster(len(self.roster.pool.servers) - len(self.roster.active), self.metrics.replaced + left)
 
     def _interrupted(self, signum: int) -> None:
         """A stop signal came after an attempt ended, or while it stopped for a restart: no attempt follows, and

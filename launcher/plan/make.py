@@ -111,6 +111,8 @@ class Policy:
     hang_timeout: float | None = None   # stop the job (exit 124) after this long without a sign of life
     hang_learn: bool = False      # --hang-learn: the budget learned from the job's silences, hang_timeout its bound
     straggler_report: float = 60.0   # judge the step times this often; a line for a rank under 0.75 (0: never)
+    metrics_port: int | None = None  # --metrics-port: Prometheus's metrics served here (execute/local/metrics.py)
+    metrics_addr: str = "127.0.0.1"  # ... bound on the job's address: loopback for run, this host's for cluster
     step_pattern: str | None = None  # a user's step line (base.steps.UserPattern), besides the frameworks'
     prefix_host: bool = False     # console lines carry the host as well as the rank (cluster)
     fault_tolerance: str = ""     # --fault-tolerant: what it turned on, left off and why (plan/faults.py)

@@ -103,6 +103,9 @@ def launch_options(args: LaunchRequest, table, server_index: int, environ: Mappi
                                  health_check=args.health_check, unfit_exit_code=unfit_exit_code(environ),
                                  waiting_notice=args.waiting_notice, hang_timeout=hang_bound(args),
                                  hang_learn=args.hang_learn, straggler_report=args.straggler_report,
+                                 metrics_port=args.metrics_port,   # bound on the job's address: this host's own
+                                 metrics_addr=table.servers[server_index].server_id if cluster and not head
+                                 else "127.0.0.1",
                                  step_pattern=args.step_pattern, prefix_host=cluster,
                                  fault_tolerance=switch.line),
                    console=console, master_addr=master_addr,

@@ -130,6 +130,8 @@ class PlanFile(TypedDict, total=False):
     hang_learn: bool
     fault_tolerance: str
     straggler_report: float
+    metrics_port: Port | None
+    metrics_addr: str
     step_pattern: str | None
     waiting_notice: float
     ranks: list[RankSpecFile]

@@ -190,6 +190,10 @@ _DECLARED: list[tuple[Option, tuple[str, ...]]] = [
     _shared("--straggler-report", group=WATCH, type=seconds, default=60.0, metavar="SECONDS",
             help="judge the ranks' step times this often and say when a rank falls under 0.75 of the fastest "
                  "(relative) or of its own best (individual) (default 60; 0: never)", to_hosts=True),
+    _shared("--metrics-port", group=WATCH, type=port, metavar="PORT",
+            help="serve Prometheus metrics of this host's ranks on http://ADDRESS:PORT/metrics, ADDRESS the job's "
+                 "(127.0.0.1 for run, this host's own for cluster): ranks by state, restarts, checkpoints, step "
+                 "times, straggler scores (default: off)", to_hosts=True),
     _shared("--step-pattern", group=WATCH, type=step_pattern, metavar="REGEX",
             help="a step line of the script's own, besides Megatron's, MindFormers', MindSpore's and tqdm's: a "
                  "regular expression with a group (?P<ms>...) or (?P<s>...), optionally (?P<step>...)",

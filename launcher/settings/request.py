@@ -67,6 +67,7 @@ class LaunchRequest:
     hang_timeout: float | None
     hang_learn: bool
     straggler_report: float
+    metrics_port: int | None
     step_pattern: str | None
     hccn_conf: str
     health_gate: bool

@@ -1,6 +1,7 @@
 """The periodic looks at an attempt's live ranks, each at its own pace: missing peers (``peers``), hangs
-(``hangs``, with what it learned, ``hangclock``), and the step times the ranks print (``stepreader``, for the
-straggler line, ``straggler``, and the learned timeout's warm-up).
+(``hangs``, with what it learned, ``hangclock``), the step times the ranks print (``stepreader``, for the
+straggler line, ``straggler``, and the learned timeout's warm-up), and ``--metrics-port``'s snapshot
+(``metrics``, at most once a second).
 
 The event loop wakes for every chunk of console output; each watch looks at most once its interval, and
 the live ranks are listed only when one is due.  What a hang watch learned is written to the run directory
@@ -21,13 +22,17 @@ from launcher.execute.local.stepreader import INTERVAL, StepReader
 from launcher.execute.local.straggler import StragglerNotice
 from launcher.plan.make import LaunchPlan
 
+TYPE_CHECKING = False   # typing's own flag, without importing typing on the launch path (docs/development.md)
+if TYPE_CHECKING:
+    from launcher.execute.local.metrics import MetricsFeed
+
 SAVE_SECONDS = 1.0   # what a hang watch learned is written at most this often
 
 
 class Watches:
     """An attempt's watches; ``tick`` returns the hung rank's result when there is one."""
 
-    def __init__(self, plan: LaunchPlan, clock: HangClock | None = None):
+    def __init__(self, plan: LaunchPlan, clock: HangClock | None = None, metrics: MetricsFeed | None = None):
         policy, started = plan.policy, time.time()
         self.plan = plan
         self.clock = clock
@@ -36,18 +41,23 @@ class Watches:
         self.peers = PeerWait(plan, started) if plan.peers and policy.waiting_notice > 0 else None
         self.notice = StragglerNotice(policy.straggler_report) if policy.straggler_report > 0 else None
         pattern = UserPattern.parse(policy.step_pattern) if policy.step_pattern else None
-        self.reader = StepReader(pattern, host=plan.server_id) if self.notice or clock else None
+        self.metrics = metrics
+        self.reader = StepReader(pattern, host=plan.server_id) if self.notice or clock or metrics else None
         if clock is not None and clock.learned:   # carried from an earlier attempt: said when it moves on
             clock.said = clock.said or clock.budgets()
         self._saved = 0.0
         intervals = [watch.interval for watch in (self.hangs, self.peers) if watch is not None]
         self.interval: float | None = min(intervals + ([INTERVAL] if self.reader else []), default=None)
+        if metrics is not None:
+            metrics.reader = self.reader
 
     def tick(self, ranks: list, attempt: int):
         """The watches due now; a hung rank's result (its stacks taken), or None."""
         peers_due = bool(self.peers and self.peers.due())
         hangs_due = bool(self.hangs and self.hangs.due())
         reader_due = bool(self.reader and self.reader.due())
+        if self.metrics is not None:
+            self.metrics.update(ranks, self.reader, self.hangs, self.plan)
         if not (peers_due or hangs_due or reader_due):
             return None
         live = [p for p in ranks if p.alive]
@@ -70,6 +80,8 @@ class Watches:
             count, step = self.reader.read(process.spec)
             if count and self.hangs is not None:
                 self.hangs.stepped(process.spec, count, step)
+            if count and self.metrics is not None:
+                self.metrics.stepped(process.spec.rank)
         if self.notice is not None:
             self.reader.measure_work(live)
         if self.notice is not None and self.notice.due():

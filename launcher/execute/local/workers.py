@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from launcher.execute.job.link import JobLink
+    from launcher.execute.local.metrics import MetricsFeed
     from launcher.execute.termination import ZombieCollector
 
 PIPE_DRAIN_SECONDS = 1.0
@@ -68,6 +69,7 @@ class LocalWorkers:
         self.standbys: Standbys | None = None   # --warm-restarts: the next attempt's interpreters
         self.zombies: ZombieCollector | None = None   # the launch's collector of orphans: ticked by the event loop
         self.hang_clock: HangClock | None = None   # --hang-learn: what the attempts taught, kept across them
+        self.metrics: MetricsFeed | None = None   # --metrics-port: the snapshot the loop updates (local/metrics.py)
         self.marker_chain = marker_chain(environ, self.launcher_id)
         # what every rank inherits, read (masked for env.log, encoded for the spawn) once, not once per rank
         self._environ = dict(environ)
@@ -158,7 +160,7 @@ class LocalWorkers:
         plan = attempt.plan
         if plan.policy.hang_learn and plan.policy.hang_timeout and self.hang_clock is None:
             self.hang_clock = load_clock(clock_path(plan.run_dir, plan.host_files_suffix), plan.policy.hang_timeout)
-        watches = attempt.watches = Watches(plan, self.hang_clock)
+        watches = attempt.watches = Watches(plan, self.hang_clock, self.metrics)
         rest_until: float | None = None   # after the last rank: how long the scheduler and the pipes may take
         while True:
             if attempt.ranks_done():
@@ -364,6 +366,7 @@ class LocalWorkers:
                     killpg_quietly(process.popen.pid, sig)
             if root_cause is not None and root_cause.raised and root_cause.pid:   # its sockets closed now: the
                 killpg_quietly(root_cause.pid, signal.SIGTERM)   # survivors' collectives fail now, and they save
+            attempt.result.extra["notices"] = len(survivors) - len(attempt.window.unwritten)   # for the metrics
             waited = sum(map(attempt.window.waits_for, survivors))   # those that watch for notices
             say(f"told the {len(survivors)} surviving rank(s) here of the failure; "
                 + ("they have" if waited == len(survivors) else f"the {waited} that watch for notices have")
