@@ -64,3 +64,32 @@ def test_the_rank_sees_its_own_pythonpath_and_sitecustomize(tmp_path):
     python_path, sys_path = (run / "path_seen_by_rank").read_text().split("\n")
     assert python_path == str(own)
     assert "rankhook" not in sys_path and str(own) in sys_path.split(os.pathsep)
+
+
+def test_a_rank_killed_from_outside_is_the_root_cause_not_the_peer_whose_collective_raised(tmp_path):
+    """Its peer's all_reduce raises the moment its sockets close, and the peer's hook speaks a moment before the
+    killed rank's exit can be read; the first failure is still the kill (found under load: 3 kills in 6 named
+    the peer). Three launches, each must name rank 0 and SIGKILL."""
+    import signal
+    import time
+
+    from tests.launching import start_dlaunch
+
+    program = str(ROOT / "tests" / "programs" / "allreduce_loop.py")
+    for attempt in range(3):
+        out = tmp_path / f"runs{attempt}"
+        proc = start_dlaunch("run", program, "--ranks", "2", "--output-dir", out, cwd=tmp_path)
+        try:
+            deadline = time.monotonic() + 60
+            while not (out.exists() and all(any(out.glob(f"*/pid.{r}")) for r in (0, 1))):
+                assert proc.poll() is None and time.monotonic() < deadline
+                time.sleep(0.05)
+            time.sleep(0.5)   # both in their loop of collectives
+            os.kill(int(next(out.glob("*/pid.0")).read_text()), signal.SIGKILL)
+            _, err = proc.communicate(timeout=BOUND)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        cause = json.loads(next(out.glob("*/summary.json")).read_text())["root_cause"]
+        assert (proc.returncode, cause["rank"], cause["signal"]) == (137, 0, "SIGKILL"), err

@@ -19,6 +19,7 @@ from launcher.base.border import ascii_int
 from launcher.contract import RAISE_ENV
 
 MESSAGE_LIMIT = 64   # bytes of one datagram: "raised " and a pid
+SETTLE_SECONDS = 0.02   # how long a raise waits for a peer's exit that may have caused it
 
 
 class RaiseChannel:
@@ -70,6 +71,20 @@ def raised_rank(attempt, pid: int):
     process.result.raised = True
     if attempt.stopping or attempt.plan.policy.restart_policy != "job" or attempt.reset is not None:
         return None
-    if any(p is not process and p.alive and p.popen.poll() not in (None, 0) for p in attempt.ranks):
+    others = [p for p in attempt.ranks if p is not process and p.proc is not None]
+    if any(p.result.returncode not in (None, 0) for p in others) or _ended_badly(others):
         return None   # that exit, read next, starts the stop with its own root cause
     return process
+
+
+def _ended_badly(ranks: list) -> bool:
+    """Whether one of ``ranks`` (alive as far as the loop knows) ends badly within SETTLE_SECONDS: a rank killed
+    from outside closes its sockets a moment before its exit can be read, and its peers' collectives raise in
+    that moment."""
+    import select
+
+    live = [p for p in ranks if p.alive]
+    pidfds = [p.pidfd for p in live if p.pidfd is not None]
+    if pidfds:
+        select.select(pidfds, [], [], SETTLE_SECONDS)
+    return any(p.popen.poll() not in (None, 0) for p in live)
