@@ -37,7 +37,8 @@ Measured per launcher and repetition (the order of the launchers reversed every 
   the others: the batches are seeded by iteration, so they must be bit-identical).
 
 A run counts only if the launcher exits 0, the final iteration is reached and every fault was injected.  A run
-that fails or outlives its time (``--timeout`` for a fault-free run; 2.5 x W0 + 30 s with faults) is killed and
+that fails or outlives its time (``--timeout`` for a fault-free run; with faults 2.5 x W0 + 30 s, at least
+``--timeout`` + 60 s: the load of this machine changes the wall by 2x from one run to the next) is killed and
 listed with its reason.  Rank processes left alive after their launcher exited are reported and killed.
 
 Run:  .venv/bin/python benchmarks/bench_goodput.py --repeat 2
@@ -483,7 +484,7 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=46, help="seed of the fault schedule")
     parser.add_argument("--ft-venv", default="/tmp/ftvenv", help="virtual environment with nvidia-resiliency-ext")
     parser.add_argument("--timeout", type=float, default=FAULT_FREE_TIMEOUT, help="seconds before a fault-free "
-                        "run is killed (with faults: 2.5 x its W0 + 30 s)")
+                        "run is killed (with faults: 2.5 x its W0 + 30 s, at least this + 60 s)")
     parser.add_argument("--keep", action="store_true", help="keep every run's directory (printed) for a look")
     args = parser.parse_args()
     launchers = [name.strip() for name in args.launchers.split(",") if name.strip()]
@@ -505,7 +506,7 @@ def main() -> int:
             for name in (runnable if rep % 2 == 0 else runnable[::-1]):
                 for faults_on in (False, True):
                     w0 = outcomes[-1].wall if faults_on and outcomes[-1].ok else args.timeout
-                    timeout = 2.5 * w0 + 30 if faults_on else args.timeout
+                    timeout = max(2.5 * w0 + 30, args.timeout + 60) if faults_on else args.timeout
                     t = time.perf_counter()
                     o = bench.one(name, rep, faults_on, timeout)
                     outcomes.append(o)
