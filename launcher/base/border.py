@@ -305,9 +305,9 @@ def cut_line(line: str) -> str:
 def check_pattern(regex, what: str) -> None:
     """Refused when ``regex`` (compiled) repeats, without bound, something that itself repeats or branches:
     ``(x+x+)+y``, ``(a|a)*``, the shapes whose matching time grows exponentially with the line."""
-    import re._parser as sre_parse  # the parser re itself uses
-    from re._constants import BRANCH, MAX_REPEAT, MAXREPEAT, MIN_REPEAT
-
+    sre_parse, constants = _sre()
+    BRANCH, MAX_REPEAT, MAXREPEAT, MIN_REPEAT = (constants.BRANCH, constants.MAX_REPEAT, constants.MAXREPEAT,
+                                                 constants.MIN_REPEAT)
     repeats = (MAX_REPEAT, MIN_REPEAT)
 
     def items(parsed):
@@ -329,9 +329,22 @@ def check_pattern(regex, what: str) -> None:
                           f"which can take exponential time on one line; write it without the nesting")
 
 
+def _sre():
+    """The parser ``re`` itself uses and its constants: ``re._parser`` from Python 3.11, ``sre_parse`` before."""
+    try:
+        import re._constants as constants
+        import re._parser as sre_parse
+    except ImportError:   # Python 3.10
+        import sre_constants as constants
+        import sre_parse
+    return sre_parse, constants
+
+
 def _children(op, av):
-    """The sub-patterns of one parsed item (re._parser's shapes)."""
-    from re._constants import ASSERT, ASSERT_NOT, BRANCH, GROUPREF_EXISTS, MAX_REPEAT, MIN_REPEAT, SUBPATTERN
+    """The sub-patterns of one parsed item (the parser's shapes)."""
+    c = _sre()[1]
+    ASSERT, ASSERT_NOT, BRANCH, GROUPREF_EXISTS, MAX_REPEAT, MIN_REPEAT, SUBPATTERN = (
+        c.ASSERT, c.ASSERT_NOT, c.BRANCH, c.GROUPREF_EXISTS, c.MAX_REPEAT, c.MIN_REPEAT, c.SUBPATTERN)
 
     if op in (MAX_REPEAT, MIN_REPEAT):
         return [av[2]]
