@@ -74,13 +74,18 @@ def task_children(pid: int, task: str) -> list[int]:
 def started(pid: int) -> bytes | None:
     """When a live (not zombie) process started (clock ticks since boot, /proc's field 22), else None:
     with its pid, what tells a process from a later one given the same pid."""
+    fields = _stat_fields(pid)
+    return fields[19] if fields is not None and len(fields) > 19 and fields[0] != b"Z" else None
+
+
+def _stat_fields(pid: int) -> list[bytes] | None:
+    """``/proc/PID/stat``'s fields after the command's ``)`` (field 3, the state, first), or None once gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
             stat = fh.read()
     except OSError:
         return None
-    fields = stat[stat.rfind(b")") + 2:].split()
-    return fields[19] if len(fields) > 19 and fields[0] != b"Z" else None
+    return stat[stat.rfind(b")") + 2:].split()
 
 
 def last_pid() -> bytes | None:
@@ -117,12 +122,9 @@ def cpu_seconds(pid: int) -> float | None:
 
 
 def _cpu_ticks(pid: int, children_too: bool = False) -> int | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            stat = fh.read()
-    except OSError:
+    fields = _stat_fields(pid)
+    if fields is None:
         return None
-    fields = stat[stat.rfind(b")") + 2:].split()
     try:   # utime, stime, cutime, cstime: fields 14-17 of stat(5), 11-14 after the command's ")"
         return sum(int(fields[index]) for index in ((11, 12, 13, 14) if children_too else (11, 12)))
     except (ValueError, IndexError):
