@@ -117,7 +117,7 @@ def with_work(steps: RankSteps, rank_dir: str | None) -> RankSteps:
         try:
             steps.work.extend(parse_work(read_json(os.path.join(rank_dir, WORK_FILE), "step work", WORK_LIMIT)))
         except Refused:
-            pass
+            return steps   # unreadable samples: the step times alone score the rank, as without them
     return steps
 
 
