@@ -212,14 +212,16 @@ class Slots:
             fcntl.flock(fd, fcntl.LOCK_UN)
 
     def _write(self, fd: int, slot: int, state, comment: bytes) -> int:
-        allocated = os.fstat(fd).st_size      # pages up to here hold the previous archive: allocated already
-        os.ftruncate(fd, self.capacity)       # room to map and write; pages come with posix_fallocate below
-        if slot not in self.maps:
+        allocated = os.fstat(fd).st_size      # the previous archive: its pages are allocated already
+        if slot not in self.maps:              # mapped once at the slot's capacity (the file grows into it below)
+            os.ftruncate(fd, self.capacity)
             self.maps[slot] = mmap.mmap(fd, self.capacity, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            os.ftruncate(fd, allocated)
         mapping = self.maps[slot]
         watermark = [min(allocated, self.capacity)]
 
         def ensure(end: int) -> None:
+            """Allocate (and so extend the file over) the slot's pages up to ``end`` before they are written."""
             if end <= watermark[0]:
                 return
             ahead = min(self.capacity, max(end, watermark[0] + ALLOCATE_AHEAD))
