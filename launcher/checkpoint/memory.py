@@ -31,6 +31,7 @@ import mmap
 import os
 import pickle
 import sys
+import threading
 
 from launcher.base import border
 from launcher.checkpoint import archive as ckptarchive
@@ -164,6 +165,7 @@ class Slots:
         self.record: tier.Record | None = None
         self.read_once = False
         self.saves = 0
+        self.lock = threading.Lock()      # one memory save at a time in this process
         limit = budget()
         stat = os.statvfs(directory)
         self.capacity = limit // tier.SLOT_COUNT if limit else stat.f_blocks * stat.f_frsize
@@ -186,6 +188,11 @@ class Slots:
 
     def save(self, state, epoch: int, step: int, prefix: str, name: str, persist: bool | None,
              keep_max: int | None, replicated: bool) -> str | None:
+        with self.lock:
+            return self._save(state, epoch, step, prefix, name, persist, keep_max, replicated)
+
+    def _save(self, state, epoch: int, step: int, prefix: str, name: str, persist: bool | None,
+              keep_max: int | None, replicated: bool) -> str | None:
         newest = self.newest()
         slot = 0 if newest is None else 1 - newest.slot
         generation = (newest.generation if newest else 0) + 1
