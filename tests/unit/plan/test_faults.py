@@ -65,7 +65,8 @@ def test_the_settled_options_reach_the_plan(in_tmp, monkeypatch):
 
 def test_an_explicit_value_wins_turning_one_off_included():
     found = switch("--fault-tolerant", "--max-restarts", "0", "--no-hang-learn", "--warm-restarts", "none",
-                   "--no-health-gate", "--survivor-window", "60", "--hang-timeout", "600", "--no-memory-ckpt")
+                   "--no-health-gate", "--survivor-window", "60", "--hang-timeout", "600",
+                   "--no-memory-ckpt")
     assert found.settled == {}
     assert found.line == ("--fault-tolerant: turned nothing on; as given: --max-restarts 0, --survivor-window 60, "
                           "--no-memory-ckpt, --warm-restarts none, --no-hang-learn, --hang-timeout 600, --no-health-gate")
@@ -132,3 +133,24 @@ def test_cluster_hosts_get_the_switch_and_the_heads_values_not_its_findings(tmp_
     plain = head_launch(request("--rank-table", str(table_file), "--ssh", command="cluster"), {})[2].host_argv
     assert not [word for word in plain if word.startswith("--no-") or word == "--fault-tolerant"]
     assert plain[plain.index("--max-restarts") + 1] == "0"   # without the switch, every value is sent, as before
+
+
+def test_the_memory_tier_reaches_every_rank_and_a_bad_root_is_one_line(in_tmp):
+    from launcher.errors import UsageError
+    from launcher.plan.make import make_plan
+
+    (in_tmp / "train.py").write_text("")
+    opts = options("--memory-ckpt", "--memory-root", str(in_tmp), "--memory-budget", "1G",
+                   "--memory-persist-every", "3")
+    assert (opts.policy.memory_ckpt, opts.policy.memory_budget, opts.policy.memory_persist_every) == \
+        (True, 1 << 30, 3)
+    args = request("--ranks", "2", environ={})
+    table, index, _, _ = launch_table(args, {})
+    plan = make_plan(table, index, opts, "table.json", {})
+    assert [spec.env["DLAUNCH_MEMORY_SLOTS"].startswith(f"{in_tmp}/dlaunch-{opts.run_id}-") for spec in plan.ranks] \
+        == [True, True]
+    assert plan.ranks[1].env["DLAUNCH_MEMORY_PERSIST_EVERY"] == "3"
+    assert "DLAUNCH_MEMORY_DIR" not in options().policy.__dict__ and not options().policy.memory_ckpt
+    with pytest.raises(UsageError, match="--memory-root .*no such directory"):
+        options("--memory-ckpt", "--memory-root", str(in_tmp / "nowhere"))
+    assert options("--memory-ckpt", "--memory-root", str(in_tmp)).policy.memory_budget > 0   # auto: this host's
