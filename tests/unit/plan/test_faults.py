@@ -69,7 +69,8 @@ def test_an_explicit_value_wins_turning_one_off_included():
                    "--no-memory-ckpt")
     assert found.settled == {}
     assert found.line == ("--fault-tolerant: turned nothing on; as given: --max-restarts 0, --survivor-window 60, "
-                          "--no-memory-ckpt, --warm-restarts none, --no-hang-learn, --hang-timeout 600, --no-health-gate")
+                          "--no-memory-ckpt, --warm-restarts none, --no-hang-learn, --hang-timeout 600, "
+                          "--no-health-gate")
     # a DLAUNCH_* variable is as explicit as a flag
     found = switch("--fault-tolerant", environ={"DLAUNCH_MAX_RESTARTS": "2", "DLAUNCH_HEALTH_GATE": "0"})
     assert "max_restarts" not in found.settled and "health_gate" not in found.settled
