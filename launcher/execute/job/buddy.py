@@ -3,9 +3,10 @@
 With ``--memory-ckpt`` on a job of several hosts, each host's dlaunch sends every step it persists from a local
 rank's memory (every ``--memory-persist-every``-th memory save, and the newest at the end of an attempt) to its
 *buddy*, the next host of the job's active hosts in order (the last host's buddy is the first), which keeps the
-newest copy per rank in its own memory area. When a host is lost and a spare takes its place, the spare asks the
-lost host's buddy for those copies before it reports what it can take over, writes them into its ranks'
-checkpoint directories, and the job resumes from the newest step every slot has: without a shared filesystem,
+newest ``KEEP`` copies per rank in its own memory area (several: the lost host's ranks may have been one persist
+apart when it died, and the job needs a step every rank has). When a host is lost and a spare takes its place,
+the spare asks the lost host's buddy for those copies before it reports what it can take over, writes them into
+its ranks' checkpoint directories, and the job resumes from the newest step every slot has: without a shared filesystem,
 and with nothing asked of the lost host. What is sent is a step every host persisted (the same step on every
 rank of a synchronous job), so the survivors have it too; a lost host costs at most one persist interval.
 
@@ -36,6 +37,7 @@ CHUNK = 1 << 20
 DEFAULT_RATE = 1 << 30          # bytes per second a host sends its buddy at most (1 GiB/s)
 TIMEOUT = 10.0                   # seconds any one read or write on a buddy connection may take
 HANDSHAKE_SECONDS = 10.0         # a peer proves it holds the job's secret within this, or is cut off
+KEEP = 3                         # steps a buddy keeps per rank: a step every rank of the lost host reached
 CONNECTIONS = 8                  # connections a host's buddy keeper answers at once
 BUDDY_DIR = "buddy"              # in the receiving host's memory area: rank_NNN/<checkpoint name>
 
@@ -168,7 +170,7 @@ def _send_bytes(line: _Line, fd: int, length: int, rate: float) -> bytes:
 
 def push(address: str, port: int, secret: bytes, host: str, rank: int, path: str, rate: float = DEFAULT_RATE) -> None:
     """Send rank ``rank``'s checkpoint file ``path`` (a step dlaunch persisted from its memory) to the buddy at
-    ``address``:``port``, which keeps it as that rank's newest copy. Raises OSError/ConnectionError when the buddy
+    ``address``:``port``, which keeps it among that rank's newest copies. Raises OSError/ConnectionError when the buddy
     cannot be reached, refuses it (over its budget) or does not confirm it kept it whole."""
     name = os.path.basename(path)
     parsed = ckptnames.parse_dlaunch(name)
@@ -195,27 +197,30 @@ def push(address: str, port: int, secret: bytes, host: str, rank: int, path: str
         raise ConnectionError(f"the buddy did not keep the copy: {str(answer.get('why'))[:200]}")
 
 
-def pull(address: str, port: int, secret: bytes, host: str, rank: int, into: str) -> str | None:
-    """Ask the buddy at ``address``:``port`` for its copy of rank ``rank``'s newest memory step and write it into
-    the checkpoint directory ``into`` (store.py's guarantees: whole or absent); returns its path, or None when the
-    buddy has none."""
+def pull(address: str, port: int, secret: bytes, host: str, rank: int, into: str) -> list[str]:
+    """Ask the buddy at ``address``:``port`` for the copies it keeps of rank ``rank``'s steps and write them into the
+    checkpoint directory ``into`` (store.py's guarantees: each whole or absent); returns their paths, oldest first
+    (none when the buddy has none)."""
+    from launcher.checkpoint import store
+
     line = _connect(address, port, secret, host)
+    written: list[str] = []
     try:
         line.send({"t": "get", "rank": rank})
-        answer = line.receive()
-        if answer.get("t") == "none":
-            return None
-        record = _checked_copy(answer, limit=None)
-        from launcher.checkpoint import store
+        while True:
+            answer = line.receive()
+            if answer.get("t") == "none":   # the end of the copies
+                return written
+            copy = _checked_copy(answer, limit=None)
 
-        def write(tmp: str) -> None:
-            with open(tmp, "wb") as out:
-                digest = line.read_exactly(record["length"], out.write)
-                end = line.receive()
-                if end.get("t") != "end" or not hmac.compare_digest(str(end.get("mac")), digest.hex()):
-                    raise ConnectionError("the buddy's copy did not arrive whole")
+            def write(tmp: str, copy=copy) -> None:
+                with open(tmp, "wb") as out:
+                    digest = line.read_exactly(copy["length"], out.write)
+                    end = line.receive()
+                    if end.get("t") != "end" or not hmac.compare_digest(str(end.get("mac")), digest.hex()):
+                        raise ConnectionError("the buddy's copy did not arrive whole")
 
-        return store.store_file(write, into, record["name"], ckptnames.parse_dlaunch(record["name"])[0])
+            written.append(store.store_file(write, into, copy["name"], ckptnames.parse_dlaunch(copy["name"])[0]))
     finally:
         line.sock.close()
 
@@ -291,7 +296,7 @@ class BuddySender:
 
 
 class BuddyKeeper:
-    """This host's side: a listening thread that keeps the copies other hosts send (the newest per rank, under
+    """This host's side: a listening thread that keeps the copies other hosts send (the newest KEEP per rank, under
     ``area/buddy/``) and hands them to a spare that asks."""
 
     def __init__(self, address: str, port: int, secret: bytes, area: str, budget: int):
@@ -306,14 +311,14 @@ class BuddyKeeper:
         self.thread = threading.Thread(target=self._serve, name="dlaunch-buddy", daemon=True)
         self.thread.start()
 
-    def kept(self, rank: int) -> str | None:
-        """The path of the copy kept for ``rank``, or None."""
+    def kept(self, rank: int) -> list[str]:
+        """The paths of the copies kept for ``rank``, oldest step first."""
         folder = os.path.join(self.directory, f"rank_{rank:03d}")
-        with contextlib.suppress(OSError):
-            names = [n for n in os.listdir(folder) if ckptnames.parse_dlaunch(n)]
-            if names:
-                return os.path.join(folder, names[0])
-        return None
+        try:
+            names = [(parsed[1:], name) for name in os.listdir(folder) if (parsed := ckptnames.parse_dlaunch(name))]
+        except OSError:
+            return []
+        return [os.path.join(folder, name) for _, name in sorted(names)]
 
     def close(self) -> None:
         self.stopped.set()
@@ -369,24 +374,21 @@ class BuddyKeeper:
             if not whole:
                 line.send({"t": "refused", "why": "the copy did not arrive whole"})
                 return
-            for old in os.listdir(folder):   # the newest copy only
-                if not old.startswith(".") and old != copy["name"]:
-                    os.unlink(os.path.join(folder, old))
             os.replace(tmp, os.path.join(folder, copy["name"]))
+            for old in self.kept(copy["rank"])[:-KEEP]:   # the newest KEEP steps only
+                os.unlink(old)
             line.send({"t": "kept"})
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
 
     def _give(self, line: _Line, rank: int) -> None:
-        path = self.kept(rank)
-        if path is None:
-            line.send({"t": "none"})
-            return
-        name = os.path.basename(path)
-        _, epoch, step = ckptnames.parse_dlaunch(name)
-        with open(path, "rb") as source:
-            length = os.fstat(source.fileno()).st_size
-            line.send({"t": "copy", "rank": rank, "name": name, "epoch": epoch, "step": step, "length": length})
-            digest = _send_bytes(line, source.fileno(), length, DEFAULT_RATE)
-        line.send({"t": "end", "mac": digest.hex()})
+        for path in self.kept(rank):
+            name = os.path.basename(path)
+            _, epoch, step = ckptnames.parse_dlaunch(name)
+            with open(path, "rb") as source:
+                length = os.fstat(source.fileno()).st_size
+                line.send({"t": "copy", "rank": rank, "name": name, "epoch": epoch, "step": step, "length": length})
+                digest = _send_bytes(line, source.fileno(), length, DEFAULT_RATE)
+            line.send({"t": "end", "mac": digest.hex()})
+        line.send({"t": "none"})

@@ -156,14 +156,12 @@ def pull_from_buddies(link, roster: Roster, run_dir: str, lost: list[str]) -> li
         for placed in server.placed():
             into = os.path.join(run_dir, rank_dir_name(placed.rank, table.device_count), CKPT_DIR)
             try:
-                path = buddy.pull(keeper, buddy.port_of(link.port), link.secret, roster.name(roster.own),
-                                  placed.rank, into)
+                fetched += buddy.pull(keeper, buddy.port_of(link.port), link.secret, roster.name(roster.own),
+                                      placed.rank, into)
             except (OSError, ConnectionError, ValueError) as exc:
                 say(f"cannot fetch rank {placed.rank}'s newest step from host {keeper}, the buddy of lost host "
                     f"{roster.name(index)}: {exc}")
                 continue
-            if path is not None:
-                fetched.append(path)
         got += fetched
         if fetched:
             say(f"fetched {len(fetched)} step file(s) of lost host {roster.name(index)}'s ranks from its buddy "

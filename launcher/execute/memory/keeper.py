@@ -40,6 +40,7 @@ class MemoryKeeper:
         self.ranks: dict[int, tuple[str, str]] = {}   # rank -> (its slots, its checkpoint directory)
         self.mirrors: dict[int, Mirror] = {}
         self.persisted: list = []   # every step persisted from memory (persist.Persisted), oldest first
+        self.on_persisted = None    # called (rank, path) for each: the buddy copy's sender (job/buddy.py)
         self._thread: threading.Thread | None = None
         self._wake_r, self._wake_w = -1, -1
 
@@ -74,7 +75,7 @@ class MemoryKeeper:
         for rank, (slots, ckpt_dir) in sorted(self.ranks.items()):
             done = persist(rank, slots, ckpt_dir)
             if done is not None:
-                self.persisted.append(done)
+                self._persisted(rank, done)
                 self.log(f"rank {rank}: persisted its memory step {done.record.epoch}_{done.record.step} to "
                          f"{done.path}")
             self.mirrors[rank].sync(set(), settled=True)
@@ -89,6 +90,11 @@ class MemoryKeeper:
                 self.area = None
 
     # ------------------------------------------------------------------ the parts
+
+    def _persisted(self, rank: int, done) -> None:
+        self.persisted.append(done)
+        if self.on_persisted is not None:
+            self.on_persisted(rank, done.path)
 
     def _check_room(self, plan, count: int) -> None:
         if not self.budget:
@@ -147,7 +153,7 @@ class MemoryKeeper:
             if record is not None and record.persist:
                 done = persist(rank, slots, ckpt_dir, record)
                 if done is not None:
-                    self.persisted.append(done)
+                    self._persisted(rank, done)
             self.mirrors[rank].sync(busy)
 
 

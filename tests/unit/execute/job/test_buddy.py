@@ -35,22 +35,24 @@ def test_the_ring_gives_every_host_the_next_and_one_host_none():
 
 def test_the_newest_step_is_kept_and_a_spare_gets_it_back_whole(tmp_path, keeper):
     ckpt = str(tmp_path / "ckpt")
-    buddy.push("127.0.0.1", keeper.port, SECRET, "host-a", 3, persisted(ckpt, 5, os.urandom(300_000)))
-    newest = os.urandom(200_000)
-    buddy.push("127.0.0.1", keeper.port, SECRET, "host-a", 3, persisted(ckpt, 6, newest))
-    assert os.path.basename(keeper.kept(3)) == "ckpt-0_6.pt"   # the newest only: step 5's copy is gone
-    assert os.listdir(os.path.dirname(keeper.kept(3))) == ["ckpt-0_6.pt"]
+    sent = {}
+    for step in (5, 6, 10, 11):
+        sent[step] = os.urandom(100_000 + step)
+        buddy.push("127.0.0.1", keeper.port, SECRET, "host-a", 3, persisted(ckpt, step, sent[step]))
+    assert [os.path.basename(p) for p in keeper.kept(3)] == ["ckpt-0_6.pt", "ckpt-0_10.pt", "ckpt-0_11.pt"]
+    assert len(os.listdir(os.path.dirname(keeper.kept(3)[0]))) == buddy.KEEP   # step 5's copy is gone
     into = tmp_path / "spare" / "ckpt"
-    path = buddy.pull("127.0.0.1", keeper.port, SECRET, "spare", 3, str(into))
-    assert path == str(into / "ckpt-0_6.pt") and open(path, "rb").read() == newest
-    assert buddy.pull("127.0.0.1", keeper.port, SECRET, "spare", 4, str(into)) is None   # nothing for rank 4
+    paths = buddy.pull("127.0.0.1", keeper.port, SECRET, "spare", 3, str(into))
+    assert paths == [str(into / f"ckpt-0_{step}.pt") for step in (6, 10, 11)]
+    assert [open(path, "rb").read() for path in paths] == [sent[6], sent[10], sent[11]]
+    assert buddy.pull("127.0.0.1", keeper.port, SECRET, "spare", 4, str(into)) == []   # nothing for rank 4
 
 
 def test_without_the_secret_nothing_is_kept_or_given(tmp_path, keeper):
     path = persisted(str(tmp_path / "ckpt"), 5, b"x" * 1000)
     with pytest.raises(ConnectionError):
         buddy.push("127.0.0.1", keeper.port, b"w" * 32, "stranger", 0, path)
-    assert keeper.kept(0) is None
+    assert keeper.kept(0) == []
     buddy.push("127.0.0.1", keeper.port, SECRET, "host-a", 0, path)
     with pytest.raises(ConnectionError):
         buddy.pull("127.0.0.1", keeper.port, b"w" * 32, "stranger", 0, str(tmp_path / "out"))
@@ -61,7 +63,7 @@ def test_a_copy_over_the_budget_is_refused_before_its_bytes(tmp_path, keeper):
     path = persisted(str(tmp_path / "ckpt"), 5, b"x" * (2 << 20))
     with pytest.raises(ConnectionError, match="over the"):
         buddy.push("127.0.0.1", keeper.port, SECRET, "host-a", 0, path)
-    assert keeper.kept(0) is None
+    assert keeper.kept(0) == []
 
 
 def test_a_copy_cut_short_is_never_kept(tmp_path, keeper):
@@ -74,4 +76,5 @@ def test_a_copy_cut_short_is_never_kept(tmp_path, keeper):
     assert line.receive()["t"] == "ready"
     line.sock.sendall(b"b" * 50_000)
     line.sock.close()
-    assert buddy.pull("127.0.0.1", keeper.port, SECRET, "spare", 0, str(tmp_path / "out")).endswith("ckpt-0_5.pt")
+    got = buddy.pull("127.0.0.1", keeper.port, SECRET, "spare", 0, str(tmp_path / "out"))
+    assert [os.path.basename(path) for path in got] == ["ckpt-0_5.pt"]
