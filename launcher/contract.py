@@ -27,7 +27,7 @@ RAISE_ENV = "DLAUNCH_RAISE_FD"   # "FD:LAUNCHER_PID": where a Python rank's hook
 MEMORY_DIR_ENV = "DLAUNCH_MEMORY_DIR"       # --memory-ckpt: the rank's directory in memory for its own files
 MEMORY_SLOTS_ENV = "DLAUNCH_MEMORY_SLOTS"   # --memory-ckpt: the rank's memory-tier slots (checkpoint/tier.py)
 MEMORY_BUDGET_ENV = "DLAUNCH_MEMORY_BUDGET"   # --memory-budget: bytes of memory this rank may hold there
-MEMORY_PERSIST_ENV = "DLAUNCH_MEMORY_PERSIST_EVERY"   # --memory-persist-every: every Nth memory save goes to disk
+MEMORY_PERSIST_ENV = "DLAUNCH_MEMORY_PERSIST_EVERY"   # --memory-persist-every: steps that are multiples of N go to disk
 ENV_PREFIX = "DLAUNCH_"                   # options from the environment: DLAUNCH_<OPTION>
 
 # Files and directories inside a rank's directory.

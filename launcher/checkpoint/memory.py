@@ -38,7 +38,7 @@ from launcher.checkpoint import archive as ckptarchive
 from launcher.checkpoint import names as ckptnames
 from launcher.checkpoint import stage as ckptstage
 from launcher.checkpoint import tier
-from launcher.contract import MEMORY_BUDGET_ENV, MEMORY_PERSIST_ENV, MEMORY_SLOTS_ENV
+from launcher.contract import CKPT_DIR_ENV, MEMORY_BUDGET_ENV, MEMORY_PERSIST_ENV, MEMORY_SLOTS_ENV
 
 OWNER_ENV = "DLAUNCH_MEMORY_OWNER"    # the pid of the process that writes this rank's slots (inherited by children)
 PERSIST_EVERY = 10                    # default of DLAUNCH_MEMORY_PERSIST_EVERY
@@ -163,6 +163,7 @@ class Slots:
         self.fds: dict[int, int] = {}
         self.maps: dict[int, mmap.mmap] = {}
         self.record: tier.Record | None = None
+        self.pending: tier.Record | None = None   # the newest step asked to be persisted and not yet seen on disk
         self.read_once = False
         self.saves = 0
         self.lock = threading.Lock()      # one memory save at a time in this process
@@ -172,10 +173,11 @@ class Slots:
         self.capacity = max(self.capacity & ~(mmap.PAGESIZE - 1), mmap.PAGESIZE)
 
     def newest(self) -> tier.Record | None:
-        if not self.read_once:   # once: only this process writes the record afterwards
+        if not self.read_once:   # once: only this process writes the records afterwards
             self.read_once = True
             try:
                 self.record = tier.read_record(self.directory)
+                self.pending = tier.read_record(self.directory, tier.PENDING_FILE)
             except border.Refused as refused:
                 _say_once("record", f"{refused} (starting the memory slots afresh)")
         return self.record
@@ -197,6 +199,13 @@ class Slots:
         slot = 0 if newest is None else 1 - newest.slot
         generation = (newest.generation if newest else 0) + 1
         path = tier.slot_path(self.directory, slot)
+        if self.pending is not None and self.pending.slot == slot:
+            if not _on_disk(self.pending):
+                _say_once("pending", f"memory save of epoch {epoch} step {step} skipped: dlaunch has not yet "
+                                     f"persisted step {self.pending.epoch}_{self.pending.step}, which it would "
+                                     f"overwrite in {path} (said once; such saves return None, training goes on)")
+                return None
+            self.pending = None
         fd = self._fd(slot)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -208,11 +217,14 @@ class Slots:
             length = self._write(fd, slot, state, tier.comment(generation))
             if persist is None:
                 every = _env_int(MEMORY_PERSIST_ENV, PERSIST_EVERY, 1) or PERSIST_EVERY
-                persist = self.saves % every == 0
+                persist = step % every == 0   # by step, not by count: the same steps on every rank, skips or not
             record = tier.Record(slot=slot, generation=generation, epoch=epoch, step=step, prefix=prefix, name=name,
                                  length=length, persist=bool(persist), keep_max=keep_max, replicated=replicated)
             tier.write_record(self.directory, record)
             self.record = record
+            if record.persist:   # kept until dlaunch has it on disk (tier.py, "Persisting")
+                tier.write_record(self.directory, record, tier.PENDING_FILE)
+                self.pending = record
             self.saves += 1
             return path
         finally:
@@ -255,6 +267,13 @@ class Slots:
             layout.release()
         os.ftruncate(fd, length)
         return length
+
+
+def _on_disk(record: tier.Record) -> bool:
+    """Whether dlaunch has persisted ``record``: its file is in the rank's checkpoint directory (where dlaunch puts
+    it); True outside dlaunch's checkpoint directory, where no launcher persists anything."""
+    directory = os.environ.get(CKPT_DIR_ENV)
+    return not directory or os.path.exists(os.path.join(directory, record.name))
 
 
 _slots: Slots | None = None

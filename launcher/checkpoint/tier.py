@@ -21,6 +21,11 @@ rank loading) takes a shared ``flock`` on the slot ``newest.json`` names without
 (it must still name that slot and generation), and checks the generation in the archive's comment: a step being
 written is never read as complete. A rank that finds its next slot locked (dlaunch is still persisting it) skips
 that memory save rather than stall training.
+
+**Persisting.** A step the rank asks dlaunch to persist (a multiple of ``--memory-persist-every``) is also recorded in
+``persist.json``, and the rank does not write over its slot until dlaunch has put it in the rank's checkpoint
+directory (the file is there): a save that would skips instead. So dlaunch, looking every half second, persists
+every such step, however short the steps, at the cost of memory saves skipped while a large state is copied.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ FILES_DIR = "files"
 SLOTS_DIR = "slots"
 SLOT_COUNT = 2
 NEWEST_FILE = "newest.json"
+PENDING_FILE = "persist.json"   # the newest step the rank asked dlaunch to persist (its slot is kept until it is)
 RECORD_FORMAT = 1
 RECORD_LIMIT = 4096                        # bytes of newest.json dlaunch reads
 GENERATION_COMMENT = b"dlaunch generation="
@@ -85,7 +91,7 @@ class Record:
     prefix: str
     name: str            # the checkpoint's file name on disk, ``{prefix}-{epoch}_{step}.pt``
     length: int          # bytes of the archive at the start of the slot
-    persist: bool        # the rank asked for this step on disk (every Nth memory save, or ``persist=True``)
+    persist: bool        # the rank asked for this step on disk (a step that is a multiple of N, or ``persist=True``)
     keep_max: int | None = None
     replicated: bool = False
     format: int = RECORD_FORMAT
@@ -119,24 +125,25 @@ def parse_record(text: str) -> Record:
                   replicated=doc.get("replicated", False))
 
 
-def read_record(slots: str) -> Record | None:
-    """The rank's newest complete step in memory, or None (no memory save yet); ``border.Refused`` when unreadable."""
-    text = border.read_text(os.path.join(slots, NEWEST_FILE), NEWEST_FILE, RECORD_LIMIT)
+def read_record(slots: str, name: str = NEWEST_FILE) -> Record | None:
+    """The rank's newest complete step in memory (``name``: ``PENDING_FILE`` for the newest it asked to persist), or
+    None (no such save yet); ``border.Refused`` when unreadable."""
+    text = border.read_text(os.path.join(slots, name), name, RECORD_LIMIT)
     return None if text is None else parse_record(text)
 
 
-def write_record(slots: str, record: Record) -> None:
-    """Replace ``newest.json`` in one rename (memory: nothing to fsync)."""
+def write_record(slots: str, record: Record, name: str = NEWEST_FILE) -> None:
+    """Replace ``newest.json`` (or ``name``) in one rename (memory: nothing to fsync)."""
     import json
 
     from launcher.base.atomic import commit, temp_beside
 
-    fd, tmp = temp_beside(os.path.join(slots, NEWEST_FILE))
+    fd, tmp = temp_beside(os.path.join(slots, name))
     try:
         os.write(fd, json.dumps(record.to_json()).encode())
     finally:
         os.close(fd)
-    commit(tmp, os.path.join(slots, NEWEST_FILE), durable=False)
+    commit(tmp, os.path.join(slots, name), durable=False)
 
 
 def comment(generation: int) -> bytes:

@@ -143,8 +143,8 @@ _DECLARED: list[tuple[Option, tuple[str, ...]]] = [
             help="--memory-ckpt: bytes of memory each rank may hold there, e.g. 4G (default auto: the memory "
                  "root's free space and MemAvailable, shared by this host's ranks)", to_hosts=True),
     _shared("--memory-persist-every", group=CHECKPOINTS, type=whole(1, 10**6), default=10, metavar="N",
-            help="--memory-ckpt: every Nth memory save of a rank is also persisted to its checkpoint directory "
-                 "(default 10)", to_hosts=True),
+            help="--memory-ckpt: a memory save whose step is a multiple of N is also persisted to the rank's "
+                 "checkpoint directory (default 10)", to_hosts=True),
     _shared("--memory-root", group=CHECKPOINTS, default="/dev/shm", metavar="DIR",
             help="--memory-ckpt: the file system in memory that holds the tier (default /dev/shm)", to_hosts=True),
     _shared("--signal-grace", group=FAILURES, type=seconds, metavar="SECONDS",

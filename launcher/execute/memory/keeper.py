@@ -26,7 +26,7 @@ from launcher.checkpoint import tier
 from launcher.contract import MEMORY_SLOTS_ENV
 from launcher.execute.memory import area as areas
 from launcher.execute.memory.mirror import MIRROR_DIR, Mirror, open_for_writing
-from launcher.execute.memory.persist import newest, persist
+from launcher.execute.memory.persist import newest, persist, to_persist
 from launcher.rundir.paths import rank_dirs
 
 LOOK = 0.5   # seconds between the thread's looks
@@ -73,11 +73,12 @@ class MemoryKeeper:
         if self.area is None:
             return
         for rank, (slots, ckpt_dir) in sorted(self.ranks.items()):
-            done = persist(rank, slots, ckpt_dir)
-            if done is not None:
-                self._persisted(rank, done)
-                self.log(f"rank {rank}: persisted its memory step {done.record.epoch}_{done.record.step} to "
-                         f"{done.path}")
+            for record in [*to_persist(slots), newest(slots)]:   # what it asked for, then its newest step
+                done = persist(rank, slots, ckpt_dir, record)
+                if done is not None:
+                    self._persisted(rank, done)
+                    self.log(f"rank {rank}: persisted its memory step {done.record.epoch}_{done.record.step} to "
+                             f"{done.path}")
             self.mirrors[rank].sync(set(), settled=True)
 
     def close(self) -> None:
@@ -149,8 +150,7 @@ class MemoryKeeper:
         """One look: the steps the ranks asked for persisted, finished files mirrored."""
         busy = open_for_writing(self.area) if self.area else set()
         for rank, (slots, ckpt_dir) in sorted(self.ranks.items()):
-            record = newest(slots)
-            if record is not None and record.persist:
+            for record in to_persist(slots):
                 done = persist(rank, slots, ckpt_dir, record)
                 if done is not None:
                     self._persisted(rank, done)

@@ -29,12 +29,20 @@ class Persisted:
     path: str
 
 
-def newest(slots: str) -> tier.Record | None:
-    """The rank's commit record, or None (no memory save yet, or a record that cannot be read)."""
+def newest(slots: str, name: str = tier.NEWEST_FILE) -> tier.Record | None:
+    """The rank's commit record (``tier.PENDING_FILE``: the newest step it asked to persist), or None (no such save
+    yet, or a record that cannot be read)."""
     try:
-        return tier.read_record(slots)
+        return tier.read_record(slots, name)
     except border.Refused:
         return None
+
+
+def to_persist(slots: str) -> list[tier.Record]:
+    """The steps of a rank dlaunch persists when it looks: the newest it asked for (kept by the rank until it is on
+    disk, however many saves came since) and the newest, if asked for."""
+    found = [newest(slots, tier.PENDING_FILE), newest(slots)]
+    return [record for record in dict.fromkeys(found) if record is not None and record.persist]
 
 
 def on_disk(ckpt_dir: str, record: tier.Record) -> bool:
@@ -68,7 +76,7 @@ def persist(rank: int, slots: str, ckpt_dir: str, record: tier.Record | None = N
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
             return None   # the rank is writing it: a newer step is on its way
-        if newest(slots) != record or not whole(fd, record):
+        if not whole(fd, record):   # its generation's comment where it ends: that step, whole, not a later one
             return None
         path = store_file(range_writer(fd, record.length), ckpt_dir, record.name, record.prefix, record.keep_max,
                           replicated=record.replicated)
