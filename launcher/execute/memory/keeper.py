@@ -5,8 +5,8 @@ attempt, restored before the next, freed at dlaunch's exit.
 persisted into this run's checkpoint directories and freed, this host's area is made (a line when its root is
 smaller than the budget needs) and each rank's ``files/`` filled from its mirror (this run's, else the run
 ``--resume`` names); every time, a file torn or missing in memory but whole in the mirror is copied back. Then
-one thread, every ``LOOK`` seconds: each rank's newest step the rank asked to persist (``persist`` in its
-record) is persisted (``persist.py``), and finished files are mirrored (``mirror.py``).
+one thread: every ``PERSIST_LOOK`` seconds the steps each rank asked to persist (``persist`` in its records) are
+persisted (``persist.py``), every ``LOOK`` seconds finished files are mirrored (``mirror.py``).
 
 ``end(plan)`` after every rank of the attempt stopped, before the launch decides to restart (so the resume
 point sees it): the thread stopped, every rank's newest complete memory step persisted where it is not on disk
@@ -29,7 +29,8 @@ from launcher.execute.memory.mirror import MIRROR_DIR, Mirror, open_for_writing
 from launcher.execute.memory.persist import newest, persist, to_persist
 from launcher.rundir.paths import rank_dirs
 
-LOOK = 0.5   # seconds between the thread's looks
+LOOK = 0.5           # seconds between the thread's looks at the files to mirror
+PERSIST_LOOK = 0.05   # seconds between its looks at the steps to persist (two small files per rank)
 
 
 class MemoryKeeper:
@@ -140,21 +141,26 @@ class MemoryKeeper:
         os.close(self._wake_w)
 
     def _loop(self) -> None:
-        while not ready_fds([self._wake_r], time.monotonic() + LOOK):
+        looks = 0
+        while not ready_fds([self._wake_r], time.monotonic() + PERSIST_LOOK):
+            looks += 1
             try:
-                self.look()
+                self.look(mirror=looks % (LOOK / PERSIST_LOOK) < 1)
             except Exception as exc:   # a defect here must not take the launch down: said, tried again next look
                 self.log(f"dlaunch memory tier: {type(exc).__name__}: {exc}")
 
-    def look(self) -> None:
-        """One look: the steps the ranks asked for persisted, finished files mirrored."""
-        busy = open_for_writing(self.area) if self.area else set()
+    def look(self, mirror: bool = True) -> None:
+        """One look: the steps the ranks asked for persisted (each PERSIST_LOOK: a rank skips memory saves that
+        would overwrite such a step until it is on disk), and with ``mirror`` finished files mirrored (each LOOK:
+        finding the files a rank still writes reads every process's descriptors)."""
+        busy = open_for_writing(self.area) if self.area and mirror else set()
         for rank, (slots, ckpt_dir) in sorted(self.ranks.items()):
             for record in to_persist(slots):
                 done = persist(rank, slots, ckpt_dir, record)
                 if done is not None:
                     self._persisted(rank, done)
-            self.mirrors[rank].sync(busy)
+            if mirror:
+                self.mirrors[rank].sync(busy)
 
 
 def rescue(area: str, log=say, run_dir: str | None = None) -> list[str]:
