@@ -166,9 +166,9 @@ class Slots:
         self.read_once = False
         self.saves = 0
         self.lock = threading.Lock()      # one memory save at a time in this process
-        limit = budget()
+        self.budget = budget()
         stat = os.statvfs(directory)
-        self.capacity = limit // tier.SLOT_COUNT if limit else stat.f_blocks * stat.f_frsize
+        self.capacity = self.budget // tier.SLOT_COUNT if self.budget else stat.f_blocks * stat.f_frsize
         self.capacity = max(self.capacity & ~(mmap.PAGESIZE - 1), mmap.PAGESIZE)
 
     def newest(self) -> tier.Record | None:
@@ -245,9 +245,12 @@ class Slots:
         except (ckptarchive.ArchiveFull, OSError) as error:
             with contextlib.suppress(OSError):
                 os.ftruncate(fd, 0)           # give the memory back: this slot is named by nothing
-            if isinstance(error, ckptarchive.ArchiveFull):
+            if isinstance(error, ckptarchive.ArchiveFull) and self.budget:
                 raise NoRoom(f"the state needs more than {self.capacity} bytes per slot, over the memory budget "
-                             f"{MEMORY_BUDGET_ENV}={os.environ.get(MEMORY_BUDGET_ENV)} bytes (two slots)") from error
+                             f"{MEMORY_BUDGET_ENV}={self.budget} bytes (two slots)") from error
+            if isinstance(error, ckptarchive.ArchiveFull):
+                raise NoRoom(f"the state needs more than {self.capacity} bytes, the size of {self.directory}'s "
+                             "file system") from error
             if error.errno in (errno.ENOSPC, errno.ENOMEM, errno.EFBIG):
                 raise NoRoom(f"{self.directory} is out of memory ({os.strerror(error.errno)})") from error
             raise
