@@ -34,6 +34,7 @@ import sys
 import threading
 
 from launcher.base import border
+from launcher.base.atomic import commit, temp_beside
 from launcher.checkpoint import archive as ckptarchive
 from launcher.checkpoint import names as ckptnames
 from launcher.checkpoint import stage as ckptstage
@@ -45,6 +46,7 @@ PERSIST_EVERY = 10                    # default of DLAUNCH_MEMORY_PERSIST_EVERY
 ALLOCATE_AHEAD = 64 << 20             # bytes of a slot allocated at a time beyond what a save used before
 
 _said: set[str] = set()
+_retired: set[tuple[str, int]] = set()    # (slots, slot) a load mapped: the next save there makes a new file
 
 
 def _say_once(key: str, line: str) -> None:
@@ -181,9 +183,18 @@ class Slots:
         return self.record
 
     def _fd(self, slot: int) -> int:
+        path = tier.slot_path(self.directory, slot)
+        if (self.directory, slot) in _retired:   # mapped by a load(map_memory=True): write a new file, never it
+            _retired.discard((self.directory, slot))
+            self.maps.pop(slot, None)            # (an export may keep the old mapping; it is never written again)
+            if slot in self.fds:
+                os.close(self.fds.pop(slot))
+            fd, tmp = temp_beside(path)
+            os.close(fd)
+            commit(tmp, path, durable=False)      # the old file lives on, unnamed, while the loaded tensors map it
         if slot not in self.fds:
             flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
-            self.fds[slot] = os.open(tier.slot_path(self.directory, slot), flags, 0o600)
+            self.fds[slot] = os.open(path, flags, 0o600)
         return self.fds[slot]
 
     def save(self, state, epoch: int, step: int, prefix: str, name: str, persist: bool | None,
@@ -313,9 +324,15 @@ def memory_step() -> tuple[int, int] | None:
     return None if record is None else (record.epoch, record.step)
 
 
-def load(resume_from: str, map_location, weights_only: bool):
+def load(resume_from: str, map_location, weights_only: bool, map_memory: bool = False):
     """``(True, state)`` from this rank's newest memory step when it is the checkpoint ``resume_from`` names
-    (same file name, so same prefix and step) and its slot verifies; else ``(False, None)``: read the disk."""
+    (same file name, so same prefix and step) and its slot verifies; else ``(False, None)``: read the disk.
+
+    The state is a copy (``torch.load`` reads every storage into new memory), or with ``map_memory`` the slot
+    mapped copy-on-write (``torch.load(mmap=True)``: no copy, pages read on first use) and retired: this
+    process's next save into that slot makes a new file and renames it over the slot, so nothing it writes ever
+    reaches the mapped tensors.  The retired file's memory stays in use (outside the budget's two slots) while
+    any tensor loaded from it lives."""
     directory = os.environ.get(MEMORY_SLOTS_ENV)
     if not directory:
         return False, None
@@ -340,8 +357,10 @@ def load(resume_from: str, map_location, weights_only: bool):
             return False, None
         import torch
 
-        # not mmap: torch.load copies every storage out of the slot, which the rank overwrites two saves later
-        state = torch.load(path, map_location=map_location, weights_only=weights_only)
+        # a copy unless mapped: the rank overwrites the slot two saves later (a mapped slot is retired first)
+        state = torch.load(path, map_location=map_location, weights_only=weights_only, mmap=map_memory)
+        if map_memory:
+            _retired.add((directory, record.slot))
     finally:
         os.close(fd)     # drops the shared lock
     print(f"dlaunch checkpoint: loaded {name} (epoch {record.epoch} step {record.step}) from memory, {path}",

@@ -200,3 +200,24 @@ def test_load_reads_the_disk_when_memory_is_not_that_step_or_does_not_verify(slo
 def test_memory_step_without_the_tier_is_none(monkeypatch):
     monkeypatch.delenv("DLAUNCH_MEMORY_SLOTS", raising=False)
     assert checkpoint.memory_step() is None
+
+
+@pytest.mark.parametrize("restarted", [True, False])
+def test_a_mapped_load_retires_the_slot_so_later_saves_never_reach_it(slots, run, monkeypatch, restarted):
+    checkpoint.save(state_at(1), 0, 1, memory=True)
+    checkpoint.save(state_at(2), 0, 2, memory=True)        # slot-1, the newest
+    if restarted:
+        monkeypatch.setattr(memory, "_slots", None)        # a new process of the rank
+    monkeypatch.setattr(memory, "_retired", set())
+    monkeypatch.setenv("DLAUNCH_RESUME_FROM", str(run / "rank_000" / "ckpt" / "ckpt-0_2.pt"))
+    loaded = checkpoint.load(map_memory=True)
+    same(loaded, state_at(2))
+    inode = os.stat(slots / "slot-1").st_ino
+    for step in range(3, 7):                                # slot-1 written twice more
+        checkpoint.save(state_at(step), 0, step, memory=True)
+    same(loaded, state_at(2))
+    assert os.stat(slots / "slot-1").st_ino != inode
+    same(torch.load(slots / "slot-1", weights_only=True), state_at(6))
+    loaded["w"].add_(1)                                     # copy-on-write: the slots are untouched
+    same(torch.load(slots / "slot-0", weights_only=True), state_at(5))
+    assert [name for name in os.listdir(slots) if name.startswith(".")] == []
