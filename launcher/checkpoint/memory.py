@@ -18,8 +18,11 @@ whole slot.
 A state that does not fit ``DLAUNCH_MEMORY_BUDGET`` (bytes per rank, both slots: a slot holds half), or a
 memory file system out of room, is saved to disk instead, with ``save``'s usual guarantees, after one line on
 stderr naming the budget and the disk path.  So is every ``memory=True`` save where ``DLAUNCH_MEMORY_SLOTS`` is
-not set (not under dlaunch, or without ``--memory-ckpt``), and every one from a child process of the rank (a
-DataLoader worker, forked or spawned): only the process that first used the slots writes them.
+not set (not under dlaunch, or without ``--memory-ckpt``), every one whose slots cannot be used (an
+``OSError``: the directory gone, say), and every one from a child process of the rank (a DataLoader worker,
+forked or spawned): the rank names itself the slots' owner in its environment (``DLAUNCH_MEMORY_OWNER``) when
+this module is imported (its first use of ``checkpoint``) or at its first memory save, a forked child names
+its parent there if the rank had not yet, and only the owner writes the slots.
 """
 
 from __future__ import annotations
@@ -275,13 +278,17 @@ _slots: Slots | None = None
 
 
 def _forget_in_child() -> None:
-    """After fork: the child never writes the parent's slots (its copies of the maps and descriptors are left be)."""
+    """After fork: the child never writes the parent's slots (its copies of the maps and descriptors are left be),
+    even when the parent has not saved yet: the parent is named the owner in the child's environment."""
     global _slots
     _slots = None
+    if os.environ.get(MEMORY_SLOTS_ENV) and not os.environ.get(OWNER_ENV):
+        os.environ[OWNER_ENV] = str(os.getppid())
 
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_in_child)
+_claim_ownership()   # at import (a script's first use of ``checkpoint``): children spawned later inherit the owner
 
 
 def save(state, epoch: int, step: int, prefix: str, name: str, disk_path: str, disk_save,
@@ -304,8 +311,12 @@ def save(state, epoch: int, step: int, prefix: str, name: str, disk_path: str, d
             _slots = Slots(directory)
         return _slots.save(state, epoch, step, prefix, name, persist, keep_max, replicated)
     except NoRoom as why:
-        _say_once(f"room {why}", f"step epoch {epoch} step {step} does not fit in memory: {why}; saved to disk "
+        _say_once(f"room {why}", f"epoch {epoch} step {step} does not fit in memory: {why}; saved to disk "
                                  f"instead, {disk_path} (said once; later saves that do not fit go to disk too)")
+        return disk_save()
+    except OSError as error:    # the slots unusable (removed, unwritable): the step must not be lost
+        _say_once(f"error {error}", f"could not save epoch {epoch} step {step} into memory ({directory}): {error}; "
+                                    f"saved to disk instead, {disk_path} (said once)")
         return disk_save()
 
 

@@ -221,3 +221,19 @@ def test_a_mapped_load_retires_the_slot_so_later_saves_never_reach_it(slots, run
     loaded["w"].add_(1)                                     # copy-on-write: the slots are untouched
     same(torch.load(slots / "slot-0", weights_only=True), state_at(5))
     assert [name for name in os.listdir(slots) if name.startswith(".")] == []
+
+
+def test_slots_that_are_gone_send_the_step_to_disk(slots, run, capsys):
+    slots.rmdir()                                           # dlaunch freed the area, say
+    path = checkpoint.save({"step": 1}, 0, 1, memory=True)
+    assert path == str(run / "rank_000" / "ckpt" / "ckpt-0_1.pt")
+    assert torch.load(path) == {"step": 1}
+    err = capsys.readouterr().err
+    assert "could not save epoch 0 step 1 into memory" in err and path in err
+
+
+def test_after_fork_the_parent_owns_the_slots(slots, monkeypatch):
+    monkeypatch.delenv(memory.OWNER_ENV)
+    memory._forget_in_child()                               # what os.fork runs in the child
+    assert os.environ[memory.OWNER_ENV] == str(os.getppid()) and memory._slots is None
+    assert not memory._is_owner()
