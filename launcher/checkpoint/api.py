@@ -151,6 +151,8 @@ def save(state, epoch: int, step: int, prefix: str = "ckpt", keep_max: int | Non
     """
     name = _checked_name(prefix, epoch, step)
     if memory:
+        ckptstore.check_keep_max(keep_max)   # it goes into the record dlaunch reads
+
         def on_disk():
             return save(state, epoch, step, prefix, keep_max, directory, async_save, replicated)
         disk_path = os.path.join(directory or ckpt_dir(), name)

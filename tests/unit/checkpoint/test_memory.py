@@ -237,3 +237,9 @@ def test_after_fork_the_parent_owns_the_slots(slots, monkeypatch):
     memory._forget_in_child()                               # what os.fork runs in the child
     assert os.environ[memory.OWNER_ENV] == str(os.getppid()) and memory._slots is None
     assert not memory._is_owner()
+
+
+def test_a_bad_keep_max_is_refused_before_anything_is_written(slots):
+    with pytest.raises(ValueError, match="keep_max"):
+        checkpoint.save({"step": 1}, 0, 1, memory=True, keep_max=0)
+    assert os.listdir(slots) == []
