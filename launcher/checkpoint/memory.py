@@ -236,8 +236,10 @@ class Slots:
         allocated = os.fstat(fd).st_size      # the previous archive: its pages are allocated already
         if slot not in self.maps:              # mapped once at the slot's capacity (the file grows into it below)
             os.ftruncate(fd, self.capacity)
-            self.maps[slot] = mmap.mmap(fd, self.capacity, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-            os.ftruncate(fd, allocated)
+            try:
+                self.maps[slot] = mmap.mmap(fd, self.capacity, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            finally:
+                os.ftruncate(fd, allocated)
         mapping = self.maps[slot]
         watermark = [min(allocated, self.capacity)]
 
