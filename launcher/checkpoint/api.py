@@ -143,11 +143,12 @@ def save(state, epoch: int, step: int, prefix: str = "ckpt", keep_max: int | Non
 
     ``memory=True`` (under ``dlaunch run --memory-ckpt``) copies ``state`` into memory dlaunch owns, which
     outlives this process, and returns the slot's path once copied (None when skipped: dlaunch was still
-    persisting the slot); dlaunch writes the step to this rank's checkpoint directory in the background when
-    ``persist`` (default: each step that is a multiple of N, ``--memory-persist-every``: the same steps on every
-    rank, so a lost host's buddy copy and its peers' files share a step) and at a failure.  A state over the memory budget, a full memory file system, no ``--memory-ckpt`` or a child process
-    save to disk instead (as without ``memory``), after one line on stderr.  See ``memory`` and
-    docs/checkpoints.md.
+    persisting the slot, or had not yet persisted a step the save would overwrite); dlaunch writes the step to
+    this rank's checkpoint directory in the background when ``persist`` (default: each step that is a multiple
+    of N, ``--memory-persist-every``: the same steps on every rank, so a lost host's buddy copy and its peers'
+    files share a step) and at a failure.  A state over the memory budget, a full memory file system, no
+    ``--memory-ckpt`` or a child process save to disk instead (as without ``memory``), after one line on stderr.
+    See ``memory`` and docs/checkpoints.md.
     """
     name = _checked_name(prefix, epoch, step)
     if memory:

@@ -50,7 +50,7 @@ def newest(directory):
 
 
 def test_saves_alternate_slots_and_commit_each_step(slots, run):
-    paths = [checkpoint.save(state_at(step), 1, step, memory=True) for step in range(3)]
+    paths = [checkpoint.save(state_at(step), 1, step, memory=True, persist=False) for step in range(3)]
     assert paths == [str(slots / "slot-0"), str(slots / "slot-1"), str(slots / "slot-0")]
     record = newest(slots)
     assert (record.slot, record.generation, record.epoch, record.step) == (0, 3, 1, 2)
@@ -72,18 +72,42 @@ def test_a_state_that_changes_shape_is_laid_out_anew(slots):
     assert torch.equal(loaded["a"], torch.ones(3000)) and torch.equal(loaded["b"], torch.zeros(2))
 
 
-def test_persist_every_nth_save_the_first_included_and_flags_carry(slots, monkeypatch):
+def persisted_by_dlaunch(directory, run):
+    """What dlaunch's keeper does for a step the rank asked to persist: its file in the rank's checkpoint directory."""
+    record = newest(directory)
+    if record.persist:
+        (run / "rank_000" / "ckpt" / record.name).write_bytes(b"persisted")
+
+
+def test_persist_steps_that_are_multiples_of_n_and_flags_carry(slots, run, monkeypatch):
     monkeypatch.setenv("DLAUNCH_MEMORY_PERSIST_EVERY", "3")
     flags = []
-    for step in range(5):
+    for step in range(1, 8):
         checkpoint.save({"step": step}, 0, step, memory=True)
         flags.append(newest(slots).persist)
-    assert flags == [True, False, False, True, False]
-    checkpoint.save({"step": 5}, 0, 5, memory=True, persist=True, keep_max=4, replicated=True)
+        persisted_by_dlaunch(slots, run)
+    assert flags == [False, False, True, False, False, True, False]   # steps 3 and 6: the same on every rank
+    checkpoint.save({"step": 8}, 0, 8, memory=True, persist=True, keep_max=4, replicated=True)
     record = newest(slots)
     assert (record.persist, record.keep_max, record.replicated) == (True, 4, True)
-    checkpoint.save({"step": 6}, 0, 6, memory=True, persist=False)
+    persisted_by_dlaunch(slots, run)
+    checkpoint.save({"step": 9}, 0, 9, memory=True, persist=False)
     assert newest(slots).persist is False
+
+
+def test_a_step_to_persist_is_not_overwritten_before_dlaunch_has_it_on_disk(slots, run, monkeypatch, capsys):
+    """The rank asked dlaunch to persist step 3 (slot 0); until its file is in the checkpoint directory, a save that
+    would write slot 0 again is skipped, and dlaunch finds step 3 in persist.json however many saves came since."""
+    monkeypatch.setenv("DLAUNCH_MEMORY_PERSIST_EVERY", "3")
+    assert checkpoint.save({"step": 3}, 0, 3, memory=True) == str(slots / "slot-0")
+    assert checkpoint.save({"step": 4}, 0, 4, memory=True) == str(slots / "slot-1")
+    assert checkpoint.save({"step": 5}, 0, 5, memory=True) is None   # slot 0 still holds step 3, not yet on disk
+    assert tier.read_record(str(slots), tier.PENDING_FILE).step == 3 and newest(slots).step == 4
+    assert torch.load(slots / "slot-0") == {"step": 3}
+    (run / "rank_000" / "ckpt" / "ckpt-0_3.pt").write_bytes(b"persisted")   # dlaunch has it now
+    assert checkpoint.save({"step": 6}, 0, 6, memory=True) == str(slots / "slot-0")
+    err = capsys.readouterr().err
+    assert err.count("dlaunch has not yet persisted step 0_3") == 1
 
 
 def test_a_slot_dlaunch_holds_is_skipped_and_said_once(slots, capsys):
