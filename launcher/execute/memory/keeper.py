@@ -177,3 +177,14 @@ def rescue(area: str, log=say, run_dir: str | None = None) -> list[str]:
          f" (its run directory {own} is not here: nothing persisted)"))
     return saved
 
+
+
+def rescue_before(opts, log=say) -> None:
+    """Before a launch reads its resume point or makes its run directory: the areas a SIGKILLed dlaunch of this
+    run (its run id, its job's name) or of the run ``--resume`` names left, persisted into their run and freed."""
+    if not opts.policy.memory_ckpt:
+        return
+    ids = {opts.run_id, opts.job_name, os.path.basename(opts.resume_from.rstrip("/")) if opts.resume_from else None}
+    for run_id in sorted(filter(None, ids)):
+        for orphan in areas.orphans(opts.policy.memory_root, run_id):
+            rescue(orphan, log)
