@@ -87,12 +87,12 @@ def test_a_sigkilled_dlaunchs_area_is_persisted_and_freed_by_prune_and_by_the_ne
     for run_id, freed_by in (("mem-c", "prune"), ("mem-d", "next")):
         proc, root, run = start(tmp_path, run_id, MEMORY_RANK, "--", "--reach", "2", "--disk-at")
         try:
-            assert wait_until(lambda: reached(run / "rank_001", "reached.1"), 90)
-            assert wait_until(lambda: reached(run / "rank_000", "reached.0"), 30)
+            assert wait_until(lambda run=run: reached(run / "rank_001", "reached.1"), 90)
+            assert wait_until(lambda run=run: reached(run / "rank_000", "reached.0"), 30)
             ranks = [reached(run / f"rank_00{rank}", f"reached.{rank}") for rank in (0, 1)]
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait(10)
-            assert wait_until(lambda: not any(map(pid_alive, ranks)), 30)   # the watchdog killed the ranks
+            assert wait_until(lambda ranks=ranks: not any(map(pid_alive, ranks)), 30)   # the watchdog killed the ranks
         finally:
             finish(proc, run_id)
         area = root / tier.area_name(run_id, proc.pid)
