@@ -13,7 +13,7 @@ from launcher.checkpoint import tier
 from tests.launching import ROOT, kill_run, pid_alive, run_dlaunch, start_dlaunch, summary, wait_until
 
 PROGRAMS = ROOT / "tests" / "programs"
-MEMORY_RANK = str(PROGRAMS / "memory_rank.py")
+MEMORY_RANK = str(PROGRAMS / "keeper_rank.py")
 NANOGPT = str(PROGRAMS / "nanogpt_memory.py")
 
 
