@@ -90,6 +90,13 @@ def test_a_torch_save_script_resumes_from_its_memory_directory(tmp_path):
         mirrored = torch.load(run / f"rank_00{rank}" / "ckpt" / "memory" / "ckpt.pt")
         assert mirrored["iter_num"] == 6 and set(mirrored) == {"model", "optimizer", "iter_num"}
     assert list(root.iterdir()) == []
+    # a new dlaunch of the run (--resume; another host alike): the memory directory filled from the mirror first
+    command = command.replace("--max_iters 6", "--max_iters 7")
+    done = run_dlaunch("run", *memory_flags(root), "--resume", run, "--output-dir", tmp_path / "runs",
+                       "--no-python", "sh", "--", "-c", command, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "[rank1]: resuming from iter 6 in" in done.stdout and "iter 7:" in done.stdout, done.stdout
+    assert "resuming from the files the ranks kept in memory" in done.stderr
 
 
 def test_a_sigkilled_dlaunchs_area_is_persisted_and_freed_by_prune_and_by_the_next_dlaunch(tmp_path):
