@@ -151,6 +151,8 @@ def save(state, epoch: int, step: int, prefix: str = "ckpt", keep_max: int | Non
     """
     name = _checked_name(prefix, epoch, step)
     if memory:
+        ckptstore.check_keep_max(keep_max)   # it goes into the record dlaunch reads
+
         def on_disk():
             return save(state, epoch, step, prefix, keep_max, directory, async_save, replicated)
         disk_path = os.path.join(directory or ckpt_dir(), name)
@@ -191,19 +193,21 @@ def configure_async(max_in_flight: int | None = None, buffer_bytes: int | None =
     ckptwriter.writer().configure(max_in_flight, buffer_bytes)
 
 
-def load(path: str | None = None, map_location="cpu", weights_only: bool = True):
+def load(path: str | None = None, map_location="cpu", weights_only: bool = True, map_memory: bool = False):
     """Load a checkpoint; by default the one ``dlaunch run --resume`` gave this rank (``DLAUNCH_RESUME_FROM``).
 
     Returns None when there is nothing to resume, so a script can start fresh or resume with one call.
     ``weights_only`` (torch's safe loader) accepts tensors, state dicts and plain Python values.  Without
     ``path``, the step is read from this rank's memory slots when the newest memory save is that checkpoint
-    and verifies whole (a copy: nothing returned aliases the slot), else from the disk.
+    and verifies whole (a copy: nothing returned aliases the slot), else from the disk.  ``map_memory=True``
+    maps that slot copy-on-write instead of copying it (milliseconds; the slot is then retired, its memory held
+    while the loaded tensors live: ``memory.load``).
     """
     if not path:
         path = os.environ.get(RESUME_FROM_ENV)
         if not path:
             return None
-        found, state = ckptmemory.load(path, map_location, weights_only)
+        found, state = ckptmemory.load(path, map_location, weights_only, map_memory)
         if found:
             return state
     import torch
