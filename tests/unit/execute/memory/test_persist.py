@@ -65,8 +65,11 @@ def test_a_ranks_own_memory_save_is_persisted_byte_for_byte(tmp_path, monkeypatc
 
     slots = tmp_path / "slots"
     slots.mkdir()
-    for name in ("DLAUNCH_MEMORY_OWNER", "DLAUNCH_MEMORY_BUDGET", "DLAUNCH_RESUME_FROM"):
+    for name in ("DLAUNCH_MEMORY_BUDGET", "DLAUNCH_RESUME_FROM"):
         monkeypatch.delenv(name, raising=False)
+    # the slots' writer is this process (checkpoint.memory names it in the environment): undone after the test,
+    # or every dlaunch a later test starts would pass it on and its ranks would not write their slots
+    monkeypatch.setenv("DLAUNCH_MEMORY_OWNER", str(os.getpid()))
     monkeypatch.setenv("DLAUNCH_MEMORY_SLOTS", str(slots))
     monkeypatch.setenv("DLAUNCH_CKPT_DIR", str(tmp_path / "own"))
     state = {"w": torch.arange(4096.0), "step": 9}
