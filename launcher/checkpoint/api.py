@@ -44,7 +44,7 @@ from launcher.checkpoint import memory as ckptmemory
 from launcher.checkpoint import names as ckptnames
 from launcher.checkpoint import store as ckptstore
 from launcher.checkpoint import writer as ckptwriter
-from launcher.checkpoint.gasp import notice, notice_saved, wait_for_notice
+from launcher.checkpoint.gasp import from_collective, notice, notice_saved, wait_for_notice
 from launcher.checkpoint.store import STRATEGY_SUFFIX, SUPERSEDED_DIR  # noqa: F401 (part of this module's API)
 from launcher.contract import CKPT_DIR_ENV, RESUME_FROM_ENV, RESUME_STEP_ENV, RUN_DIR_ENV
 
@@ -168,8 +168,12 @@ def save_on_notice(state, epoch: int, step: int, prefix: str = "ckpt", wait: flo
     """When a peer failed (``notice()``, ``--survivor-window``): save ``state`` as step ``epoch``/``step`` now,
     wait for it to be on disk, tell dlaunch (``notice_saved``) and return True; else return False, at once or
     after ``wait`` seconds without a notice (in the handler of a collective's error: the peer's failure may be
-    told a moment after its sockets closed). ``save_options`` go to ``save`` (``replicated=True`` for a
+    told a moment after its sockets closed). The wait applies only while handling an error raised inside torch's
+    distributed, DDP or autograd code (``gasp.from_collective``): the rank's own error returns False at once, so
+    it is re-raised and heard without delay. ``save_options`` go to ``save`` (``replicated=True`` for a
     data-parallel rank's state)."""
+    if wait > 0 and not from_collective(sys.exc_info()[1]):
+        wait = 0.0
     if (wait_for_notice(wait) if wait > 0 else notice()) is None:
         return False
     wait_for_saves()   # a background save in flight first: the gasp must not race it
