@@ -220,7 +220,7 @@ def pull(address: str, port: int, secret: bytes, host: str, rank: int, into: str
                     if end.get("t") != "end" or not hmac.compare_digest(str(end.get("mac")), digest.hex()):
                         raise ConnectionError("the buddy's copy did not arrive whole")
 
-            written.append(store.store_file(write, into, copy["name"], ckptnames.parse_dlaunch(copy["name"])[0]))
+            written.append(store.store_file(write, into, copy["name"], copy["prefix"]))
     finally:
         line.sock.close()
 
@@ -239,7 +239,7 @@ def _checked_copy(message: dict, limit: int | None) -> dict:
         raise border.Refused(f"a copy's name {name} is not its step {fields['epoch']}_{fields['step']}")
     if limit is not None and fields["length"] > limit:
         raise border.Refused(f"a copy of {fields['length']} bytes is over the {limit} bytes a rank may keep here")
-    return {**fields, "name": name}
+    return {**fields, "name": name, "prefix": parsed[0]}
 
 
 class BuddySender:
@@ -385,7 +385,10 @@ class BuddyKeeper:
     def _give(self, line: _Line, rank: int) -> None:
         for path in self.kept(rank):
             name = os.path.basename(path)
-            _, epoch, step = ckptnames.parse_dlaunch(name)
+            parsed = ckptnames.parse_dlaunch(name)
+            if parsed is None:   # kept() lists checkpoint names only
+                continue
+            _, epoch, step = parsed
             with open(path, "rb") as source:
                 length = os.fstat(source.fileno()).st_size
                 line.send({"t": "copy", "rank": rank, "name": name, "epoch": epoch, "step": step, "length": length})

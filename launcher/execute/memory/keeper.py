@@ -29,6 +29,10 @@ from launcher.execute.memory.mirror import MIRROR_DIR, Mirror, open_for_writing
 from launcher.execute.memory.persist import newest, persist, to_persist
 from launcher.rundir.paths import rank_dirs
 
+TYPE_CHECKING = False   # typing's own flag, without importing typing on the launch path (docs/development.md)
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
 LOOK = 0.5           # seconds between the thread's looks at the files to mirror
 PERSIST_LOOK = 0.05   # seconds between its looks at the steps to persist (two small files per rank)
 
@@ -41,7 +45,7 @@ class MemoryKeeper:
         self.ranks: dict[int, tuple[str, str]] = {}   # rank -> (its slots, its checkpoint directory)
         self.mirrors: dict[int, Mirror] = {}
         self.persisted: list = []   # every step persisted from memory (persist.Persisted), oldest first
-        self.on_persisted = None    # called (rank, path) for each: the buddy copy's sender (job/buddy.py)
+        self.on_persisted: Callable[[int, str], None] | None = None   # (rank, path) for each: the buddy's sender
         self._thread: threading.Thread | None = None
         self._wake_r, self._wake_w = -1, -1
         self._told: set[str] = set()

@@ -59,6 +59,7 @@ def start_buddy(link, keeper: MemoryKeeper, plan):
 
     own = link.hosts[link.index]
     port = buddy.port_of(link.port)
+    assert keeper.area is not None   # begun: the area exists
     try:
         kept = buddy.BuddyKeeper(own, port, link.secret, keeper.area, plan.policy.memory_budget or (1 << 62))
     except OSError as exc:
