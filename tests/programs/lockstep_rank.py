@@ -95,5 +95,5 @@ for step in range(1, args.steps + 1):
     elif rank == args.print_rank:
         print(f"iter {step}: loss 2.5000, time {args.interval * 1000:.2f}ms, mfu 1.00%", flush=True)
 dist.destroy_process_group()
-if args.print_rank >= 0 and teardown is None:   # leave at once: a loaded machine's slow teardown is no step's silence (the test's subject)
+if args.print_rank >= 0 and teardown is None:   # leave at once: a slow teardown is not these tests' subject
     os._exit(0)

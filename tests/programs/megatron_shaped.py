@@ -84,16 +84,16 @@ def main() -> None:
             elapsed = (time.time() - last) / args.log_interval
             last = time.time()
             log = f" [{time.strftime('%Y-%m-%d %H:%M:%S')}]"
-            log += " iteration {:8d}/{:8d} |".format(iteration, args.train_iters)
-            log += " consumed samples: {:12d} |".format(consumed)
-            log += " elapsed time per iteration (ms): {:.1f} |".format(elapsed * 1000.0)
+            log += f" iteration {iteration:8d}/{args.train_iters:8d} |"
+            log += f" consumed samples: {consumed:12d} |"
+            log += f" elapsed time per iteration (ms): {elapsed * 1000.0:.1f} |"
             log += f" learning rate: {1e-4:.6E} |"
             log += f" global batch size: {args.micro_batch * world:5d} |"
-            log += " lm loss: {:.6E} |".format(loss.item())
-            log += " loss scale: {:.1f} |".format(1.0)
-            log += " grad norm: {:.3f} |".format(grad_norm.item())
-            log += " number of skipped iterations: {:3d} |".format(0)
-            log += " number of nan iterations: {:3d} |".format(0)
+            log += f" lm loss: {loss.item():.6E} |"
+            log += f" loss scale: {1.0:.1f} |"
+            log += f" grad norm: {grad_norm.item():.3f} |"
+            log += f" number of skipped iterations: {0:3d} |"
+            log += f" number of nan iterations: {0:3d} |"
             print_rank_last(log)
         if args.save and args.save_interval and iteration % args.save_interval == 0:
             save_checkpoint(iteration, model)
