@@ -8,7 +8,9 @@ Clients (``--client``), each on 2 CPU ranks (gloo) under ``dlaunch run ... --han
   a save on rank 0 every ``eval_interval`` while rank 1 waits in DDP's all-reduce;
 - ``fabric``: tests/clients/fabric/train.py, Lightning Fabric with DDP, rank 0's ``fabric.print`` read with
   ``--step-pattern``, ``fabric.save`` (rank 0 writes, every rank waits in its barrier);
-- ``hf``: HF Trainer's run_clm.py where tests/clients/hf_clm exists (not in this tree when this was written).
+- ``hf``: HF Trainer, tests/clients/hf_clm/train_clm.py (run_clm.py's options and data path, transformers 5.x),
+  run unchanged by tests/programs/hf_faults.py (a Trainer callback adds the slow spots and the stop); its tqdm
+  bar on rank 0 is the step line, ``save_steps`` saves (rank 0 writes, the others wait in the next all-reduce).
 
 Per client: one **learning run** (nothing slow), whose learned clock (``hang_timeouts.json``) and longest step
 (from the step lines) set the rest; then ``--repeat`` (10) **runs that must not hang**, each in a run directory
@@ -56,9 +58,9 @@ class Client:
     """How to start one client: its program, arguments and working directory; how to read its step times."""
 
     name = ""
-    iters = 40
+    iters = 30
     save_every = 20
-    stop_at = 30
+    stop_at = 25
     flags: list[str] = []
 
     def __init__(self, tmp: Path):
@@ -67,7 +69,7 @@ class Client:
     def argv(self, work: Path, load: float, save: float, stop: tuple[int, Path] | None) -> list[str]:
         raise NotImplementedError
 
-    def step_seconds(self, log: str) -> list[float]:
+    def step_seconds(self, log: str, work: Path) -> list[float]:
         """The step times the printing rank's log says (a step that held a save or eval left out)."""
         raise NotImplementedError
 
@@ -87,7 +89,7 @@ class Megatron(Client):
     def printing_rank(self):
         return 1
 
-    def step_seconds(self, log):
+    def step_seconds(self, log, work):
         return [float(ms) / 1000 for ms in re.findall(r"elapsed time per iteration \(ms\): ([0-9.]+)", log)]
 
 
@@ -110,7 +112,7 @@ class NanoGPT(Client):
                 f"--lr_decay_iters={self.iters}", f"--eval_interval={self.save_every}", "--batch_size=16",
                 f"--load_seconds={float(load)}", f"--save_seconds={float(save)}", *stops]
 
-    def step_seconds(self, log):
+    def step_seconds(self, log, work):
         return [float(ms) / 1000 for it, ms in re.findall(r"iter ([0-9]+): loss \S+, time ([0-9.]+)ms", log)
                 if int(it) % self.save_every and int(it) > 1]   # iteration 0 and one after an eval hold it
 
@@ -125,11 +127,39 @@ class Fabric(Client):
                 "--save-every", self.save_every, "--save-seconds", save, "--load-seconds", load, "--out",
                 work / "out", *stops]
 
-    def step_seconds(self, log):
+    def step_seconds(self, log, work):
         return [float(ms) / 1000 for ms in re.findall(r"iteration: [0-9]+ - loss \S+ - ([0-9.]+) ms", log)]
 
 
-CLIENTS = {client.name: client for client in (Megatron, NanoGPT, Fabric)}
+class Hf(Client):
+    name = "hf"
+    overrides = "n_layer=2,n_head=2,n_embd=64,n_positions=64,vocab_size=512,resid_pdrop=0,embd_pdrop=0,attn_pdrop=0"
+
+    def __init__(self, tmp):
+        super().__init__(tmp)
+        self.data = tmp / "hf_data"
+        subprocess.run([sys.executable, str(ROOT / "tests" / "clients" / "hf_clm" / "prepare.py"), str(self.data)],
+                       check=True, stdout=subprocess.DEVNULL, timeout=120)
+        os.environ.update({"HF_HOME": str(tmp / "hf_home"), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+                           "TOKENIZERS_PARALLELISM": "false"})
+
+    def argv(self, work, load, save, stop):
+        stops = ["--stop-rank", stop[0], "--stop-at", self.stop_at, "--stopped-file", stop[1]] if stop else []
+        return [ROOT / "tests" / "programs" / "hf_faults.py", "--", "--load-seconds", load, "--save-seconds", save,
+                "--step-times", work / "step_times", *stops, ROOT / "tests" / "clients" / "hf_clm" / "train_clm.py",
+                "--model_type", "gpt2",
+                "--config_overrides", self.overrides, "--tokenizer_name", self.data / "tokenizer", "--train_file",
+                self.data / "train.txt", "--block_size", 64, "--output_dir", work / "out", "--do_train",
+                "--max_steps", self.iters, "--save_steps", self.save_every, "--use_cpu", "--ddp_backend", "gloo",
+                "--report_to", "none", "--per_device_train_batch_size", 16, "--learning_rate", "1e-3", "--seed", 46]
+
+    def step_seconds(self, log, work):
+        """The steps' times rank 0's callback wrote (tqdm's bar says its elapsed time to the second)."""
+        ends = [float(line) for line in (work / "step_times").read_text().split()]
+        return [b - a for index, (a, b) in enumerate(zip(ends, ends[1:]), 2) if (index - 1) % self.save_every]
+
+
+CLIENTS = {client.name: client for client in (Megatron, NanoGPT, Fabric, Hf)}
 
 
 def launch(client: Client, work: Path, run_id: str, load: float, save: float, stop=None) -> dict:
@@ -161,8 +191,10 @@ def launch(client: Client, work: Path, run_id: str, load: float, save: float, st
     return {"code": code, "lines": lines, "run": work / "runs" / run_id}
 
 
-def printing_log(client: Client, run: Path) -> str:
-    return (run / f"rank_{client.printing_rank():03d}" / "output.log").read_text(errors="replace")
+def step_times(client: Client, run: Path) -> list[float]:
+    """The printing rank's step times after the warm-up."""
+    log = (run / f"rank_{client.printing_rank():03d}" / "output.log").read_text(errors="replace")
+    return client.step_seconds(log, run.parent.parent)[WARMUP_STEPS:]
 
 
 def seeded(work: Path, run_id: str, clock: dict) -> None:
@@ -181,7 +213,7 @@ def bench(name: str, repeat: int, hangs: int) -> int:
             print(f"{name}: the learning run ended {learn['code']}:\n" + "\n".join(text for _, text in learn["lines"]))
             return 1
         clock = json.loads((learn["run"] / "hang_timeouts.json").read_text())
-        steps = client.step_seconds(printing_log(client, learn["run"]))[WARMUP_STEPS:]
+        steps = step_times(client, learn["run"])
         longest = max(steps)   # of the steps after the warm-up (the first holds DDP's set-up: 1.5 s where others 0.4)
         budget = clock["step_budget_s"]
         load, save = round(max(3.0, 2 * budget), 2), round(3 * longest, 2)
@@ -203,7 +235,7 @@ def bench(name: str, repeat: int, hangs: int) -> int:
             else:
                 verdict = "no hang"
             after = json.loads((run["run"] / "hang_timeouts.json").read_text())
-            run_steps = client.step_seconds(printing_log(client, run["run"]))[WARMUP_STEPS:]
+            run_steps = step_times(client, run["run"])
             print(f"  run {index + 1}: exit {run['code']}, {verdict}; longest step {max(run_steps, default=0):.2f} s, "
                   f"budget at the end {after['step_budget_s']:.2f} s", flush=True)
         delays, ratios, named = [], [], 0

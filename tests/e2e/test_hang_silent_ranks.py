@@ -57,3 +57,14 @@ def test_a_ddp_job_whose_printing_rank_stops_has_that_rank_named(tmp_path):
     assert result.returncode == 124, result.stderr
     assert re.search(r"rank 1 hung: .*it stopped first: its stack is in no collective", result.stderr), \
         result.stderr
+
+
+def test_a_job_whose_steps_are_a_progress_bar_learns_its_budget(tmp_path):
+    """HF Trainer draws a tqdm bar on rank 0, one line redrawn after carriage returns until training ends: the
+    bar's steps are read as it is drawn, so the budget is learned while the job runs (it was not: nothing
+    learned, the hang timeout stayed --hang-timeout)."""
+    result = run_dlaunch("run", PROGRAM, "--ranks", "2", "--output-dir", tmp_path / "runs", "--hang-learn",
+                         "--hang-timeout", "60", "--", "--steps", "40", "--print-rank", "0", "--bar", cwd=tmp_path,
+                         timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "hang timeout learned: " in result.stderr and " hung" not in result.stderr, result.stderr
