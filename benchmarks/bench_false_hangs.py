@@ -26,7 +26,7 @@ the stop to dlaunch's `` hung`` line beside the budget the verdict names, and wh
 Nothing is asserted (tests/e2e/test_hang_silent_ranks.py asserts the outcomes); every value is printed, then a
 summary line per client.  Run one client at a time on a shared machine:
 
-  .venv/bin/python benchmarks/bench_false_hangs.py --client nanogpt [--repeat 10] [--hangs 3]
+  .venv/bin/python benchmarks/bench_false_hangs.py --client nanogpt [--repeat 10] [--hangs 3] [--launcher-root DIR]
 """
 
 from __future__ import annotations
@@ -162,6 +162,9 @@ class Hf(Client):
 CLIENTS = {client.name: client for client in (Megatron, NanoGPT, Fabric, Hf)}
 
 
+LAUNCHER_ROOT = ROOT   # --launcher-root: the checkout whose dlaunch runs (another branch's, beside this one)
+
+
 def launch(client: Client, work: Path, run_id: str, load: float, save: float, stop=None) -> dict:
     """One dlaunch run in ``work``; its exit code, stderr lines with arrival times, and run directory."""
     work.mkdir(parents=True, exist_ok=True)
@@ -169,7 +172,7 @@ def launch(client: Client, work: Path, run_id: str, load: float, save: float, st
     cut = argv.index("--")
     command = [sys.executable, "-m", "launcher", "run", argv[0], "--ranks", "2", "--output-dir", work / "runs",
                "--run-id", run_id, "--hang-learn", "--hang-timeout", BOUND, *client.flags, *argv[cut:]]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "PYTHONPATH": str(LAUNCHER_ROOT), "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     lines: list[tuple[float, str]] = []
     proc = subprocess.Popen([str(part) for part in command], cwd=work, env=env, text=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -280,7 +283,11 @@ def main() -> int:
     parser.add_argument("--client", choices=sorted(CLIENTS), required=True)
     parser.add_argument("--repeat", type=int, default=10)
     parser.add_argument("--hangs", type=int, default=3)
+    parser.add_argument("--launcher-root", type=Path, default=ROOT,
+                        help="a checkout whose dlaunch to run (e.g. main's, to compare); the clients are this one's")
     args = parser.parse_args()
+    global LAUNCHER_ROOT
+    LAUNCHER_ROOT = args.launcher_root.resolve()
     return bench(args.client, args.repeat, args.hangs)
 
 
