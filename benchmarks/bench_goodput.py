@@ -9,6 +9,11 @@ train.py are said in its header; NANOGPT_BENCH_DIR makes it write, per process, 
 (before ``import torch``), when torch was imported, when its set-up was done (process group, model, checkpoint
 loaded, DDP), each iteration rank 0 logs (time and loss), and to raise once where this benchmark asks.
 
+``--client hf_clm`` trains HF Trainer instead (tests/clients/hf_clm: run_clm.py's options and resume, a
+2-layer GPT-2 from ``--config_overrides``, a local tokenizer and text; ``--hf-script`` runs another
+run_clm.py-like script in its place), with the same stamps written by a Trainer callback; each client's set-up,
+command and defaults are in goodput_clients.py.
+
 The faults: the same seeded schedule for every launcher (``--seed``): ``--faults`` (default 2), each T seconds
 (``--every``, default 12 s) after rank 0 logged its first iteration, at the start or since the previous fault
 (so every fault hits a job that trained T seconds: on this loaded 2-core machine its start-up alone takes
@@ -41,7 +46,7 @@ that fails or outlives its time (``--timeout`` for a fault-free run; with faults
 ``--timeout`` + 60 s: the load of this machine changes the wall by 2x from one run to the next) is killed and
 listed with its reason.  Rank processes left alive after their launcher exited are reported and killed.
 
-Run:  .venv/bin/python benchmarks/bench_goodput.py --repeat 2
+Run:  .venv/bin/python benchmarks/bench_goodput.py --repeat 2 [--client nanogpt|hf_clm] [--hf-script PATH]
       [--launchers dlaunch,dlaunch-warm,dlaunch-torchrun,torchrun,torchrun-noshare,ft_launcher]
       [--iters 450] [--ckpt-every 20] [--every 12] [--faults 2] [--seed 46] [--ft-venv DIR] [--keep]
 """
@@ -55,7 +60,6 @@ import re
 import shutil
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -66,10 +70,10 @@ from pathlib import Path
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from goodput_clients import CLIENT_TYPES  # noqa: E402  (the clients: nanoGPT, HF Trainer)
 from harness import describe_procs, kill_procs, run_launcher  # noqa: E402  (the shared harness: one run measured)
 
 REPO = Path(__file__).resolve().parent.parent
-CLIENT = REPO / "tests" / "clients" / "nanogpt"
 LAUNCHERS = ("dlaunch", "dlaunch-warm", "dlaunch-torchrun", "torchrun", "torchrun-noshare", "ft_launcher")
 NPROC = 2
 FAULT_FREE_TIMEOUT = 150.0
@@ -157,9 +161,11 @@ class Outcome:
     why: str = ""
     leftovers: list = field(default_factory=list)
 
+    first_iter: int = 0                # the client's first iteration number (nanoGPT 0, HF Trainer 1)
+
     @property
     def twice(self) -> int:
-        return self.logged - (self.final_iter + 1 if self.final_iter is not None else 0)
+        return self.logged - (self.final_iter + 1 - self.first_iter if self.final_iter is not None else 0)
 
 
 # --------------------------------------------------------------------------------------------- the runs
@@ -258,16 +264,13 @@ def alive_ranks(marker: str) -> list[str]:
 class Bench:
     def __init__(self, tmp: Path, args):
         self.tmp, self.args = tmp, args
-        self.client = tmp / "nanogpt"   # a copy: its path marks this benchmark's rank processes
-        shutil.copytree(CLIENT, self.client)
-        data = tmp / "data" / "synthetic"
-        data.mkdir(parents=True)
-        subprocess.run([sys.executable, str(self.client / "data" / "synthetic" / "prepare.py"), str(data)],
-                       check=True, stdout=subprocess.DEVNULL, timeout=60)
+        self.kind = CLIENT_TYPES[args.client](tmp, args)
+        self.client = self.kind.dir     # its path marks this benchmark's rank processes
         (tmp / "tmpdir").mkdir()
         self.base_env = {**os.environ, "PYTHONUNBUFFERED": "1", "TMPDIR": str(tmp / "tmpdir"),
-                         "OMP_NUM_THREADS": "1"}
-        self.base_env.pop("NANOGPT_BENCH_DIR", None)
+                         "OMP_NUM_THREADS": "1", **self.kind.env}
+        for kind in CLIENT_TYPES.values():
+            self.base_env.pop(kind.stamps_env, None)
         self.ft_launcher = Path(args.ft_venv) / "bin" / "ft_launcher"
         rng = random.Random(args.seed)
         kinds = ["kill", "raise"] if rng.random() < 0.5 else ["raise", "kill"]
@@ -275,10 +278,8 @@ class Bench:
         self._n = 0
 
     def command(self, launcher: str, work: Path, restarts: int) -> tuple[list[str], dict]:
-        env = dict(self.base_env, NANOGPT_BENCH_DIR=str(work / "stamps"))
-        train = str(self.client / "train.py")
-        config = [str(self.client / "config" / "bench_cpu.py"), f"--max_iters={self.args.iters}",
-                  f"--lr_decay_iters={self.args.iters}", f"--eval_interval={self.args.ckpt_every}"]
+        env = dict(self.base_env, **{self.kind.stamps_env: str(work / "stamps")})
+        train, config = self.kind.script(work)
         if launcher.startswith("dlaunch"):
             env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(REPO), env.get("PYTHONPATH"))))
             if launcher == "dlaunch-torchrun":
@@ -308,8 +309,7 @@ class Bench:
         self._n += 1
         work = self.tmp / f"{self._n:02d}-{launcher}-{'faults' if faults_on else 'free'}"
         (work / "stamps").mkdir(parents=True)
-        os.symlink(self.client / "configurator.py", work / "configurator.py")   # train.py reads it from its cwd
-        os.symlink(self.tmp / "data", work / "data")
+        self.kind.prepare_work(work)
         argv, env = self.command(launcher, work, len(self.schedule) if faults_on else 0)
         # stdout and stderr merged into one pipe (sh execs the launcher: the same process), each line timed
         argv = ["sh", "-c", 'exec "$@" 2>&1', "sh", *argv]
@@ -328,7 +328,8 @@ class Bench:
                 injector.join()
         leftovers = run.leftovers + alive_ranks(str(self.client))
         lines.join(10)
-        outcome = Outcome(launcher, rep, faults_on, wall=run.wall, leftovers=leftovers)
+        outcome = Outcome(launcher, rep, faults_on, wall=run.wall, leftovers=leftovers,
+                          first_iter=self.kind.first_iter)
         procs = read_procs(work / "stamps")
         rank0 = [it for p in procs if p.rank == 0 for it in p.iters]
         outcome.logged = len(rank0)
@@ -403,10 +404,9 @@ def num(value: float, digits: int = 2) -> str:
 
 
 def print_table(outcomes: list[Outcome], launchers: list[str], args, schedule, unavailable: dict[str, str],
-                load_before: tuple) -> None:
+                load_before: tuple, client: str) -> None:
     print()
-    print(f"goodput on nanoGPT: {NPROC} gloo CPU ranks, {args.iters} iterations, a checkpoint every "
-          f"{args.ckpt_every}; faults, each {args.every:g} s after the job trained (again): "
+    print(f"goodput on {client}, {NPROC} gloo CPU ranks; faults, each {args.every:g} s after the job trained (again): "
           + ", ".join(f"{k} rank {r}" for k, r in schedule))
     print(f"median of {args.repeat} repetition(s), order reversed every repetition ({psutil.cpu_count()} CPUs, "
           f"Python {sys.version.split()[0]}, load average before: {' '.join(f'{x:.2f}' for x in load_before)})")
@@ -477,9 +477,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeat", type=int, default=2, help="repetitions per launcher (default 2)")
     parser.add_argument("--launchers", default=",".join(LAUNCHERS), help="comma list of: " + ", ".join(LAUNCHERS))
-    parser.add_argument("--iters", type=int, default=450, help="iterations to train (default 450)")
-    parser.add_argument("--ckpt-every", type=int, default=20, help="nanoGPT's eval_interval (default 20)")
-    parser.add_argument("--every", type=float, default=12.0, help="seconds of training before each fault (default 12)")
+    parser.add_argument("--client", default="nanogpt", choices=sorted(CLIENT_TYPES),
+                        help="the client trained (default nanogpt; see goodput_clients.py)")
+    parser.add_argument("--hf-script", default=None, help="with --client hf_clm: a run_clm.py-like script to run "
+                        "instead of tests/clients/hf_clm/train_clm.py")
+    parser.add_argument("--iters", type=int, default=None,
+                        help="iterations (HF: steps) to train (default: nanogpt 450, hf_clm 700)")
+    parser.add_argument("--ckpt-every", type=int, default=None, help="iterations between checkpoints: nanoGPT's "
+                        "eval_interval, HF's --save_steps (default: nanogpt 20, hf_clm 50)")
+    parser.add_argument("--every", type=float, default=None,
+                        help="seconds of training before each fault (default: nanogpt 12, hf_clm 20)")
     parser.add_argument("--faults", type=int, default=2, help="faults per run (default 2)")
     parser.add_argument("--seed", type=int, default=46, help="seed of the fault schedule")
     parser.add_argument("--ft-venv", default="/tmp/ftvenv", help="virtual environment with nvidia-resiliency-ext")
@@ -487,6 +494,9 @@ def main() -> int:
                         "run is killed (with faults: 2.5 x its W0 + 30 s, at least this + 60 s)")
     parser.add_argument("--keep", action="store_true", help="keep every run's directory (printed) for a look")
     args = parser.parse_args()
+    for key, value in CLIENT_TYPES[args.client].defaults.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
     launchers = [name.strip() for name in args.launchers.split(",") if name.strip()]
     unknown = [name for name in launchers if name not in LAUNCHERS]
     if unknown or args.repeat < 1 or args.faults < 0:
@@ -516,7 +526,7 @@ def main() -> int:
                                        f"{num(f.first_iter)}" for f in o.faults)
                     print(f"  #{rep + 1} {name} {'faults' if faults_on else 'free'}: {state} {faults} "
                           f"({time.perf_counter() - t:.1f} s)", file=sys.stderr, flush=True)
-        print_table(outcomes, launchers, args, bench.schedule, unavailable, load_before)
+        print_table(outcomes, launchers, args, bench.schedule, unavailable, load_before, bench.kind.describe())
     finally:
         if bench is not None:
             alive_ranks(str(bench.client))

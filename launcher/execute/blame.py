@@ -6,11 +6,15 @@ culprit.  What tells them apart, strongest first:
 
 1. **the stack**: the waiting ranks' main threads are inside a collective (a frame of
    ``torch/distributed/``, DDP's ``torch/nn/parallel/distributed.py``, MindSpore's ``communication`` or
-   ``comm_ops``); the culprit's is not (py-spy's dump, taken of every rank before the job is stopped);
+   ``comm_ops``, or autograd's engine, ``torch/autograd/``: DDP's reducer, FSDP and Megatron's DDP all-reduce
+   gradients inside backward, where a DDP rank waits for a stopped peer with no frame of torch.distributed);
+   the culprit's is not (py-spy's dump, taken of every rank before the job is stopped);
 2. **the step**: a rank that reported an older step than the others, and whose last sign of life is older
    than theirs by ``MARGIN`` (a heartbeat's step is written at most once a second: ranks waiting together
    may show steps a second apart), fell behind (``beat(step=N)``, step lines);
-3. **the last sign of life**: older than every other rank's by more than ``MARGIN`` seconds.
+3. **the last sign of life**: older than every other rank's by more than ``MARGIN`` seconds, compared among the
+   ranks that report steps where some do (Megatron prints on the last rank only, nanoGPT on rank 0: a rank
+   that prints nothing has an old last sign of life whatever happened).
 
 Every rank's stack file starts with one line dlaunch writes (``header``) with its last sign of life and its
 last step, so the same reading works on one host and on the master host, over every host's stacks.
@@ -25,7 +29,7 @@ from dataclasses import dataclass
 from launcher.base.border import ascii_float, ascii_int
 
 COLLECTIVE_FRAMES = ("torch/distributed/", "torch/nn/parallel/distributed.py", "mindspore/communication/",
-                     "comm_ops.py", "torchft/")
+                     "comm_ops.py", "torchft/", "torch/autograd/")
 MARGIN = 0.5   # seconds: a last sign of life this much older than all others' is the one that stopped first
 PROCESS = re.compile(r"^Process ([0-9]+):", re.MULTILINE)
 HEADER = re.compile(r"^dlaunch: last sign of life at ([0-9.]+) \(epoch s\), last step (-?[0-9]+|unknown)"
@@ -94,7 +98,10 @@ def stopped_first(states: list[RankState]) -> tuple[RankState, str] | None:
         if min(s.last_sign or 0.0 for s in ahead) - (culprit.last_sign or 0.0) > MARGIN:
             furthest = max(s.last_step or 0 for s in ahead)
             return culprit, f"its last step is {culprit.last_step}, others reached {furthest}"
-    signed = sorted((s for s in states if s.last_sign is not None), key=lambda s: s.last_sign or 0.0)
+    signed = [s for s in states if s.last_sign is not None]
+    if any(s.last_step is not None for s in signed):   # a rank that reports no steps may just print nothing
+        signed = [s for s in signed if s.last_step is not None]
+    signed.sort(key=lambda s: s.last_sign or 0.0)
     if len(signed) > 1 and (signed[1].last_sign or 0.0) - (signed[0].last_sign or 0.0) > MARGIN:
         lead = (signed[1].last_sign or 0.0) - (signed[0].last_sign or 0.0)
         return signed[0], f"its last sign of life is {lead:.1f} s older than any other rank's"

@@ -8,6 +8,10 @@ stopped into ``--stopped-file``), the others wait for it in their next all_reduc
 (``--survivor-window``), then works S seconds in silence (no output, no heartbeat, no checkpoint file: a save
 to somewhere else), says "saved on notice" and marks its save done. With ``--print-rank R`` only rank R says its
 steps, as nanoGPT does (``iter N: loss X, time Y ms, mfu Z%``, no heartbeat); every other rank prints nothing.
+With ``--bar`` that rank draws a tqdm bar instead, as HF Trainer does (one line redrawn after carriage returns,
+ended when the bar closes). With ``--teardown-seconds S`` every rank's interpreter spends S seconds in its
+teardown after its last step, after the atexit handlers, silent (as torch's static destructors and gloo's threads
+take seconds on a loaded machine); without it a ``--print-rank`` job leaves at once.
 """
 import argparse
 import os
@@ -31,7 +35,22 @@ parser.add_argument("--fail-rank", type=int, default=-1)
 parser.add_argument("--fail-at", type=int, default=-1)
 parser.add_argument("--save-on-notice", type=float, default=-1.0)
 parser.add_argument("--print-rank", type=int, default=-1)
+parser.add_argument("--teardown-seconds", type=float, default=0.0)
+parser.add_argument("--bar", action="store_true")
 args = parser.parse_args()
+
+
+class SlowTeardown:
+    """Sleeps when the interpreter's teardown clears this module, after the atexit handlers."""
+
+    def __init__(self, seconds: float):
+        self.seconds, self.sleep = seconds, time.sleep   # time itself may be torn down by then
+
+    def __del__(self):
+        self.sleep(self.seconds)
+
+
+teardown = SlowTeardown(args.teardown_seconds) if args.teardown_seconds > 0 else None
 
 
 def save_on_notice() -> None:
@@ -52,6 +71,10 @@ if args.save_on_notice >= 0:
 dist.init_process_group("gloo")
 rank = dist.get_rank()
 total = torch.zeros(1)
+if args.bar and rank == args.print_rank:
+    from tqdm import tqdm
+
+    bar = tqdm(total=args.steps, mininterval=0)
 for step in range(1, args.steps + 1):
     if rank == args.stop_rank and step == args.stop_at:
         with open(args.stopped_file, "w") as fh:
@@ -75,8 +98,10 @@ for step in range(1, args.steps + 1):
     if args.print_rank < 0:
         heartbeat.beat(step=step)
         print(f"step {step} total {int(total.item())}", flush=True)
+    elif rank == args.print_rank and args.bar:
+        bar.update(1)
     elif rank == args.print_rank:
         print(f"iter {step}: loss 2.5000, time {args.interval * 1000:.2f}ms, mfu 1.00%", flush=True)
 dist.destroy_process_group()
-if args.print_rank >= 0:   # leave at once: a loaded machine's slow teardown is no step's silence (the test's subject)
+if args.print_rank >= 0 and teardown is None:   # leave at once: a slow teardown is not these tests' subject
     os._exit(0)

@@ -8,6 +8,10 @@ after Python's own hook printed the traceback, it sends one datagram, ``raised P
 rank inherits. The event loop watches the other end, and the stop of a failed attempt starts then: the
 survivors' notice, the other hosts told, every rank (the dying one too) stopped with SIGTERM and the grace. The
 rank's exit code stays its exception's, 1, whatever signal ends its teardown.
+
+The same hook says ``ending PID`` when a rank's program has ended (its atexit): what follows is its
+interpreter's teardown, and the attempt is finishing (``program_ended``: the hang watch gives every rank
+``--hang-timeout``, as after a rank's exit 0).
 """
 
 from __future__ import annotations
@@ -18,7 +22,8 @@ import socket
 from launcher.base.border import ascii_int
 from launcher.contract import RAISE_ENV
 
-MESSAGE_LIMIT = 64   # bytes of one datagram: "raised " and a pid
+MESSAGE_LIMIT = 64   # bytes of one datagram: "raised " or "ending " and a pid
+WORDS = ("raised", "ending")
 SETTLE_SECONDS = 0.02   # how long a raise waits for a peer's exit that may have caused it
 
 
@@ -41,18 +46,19 @@ class RaiseChannel:
     def env(self) -> dict[str, str]:
         return {RAISE_ENV: f"{self._send.fileno()}:{os.getpid()}"}
 
-    def read(self) -> list[int]:
-        """The pids that said they raised since the last read (a malformed datagram says nothing)."""
-        pids: list[int] = []
+    def read(self) -> list[tuple[str, int]]:
+        """What the ranks said since the last read: ("raised" or "ending", pid) (a malformed datagram says
+        nothing)."""
+        said: list[tuple[str, int]] = []
         while True:
             try:
                 data = self._recv.recv(MESSAGE_LIMIT)
             except BlockingIOError:
-                return pids
+                return said
             word, _, pid = data.decode("ascii", "replace").partition(" ")
-            number = ascii_int(pid, max_digits=10) if word == "raised" else None
+            number = ascii_int(pid, max_digits=10) if word in WORDS else None
             if number is not None:
-                pids.append(number)
+                said.append((word, number))
 
     def close(self) -> None:
         self._recv.close()
@@ -75,6 +81,14 @@ def raised_rank(attempt, pid: int):
     if any(p.result.returncode not in (None, 0) for p in others) or _ended_badly(others):
         return None   # that exit, read next, starts the stop with its own root cause
     return process
+
+
+def program_ended(attempt, pid: int) -> None:
+    """A live rank of ``attempt`` whose process ``pid`` said its program ended: the attempt is finishing, and the
+    hang watch judges every rank left by ``--hang-timeout`` (its exit, when it comes, by its code)."""
+    hangs = attempt.watches.hangs if attempt.watches is not None else None
+    if hangs is not None and any(p.alive and p.result.pid == pid for p in attempt.ranks):
+        hangs.finishing = True
 
 
 def _ended_badly(ranks: list) -> bool:

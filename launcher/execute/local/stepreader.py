@@ -142,7 +142,8 @@ class StepReader:
             log.pending = b""
         if skip_partial and lines:
             lines.pop(0)
-        return [last_segment(line).decode("utf-8", "replace") for line in lines]   # a progress bar: as drawn
+        drawn = _finished_redraw(log, partial=skip_partial and not lines)
+        return [last_segment(line).decode("utf-8", "replace") for line in lines + drawn]   # a progress bar: as drawn
 
     def _beat(self, path: str, log: _Log) -> tuple[float, int] | None:
         """(ms per step, step) between this heartbeat and the one before, when ``beat(step=N)`` moved on."""
@@ -161,3 +162,17 @@ class StepReader:
         if before_step is None or step < before_step:
             return None
         return (beat_time - before_time) * 1000.0 / (step - before_step), step
+
+
+def _finished_redraw(log: _Log, partial: bool) -> list[bytes]:
+    """A progress bar being drawn (tqdm: HF Trainer's, Lightning's) redraws one line after carriage returns and
+    ends it only when it closes: its newest finished redraw (one a later ``\\r`` follows), taken out of the
+    unfinished line so it is read once; none where there is none (``partial``: the line's start was not read)."""
+    cut = log.pending.rfind(b"\r")
+    if cut <= 0:
+        return []
+    finished, log.pending = log.pending[:cut], log.pending[cut:]
+    if partial:
+        finished = finished.partition(b"\r")[2]
+    segment = last_segment(finished)
+    return [segment] if segment.strip() else []

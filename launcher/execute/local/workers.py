@@ -27,7 +27,7 @@ from launcher.execute.local.hangclock import HangClock, clock_path, load_clock
 from launcher.execute.local.hangs import dump_rank_stacks
 from launcher.execute.local.notice import SurvivorWindow, clear_notices, notice_cause
 from launcher.execute.local.processes import AttemptProcesses, RankProcess, kill_groups, killpg_quietly, watch_exits
-from launcher.execute.local.raised import RaiseChannel, raised_rank
+from launcher.execute.local.raised import RaiseChannel, program_ended, raised_rank
 from launcher.execute.local.reaper import Reaper, become_subreaper, marker_chain, sweep
 from launcher.execute.local.spawn import RankSpawner, open_rank_files
 from launcher.execute.local.tee import PREFIX_TEMPLATE_ENV, ConsoleTee, close_pipe, console_key, console_tag
@@ -260,6 +260,8 @@ class LocalWorkers:
             say(f"rank {process.spec.rank} raised an exception (its log has the traceback): stopping the attempt "
                 f"now, not once its teardown ends")
             self._begin_stop(attempt, root_cause=process.result)
+        elif kind == "ending":
+            program_ended(attempt, value)
         elif kind == "job_stop" and not attempt.stopping:
             say(f"stopping this host's {attempt.describe_alive()}: {value['why']}")
             if value["cause"].get("kind") == "hung":   # a hang elsewhere: where were this host's ranks?
@@ -470,7 +472,7 @@ class LocalWorkers:
                 selector.unregister(key.fd)
                 happened.append(("exit", self._reap(data)))
             elif kind == "raised":
-                happened.extend(("raised", pid) for pid in self.raises.read())
+                happened.extend(self.raises.read())   # ("raised" or "ending", pid)
             elif kind == "reaper":
                 self.reaper.check()
                 self.reaper.keep_watched(selector)

@@ -3,6 +3,10 @@
 # drawn from a seed of its own (so a resumed run trains as the run without faults); NANOGPT_BENCH_DIR (for
 # benchmarks/bench_goodput.py): a line per process start, torch imported, set-up done and logged iteration, and a raise
 # once where the benchmark asks. The tiny config: config/bench_cpu.py; the dataset: data/synthetic/prepare.py.
+# For benchmarks/bench_false_hangs.py, five config keys (set as nanoGPT's own, --key=value): load_seconds (the first
+# batch's loading takes that much longer), save_seconds (each checkpoint save on the master process takes that much
+# longer), stop_rank/stop_at/stopped_file (that rank stops at that iteration outside any collective, after writing the
+# time into stopped_file: a real hang).
 # From karpathy/nanoGPT (https://github.com/karpathy/nanoGPT) at 3adf61e1, train.py. MIT License, Copyright (c) 2022
 # Andrej Karpathy; full text in LICENSE.
 """
@@ -85,6 +89,12 @@ backend = 'nccl' # 'nccl', 'gloo', etc.
 device = 'cuda' # examples: 'cpu', 'cuda', 'cuda:0', 'cuda:1' etc., or try 'mps' on macbooks
 dtype = 'bfloat16' if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else 'float16' # 'float32', 'bfloat16', or 'float16', the latter will auto implement a GradScaler
 compile = True # use PyTorch 2.0 to compile the model to be faster
+# changed: bench_false_hangs.py's knobs (see the header)
+load_seconds = 0.0
+save_seconds = 0.0
+stop_rank = -1
+stop_at = -1
+stopped_file = ''
 # -----------------------------------------------------------------------------
 config_keys = [k for k,v in globals().items() if not k.startswith('_') and isinstance(v, (int, float, bool, str))]
 exec(open('configurator.py').read()) # overrides from command line or config file
@@ -266,6 +276,7 @@ if wandb_log and master_process:
 # training loop
 if _bench_log: _bench_log.write(f"ready {time.time():.6f}\n") # changed: the benchmark's log
 X, Y = get_batch('train') # fetch the very first batch
+time.sleep(load_seconds) # changed: a slow first batch (bench_false_hangs.py)
 t0 = time.time()
 local_iter_num = 0 # number of iterations in the lifetime of this process
 raw_model = model.module if ddp else model # unwrap DDP container if needed
@@ -302,9 +313,14 @@ while True:
                 }
                 print(f"saving checkpoint to {out_dir}")
                 torch.save(checkpoint, os.path.join(out_dir, 'ckpt.pt'))
+                time.sleep(save_seconds) # changed: a slow save (bench_false_hangs.py)
     if iter_num == 0 and eval_only:
         break
     torch.manual_seed(1337 + seed_offset + iter_num); X, Y = get_batch('train') # changed: each iteration's batches by its number
+    if ddp and ddp_rank == stop_rank and iter_num == stop_at: # changed: a real hang (bench_false_hangs.py)
+        with open(stopped_file, 'w') as f:
+            f.write(str(time.time()))
+        time.sleep(3600)
     _raise = _bench_dir and os.path.join(_bench_dir, f"raise-rank{os.environ.get('RANK', 0)}") # changed: the benchmark's raise
     if _raise and os.path.exists(_raise):
         os.unlink(_raise)

@@ -56,3 +56,41 @@ def test_with_no_stack_and_no_step_the_oldest_sign_of_life_decides_past_a_margin
     culprit, why = stopped_first([RankState(0, "h", 100.0, None, None), RankState(1, "h", 97.0, None, None)])
     assert culprit.rank == 1 and "3.0 s older" in why
     assert blame_line(None).startswith("no rank stands out")
+
+
+# a DDP rank waiting for a peer: the reducer's all-reduce runs inside autograd's engine, no torch.distributed frame
+# (py-spy's dump of tests/programs/megatron_shaped.py's rank 0 while rank 1 slept at its stop)
+IN_BACKWARD = '''Process 12584: /venv/bin/python megatron_shaped.py --train-iters 40
+Python v3.11.7 (/usr/bin/python3.11)
+
+Thread 12584 (idle): "MainThread"
+    _engine_run_backward (torch/autograd/graph.py:979)
+    backward (torch/autograd/__init__.py:395)
+    Tensor.backward (torch/_tensor.py:623)
+    main (megatron_shaped.py:79)
+    <module> (megatron_shaped.py:105)
+'''
+STOPPED = '''Process 12585: /venv/bin/python megatron_shaped.py --train-iters 40
+Python v3.11.7 (/usr/bin/python3.11)
+
+Thread 12585 (idle): "MainThread"
+    main (megatron_shaped.py:75)
+    <module> (megatron_shaped.py:105)
+'''
+
+
+def test_a_ddp_rank_waiting_in_backward_waits_in_a_collective():
+    """DDP (and FSDP, Megatron's DDP) all-reduce gradients inside backward: the rank that waits there is not the
+    one that stopped, though it prints nothing and its last sign of life is the older (it was named)."""
+    assert state(0, IN_BACKWARD).in_collective is True
+    culprit, why = stopped_first([state(0, IN_BACKWARD, 95.0), state(1, STOPPED, 100.0, 24)])
+    assert culprit.rank == 1 and why == "its stack is in no collective while the other rank waits in one"
+
+
+def test_a_rank_that_reports_no_steps_is_not_blamed_for_printing_nothing():
+    """Megatron prints on the last rank only: the others' last sign of life is old whatever happens. Without
+    stacks that tell, the oldest sign of life is compared among the ranks that report steps only."""
+    quiet, printing = RankState(0, "h", 90.0, None, None), RankState(1, "h", 100.0, 24, None)
+    assert stopped_first([quiet, printing]) is None
+    culprit, _ = stopped_first([quiet, printing, RankState(2, "h", 97.0, 24, None)])
+    assert culprit.rank == 2

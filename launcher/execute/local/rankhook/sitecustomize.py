@@ -10,7 +10,10 @@ this file before the script. It:
 - when dlaunch started this very process (its parent is the launcher named in ``DLAUNCH_RAISE_FD``), wraps
   ``sys.excepthook``: Python's own hook prints the traceback first, then one datagram ``raised PID`` goes to
   dlaunch over the descriptor it inherited. ``DLAUNCH_RAISE_FD`` is taken out of the environment, and the
-  descriptor is not inherited, so a child process of the rank never speaks for it.
+  descriptor is not inherited, so a child process of the rank never speaks for it;
+- says ``ending PID`` the same way when its program has ended (an ``atexit`` handler, registered before the
+  script's own, so it runs after theirs): the interpreter's teardown that follows (torch's destructors, gloo's
+  threads: seconds on a loaded machine) is the job finishing, not a silence a learned hang budget may judge.
 
 A ``SystemExit`` is not reported (the script may catch it; its exit code is judged when the process ends), nor
 is an exception a thread dies of. This file imports nothing of dlaunch: it runs in the rank, before its script.
@@ -69,6 +72,16 @@ def _report_raises() -> None:
                 sys.stderr.write("dlaunch: could not tell the launcher of this exception; it will see the exit\n")
 
     sys.excepthook = excepthook
+
+    def ending():
+        try:
+            os.write(fd, b"ending %d" % os.getpid())
+        except OSError:
+            pass   # the launcher judges the exit then
+
+    import atexit
+
+    atexit.register(ending)
 
 
 _off_the_path()

@@ -45,3 +45,22 @@ def test_a_heartbeat_that_moved_on_gives_the_time_per_step_between_beats(tmp_pat
         os.utime(path, (at, at))
         assert reader.read(one) == (0, None)   # no step line: the hang watch counts heartbeat steps itself
     assert list(reader.steps[0].times) == [200.0, 600.0]
+
+
+def test_a_progress_bar_is_read_while_it_is_drawn_not_once_it_ends(tmp_path):
+    """HF Trainer's tqdm bar (rank 0) redraws one line after carriage returns and ends it with a newline only when
+    training ends: its steps were seen then (or when another line happened to end it), so ``--hang-learn``
+    learned nothing from an HF job. The newest finished redraw is read as it comes, and never again."""
+    one = spec(tmp_path, 0)
+    reader = StepReader()
+    bar = "\r{:3d}%|#         | {}/30 [00:0{}<00:27,  1.04it/s]"
+    with open(one.log_file, "a") as fh:
+        fh.write("  0%|          | 0/30 [00:00<?, ?it/s]" + bar.format(3, 1, 1) + bar.format(7, 2, 2))
+    assert reader.read(one) == (1, 1)   # redraw 2/30 may be half written: it waits for the next \r
+    with open(one.log_file, "a") as fh:
+        fh.write(bar.format(10, 3, 3) + bar.format(13, 4, 4))
+    assert reader.read(one) == (1, 3)   # the newest finished redraw
+    with open(one.log_file, "a") as fh:
+        fh.write("\n")
+    assert reader.read(one) == (1, 4)
+    assert reader.read(one) == (0, None)
