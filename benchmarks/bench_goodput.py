@@ -300,9 +300,14 @@ class Bench:
         raise ValueError(launcher)
 
     def ft_unavailable(self) -> str | None:
+        install = (f"`python3 -m venv {self.args.ft_venv} && {self.args.ft_venv}/bin/pip install torch==2.13.0 "
+                   f"nvidia-resiliency-ext {self.kind.ft_packages}`")
         if not self.ft_launcher.exists():
-            return (f"{self.ft_launcher} not found: install it with `python3 -m venv {self.args.ft_venv} && "
-                    f"{self.args.ft_venv}/bin/pip install torch==2.13.0 nvidia-resiliency-ext numpy`")
+            return f"{self.ft_launcher} not found: install it with {install}"
+        missing = [m for m in self.kind.ft_modules
+                   if not list(Path(self.args.ft_venv).glob(f"lib/python*/site-packages/{m}"))]
+        if missing:
+            return f"{', '.join(missing)} not in {self.args.ft_venv} (its ranks run there): install with {install}"
         return None
 
     def one(self, launcher: str, rep: int, faults_on: bool, timeout: float) -> Outcome:

@@ -31,6 +31,7 @@ class NanoGPT:
     title = "nanoGPT"
     stamps_env = "NANOGPT_BENCH_DIR"
     first_iter = 0                      # the first iteration rank 0 logs
+    ft_packages, ft_modules = "numpy", ("numpy",)   # what ft_launcher's venv needs: its ranks run there
     defaults = {"iters": 450, "ckpt_every": 20, "every": 12.0}
 
     def __init__(self, tmp: Path, args):
@@ -62,6 +63,8 @@ class HfClm:
     title = "HF Trainer"
     stamps_env = "HF_CLM_BENCH_DIR"
     first_iter = 1
+    ft_packages = "numpy transformers==5.25.0 datasets==5.2.0 accelerate==1.15.0"
+    ft_modules = ("numpy", "transformers", "datasets", "accelerate")
     defaults = {"iters": 700, "ckpt_every": 50, "every": 20.0}
     overrides = "n_layer=2,n_head=2,n_embd=64,n_positions=64,vocab_size=512,resid_pdrop=0,embd_pdrop=0,attn_pdrop=0"
 

@@ -98,7 +98,7 @@ def run(tmp_path, monkeypatch):
 # drawn last keeps one worker busy while the other has nothing left to do.
 LONGEST_FIRST = ("test_mindspore_checkpoints.py", "test_clients.py", "test_resume.py", "test_slurm.py",
                  "test_cluster_ssh.py", "test_ms_scheduler.py", "test_cluster.py", "test_scripts.py",
-                 "test_pods.py", "test_checkpoint_async.py", "test_ckpttool.py")
+                 "test_pods.py", "test_checkpoint_async.py", "test_ckpttool.py", "test_hf_clm.py")
 
 
 def pytest_collection_modifyitems(config, items):
