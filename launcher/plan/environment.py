@@ -104,11 +104,13 @@ def memory_area(root: str, run_id: str) -> str:
     return os.path.join(root, area_name(run_id, os.getpid()))
 
 
-def memory_environment(area: str, rank: int, budget: int | None, persist_every: int) -> dict[str, str]:
-    """--memory-ckpt: the rank's directory and slots in the area, its budget and how often a save is persisted."""
+def memory_environment(area: str, rank: int, first: int, budget: int | None, persist_every: int) -> dict[str, str]:
+    """--memory-ckpt: the host's memory directory (its ``first`` rank's, shared by every rank of the host, as an
+    output directory on one host is: nanoGPT and HF Trainer write from rank 0 and every rank reads back), the
+    rank's own slots, its budget and how often a save is persisted."""
     from launcher.checkpoint.tier import files_dir, slots_dir
 
-    env = {MEMORY_DIR_ENV: files_dir(area, rank), MEMORY_SLOTS_ENV: slots_dir(area, rank),
+    env = {MEMORY_DIR_ENV: files_dir(area, first), MEMORY_SLOTS_ENV: slots_dir(area, rank),
            MEMORY_PERSIST_ENV: str(persist_every), MEMORY_OWNER_ENV: ""}   # the rank claims it, not an inherited one
     if budget is not None:
         env[MEMORY_BUDGET_ENV] = str(budget)

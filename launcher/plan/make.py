@@ -306,7 +306,8 @@ def make_plan(table: RankTable, server_index: int, opts: Options, rank_table_fil
             if opts.policy.notice_signal:
                 env[NOTICE_SIGNAL_ENV] = signal_names(opts.policy.notice_signal)
         if area is not None:
-            env.update(memory_environment(area, rank, opts.policy.memory_budget, opts.policy.memory_persist_every))
+            env.update(memory_environment(area, rank, devices[0].rank, opts.policy.memory_budget,
+                                          opts.policy.memory_persist_every))
         if resume is not None:
             env[RESUME_FROM_ENV] = resume.files[rank]
             env[RESUME_STEP_ENV] = f"{resume.epoch}_{resume.step}"

@@ -84,11 +84,12 @@ def test_a_torch_save_script_resumes_from_its_memory_directory(tmp_path):
     finally:
         out, err = finish(proc, "mem-b")
     assert proc.returncode == 0, out + err
-    # each rank resumed from the iteration it saved in memory: rank 1 from 4, where it was killed (no step lost)
-    assert "[rank1]: resuming from iter 4 in" in out and "/rank_001/files/ckpt.pt" in out, out
-    for rank in (0, 1):
-        mirrored = torch.load(run / f"rank_00{rank}" / "ckpt" / "memory" / "ckpt.pt")
-        assert mirrored["iter_num"] == 6 and set(mirrored) == {"model", "optimizer", "iter_num"}
+    # every rank resumed from the iteration rank 0 saved in the host's memory directory: 4, where rank 1 was
+    # killed (no step lost); rank 1 reads the file rank 0 wrote, as nanoGPT's ranks do from a shared out_dir
+    assert "[rank1]: resuming from iter 4 in" in out and "/rank_000/files/ckpt.pt" in out, out
+    mirrored = torch.load(run / "rank_000" / "ckpt" / "memory" / "ckpt.pt")   # the host's directory's mirror
+    assert mirrored["iter_num"] == 6 and set(mirrored) == {"model", "optimizer", "iter_num"}
+    assert not (run / "rank_001" / "ckpt" / "memory").exists()
     assert list(root.iterdir()) == []
     # a new dlaunch of the run (--resume; another host alike): the memory directory filled from the mirror first
     command = command.replace("--max_iters 6", "--max_iters 7")
@@ -124,7 +125,7 @@ def test_a_sigkilled_dlaunchs_area_is_persisted_and_freed_by_prune_and_by_the_ne
         assert not area.exists() and list(root.iterdir()) == []
         for rank in (0, 1):   # what the area held, on disk first
             assert torch.load(run / f"rank_00{rank}" / "ckpt" / "ckpt-0_2.pt")["step"] == 2
-            assert torch.load(run / f"rank_00{rank}" / "ckpt" / "memory" / "ckpt.pt")["step"] == 2
+            assert torch.load(run / "rank_000" / "ckpt" / "memory" / f"ckpt.{rank}.pt")["step"] == 2   # the host's
     # what dlaunch persisted is the step a --resume of the run starts from
     done = run_dlaunch("run", *memory_flags(root), "--resume", run, "--output-dir", tmp_path / "runs", MEMORY_RANK,
                        "--", "--steps", "2", cwd=tmp_path)

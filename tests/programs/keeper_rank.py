@@ -1,7 +1,8 @@
 """A gloo rank that saves into dlaunch's memory tier every step, for the memory tier's e2e tests.
 
 Each step all-reduces (the ranks go in lockstep) and saves ``{"step": N, "rank": R}`` into memory
-(``DLAUNCH_MEMORY_SLOTS``), and ``ckpt.pt`` into ``DLAUNCH_MEMORY_DIR`` as a script's own ``torch.save`` would;
+(``DLAUNCH_MEMORY_SLOTS``), and ``ckpt.<rank>.pt`` into ``DLAUNCH_MEMORY_DIR`` (the host's, shared by its ranks)
+as a script's own ``torch.save`` would;
 ``--disk-at`` steps also go to disk (``checkpoint.save``). After its save of step ``--reach`` in the first
 attempt, every rank writes ``reached.<rank>`` (its pid) into its rank directory and waits there for the test to
 kill it (or dlaunch). A restarted rank says where it resumed from: ``resumed step S from FILE (holds H)``.
@@ -38,7 +39,7 @@ for step in range(start, args.steps + 1):
     dist.all_reduce(value)
     state = {"step": step, "rank": rank, "w": torch.full((256,), float(step))}
     checkpoint.save(state, 0, step, memory=True)
-    torch.save(state, os.path.join(os.environ["DLAUNCH_MEMORY_DIR"], "ckpt.pt"))
+    torch.save(state, os.path.join(os.environ["DLAUNCH_MEMORY_DIR"], f"ckpt.{rank}.pt"))
     if step in args.disk_at:
         checkpoint.save(state, 0, step)
     print(f"step {step}", flush=True)

@@ -1,6 +1,7 @@
 """nanoGPT's checkpointing, unmodified in kind: ``torch.save(checkpoint, os.path.join(out_dir, 'ckpt.pt'))``
-and ``init_from = 'resume'`` when that file is there; ``--out_dir`` is the only thing the user points at
-``$DLAUNCH_MEMORY_DIR``. Two gloo ranks, a tiny model, a save every iteration (``always_save_checkpoint``).
+by the master process only (rank 0) and ``init_from = 'resume'`` on every rank when that file is there;
+``--out_dir`` is the only thing the user points at ``$DLAUNCH_MEMORY_DIR`` (one per host, shared by its ranks).
+Two gloo ranks, a tiny model, a save every iteration (``always_save_checkpoint``).
 In the first attempt rank ``--victim`` writes ``reached`` (its pid) into its rank directory after the save of
 iteration ``--reach``, then waits to be killed.
 """
@@ -41,7 +42,8 @@ while iter_num < args.max_iters:
     optimizer.zero_grad(set_to_none=True)
     iter_num += 1
     checkpoint = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "iter_num": iter_num}
-    torch.save(checkpoint, ckpt_path)
+    if rank == 0:   # nanoGPT's master_process
+        torch.save(checkpoint, ckpt_path)
     print(f"iter {iter_num}: loss {loss.item():.4f}", flush=True)
     if first and rank == args.victim and iter_num == args.reach:
         with open(os.path.join(os.environ["DLAUNCH_RANK_DIR"], "reached"), "w") as fh:

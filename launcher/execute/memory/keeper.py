@@ -23,7 +23,7 @@ import time
 from launcher.base.console import say
 from launcher.base.waiting import ready_fds
 from launcher.checkpoint import tier
-from launcher.contract import MEMORY_SLOTS_ENV
+from launcher.contract import MEMORY_DIR_ENV, MEMORY_SLOTS_ENV
 from launcher.execute.memory import area as areas
 from launcher.execute.memory.mirror import MIRROR_DIR, Mirror, open_for_writing
 from launcher.execute.memory.persist import newest, persist, to_persist
@@ -69,8 +69,9 @@ class MemoryKeeper:
         for spec in ranks:
             if spec.rank not in self.ranks:
                 self.ranks[spec.rank] = (spec.env[MEMORY_SLOTS_ENV], spec.ckpt_dir)
-                self.mirrors[spec.rank] = Mirror(tier.files_dir(area, spec.rank),
-                                                 os.path.join(spec.ckpt_dir, MIRROR_DIR))
+                if spec.env.get(MEMORY_DIR_ENV) == tier.files_dir(area, spec.rank):   # the host's directory's rank
+                    self.mirrors[spec.rank] = Mirror(tier.files_dir(area, spec.rank),
+                                                     os.path.join(spec.ckpt_dir, MIRROR_DIR))
         self._restore(first, plan)
         self._start_thread()
 
@@ -92,11 +93,11 @@ class MemoryKeeper:
             except OSError as exc:
                 whole = False
                 self.log(f"rank {rank}: cannot persist its memory step to {ckpt_dir}: {exc.strerror or exc}")
-            self.mirrors[rank].sync(set(), settled=True)
-            if self.mirrors[rank].failed:
+        for rank, mirror in sorted(self.mirrors.items()):
+            mirror.sync(set(), settled=True)
+            if mirror.failed:
                 whole = False
-                self.log(f"rank {rank}: cannot copy {', '.join(self.mirrors[rank].failed[:3])} to "
-                         f"{self.mirrors[rank].target}")
+                self.log(f"rank {rank}: cannot copy {', '.join(mirror.failed[:3])} to {mirror.target}")
         return whole
 
     def close(self) -> None:
@@ -183,7 +184,7 @@ class MemoryKeeper:
                 done = persist(rank, slots, ckpt_dir, record)
                 if done is not None:
                     self._persisted(rank, done)
-            if mirror:
+            if mirror and rank in self.mirrors:
                 self.mirrors[rank].sync(busy)
 
 

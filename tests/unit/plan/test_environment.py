@@ -59,19 +59,19 @@ def test_mindspore_recovery_keeps_one_recovery_path_per_run_unless_given():
     assert mindspore_recovery_environment("/runs/r1", {"MS_RECOVERY_PATH": "/shared/rec"}) == {}
 
 
-def test_the_memory_tier_gives_each_rank_its_place_in_this_launchers_area():
+def test_the_memory_tier_gives_each_rank_its_slots_and_the_hosts_shared_memory_directory():
     import os
 
     from launcher.plan.environment import memory_area, memory_environment
 
     area = memory_area("/dev/shm", "run-1")
     assert area == f"/dev/shm/dlaunch-run-1-{os.getpid()}"
-    env = memory_environment(area, 3, 1 << 30, 10)
-    assert env == {"DLAUNCH_MEMORY_DIR": f"{area}/rank_003/files", "DLAUNCH_MEMORY_SLOTS": f"{area}/rank_003/slots",
+    env = memory_environment(area, 3, 2, 1 << 30, 10)   # rank 3 of a host whose first rank is 2
+    assert env == {"DLAUNCH_MEMORY_DIR": f"{area}/rank_002/files", "DLAUNCH_MEMORY_SLOTS": f"{area}/rank_003/slots",
                    "DLAUNCH_MEMORY_BUDGET": str(1 << 30), "DLAUNCH_MEMORY_PERSIST_EVERY": "10",
                    "DLAUNCH_MEMORY_OWNER": ""}   # an owner inherited from dlaunch's own environment is cleared
     from launcher.checkpoint.memory import OWNER_ENV
     from launcher.plan.environment import MEMORY_OWNER_ENV
 
     assert MEMORY_OWNER_ENV == OWNER_ENV
-    assert "DLAUNCH_MEMORY_BUDGET" not in memory_environment(area, 0, None, 1)
+    assert "DLAUNCH_MEMORY_BUDGET" not in memory_environment(area, 0, 0, None, 1)
