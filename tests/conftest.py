@@ -37,6 +37,51 @@ def private_cache(tmp_path_factory):
         os.environ["XDG_CACHE_HOME"] = saved
 
 
+SHARED_MEMORY = "/dev/shm"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def memory_root(tmp_path_factory):
+    """The tests' memory tier lives in the session's temporary directory, never /dev/shm: every dlaunch a test
+    starts inherits ``DLAUNCH_MEMORY_ROOT`` (a test that needs its own passes --memory-root)."""
+    root = tmp_path_factory.mktemp("memory-root")
+    saved = os.environ.get("DLAUNCH_MEMORY_ROOT")
+    os.environ["DLAUNCH_MEMORY_ROOT"] = str(root)
+    yield root
+    if saved is None:
+        os.environ.pop("DLAUNCH_MEMORY_ROOT", None)
+    else:
+        os.environ["DLAUNCH_MEMORY_ROOT"] = saved
+
+
+def _memory_areas(root: Path, base: Path) -> set[Path]:
+    """Memory areas (``dlaunch-*``) in the tests' root, and those in /dev/shm whose run directory is one of this
+    session's (other sessions on the machine may hold their own there)."""
+    found = {path for path in root.glob("dlaunch-*")}
+    for path in Path(SHARED_MEMORY).glob("dlaunch-*") if os.path.isdir(SHARED_MEMORY) else ():
+        try:
+            if (path / "run_dir").read_text().startswith(str(base)):
+                found.add(path)
+        except OSError:
+            continue
+    return found
+
+
+@pytest.fixture(autouse=True)
+def no_memory_area_left(memory_root, tmp_path_factory):
+    """Every test leaves as many memory areas as it found: dlaunch frees its area at every exit, and the next
+    dlaunch of the run or ``dlaunch prune`` frees one a SIGKILLed dlaunch left (issue 48)."""
+    import shutil
+
+    base = tmp_path_factory.getbasetemp()
+    before = _memory_areas(memory_root, base)
+    yield
+    left = _memory_areas(memory_root, base) - before
+    for path in left:   # freed, so one test's leak is not the next one's failure
+        shutil.rmtree(path, ignore_errors=True)
+    assert not left, f"memory areas left behind: {sorted(map(str, left))}"
+
+
 @pytest.fixture
 def run(tmp_path, monkeypatch):
     """A run directory laid out as dlaunch makes it, this process being rank 0 of 1."""

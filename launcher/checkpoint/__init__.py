@@ -6,6 +6,9 @@ the public API and stay.  The package's modules, each with one job:
 
     api        the functions training scripts call (re-exported here; torch imported only inside them)
     gasp       a rank's side of the survivors' window: a peer failed (``notice``), save now, "saved"
+    memory     the memory tier's rank side: ``save(..., memory=True)`` into dlaunch's slots, ``load`` from them
+    archive    a torch.save archive laid out in place in a buffer (a memory slot)
+    tier       the memory tier's layout and commit record, shared with the launcher
     store      the one way a checkpoint file reaches the disk: temporary, fsync, rename, rotation, superseded/
     file       the file format: torch.save's archive, written at the disk's speed
     stage      async saves: one copy of the state into reused host buffers
@@ -42,6 +45,7 @@ if TYPE_CHECKING:   # the names below, for the type checker; at run time ``__get
         leaves,
         load,
         map_leaves,
+        memory_step,
         notice,
         notice_saved,
         resume_step,
@@ -57,7 +61,7 @@ if TYPE_CHECKING:   # the names below, for the type checker; at run time ``__get
 
 __all__ = [
     "BREAKPOINT_DIR", "INTEGRATED_DIR", "STRATEGY_FORMAT", "STRATEGY_SUFFIX", "SUPERSEDED_DIR",
-    "broadcast_parameters", "ckpt_dir", "configure_async", "leaves", "load", "map_leaves", "notice",
+    "broadcast_parameters", "ckpt_dir", "configure_async", "leaves", "load", "map_leaves", "memory_step", "notice",
     "notice_saved", "resume_step", "save", "save_integrated", "save_on_notice", "save_slice", "save_sliced",
     "saving_on_exception", "tree_path", "wait_for_saves",
 ]

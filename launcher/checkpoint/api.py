@@ -40,6 +40,7 @@ import signal
 import sys
 import threading
 
+from launcher.checkpoint import memory as ckptmemory
 from launcher.checkpoint import names as ckptnames
 from launcher.checkpoint import store as ckptstore
 from launcher.checkpoint import writer as ckptwriter
@@ -119,7 +120,8 @@ def _save(state, directory: str, name: str, prefix: str, keep_max: int | None = 
 
 
 def save(state, epoch: int, step: int, prefix: str = "ckpt", keep_max: int | None = None,
-         directory: str | None = None, async_save: bool = False, replicated: bool = False):
+         directory: str | None = None, async_save: bool = False, replicated: bool = False,
+         memory: bool = False, persist: bool | None = None):
     """Save ``state`` atomically as ``{directory}/{prefix}-{epoch}_{step}.pt`` (default: ``ckpt_dir()``).
 
     The name is the seeds' (MindSpore ModelCheckpoint) and what ``dlaunch run --resume`` looks for.
@@ -138,9 +140,22 @@ def save(state, epoch: int, step: int, prefix: str = "ckpt", keep_max: int | Non
     optimizer): a ``.replica`` mark beside the file, written first, lets a step that some ranks never saved
     (they died; the survivors saved on the notice) count as complete, each of those ranks resuming from a
     replica's file.
+
+    ``memory=True`` (under ``dlaunch run --memory-ckpt``) copies ``state`` into memory dlaunch owns, which
+    outlives this process, and returns the slot's path once copied (None when skipped: dlaunch was still
+    persisting the slot); dlaunch writes the step to this rank's checkpoint directory in the background when
+    ``persist`` (default: every Nth memory save, ``--memory-persist-every``, the first included) and at a
+    failure.  A state over the memory budget, a full memory file system, no ``--memory-ckpt`` or a child process
+    save to disk instead (as without ``memory``), after one line on stderr.  See ``memory`` and
+    docs/checkpoints.md.
     """
-    directory = directory or ckpt_dir()
     name = _checked_name(prefix, epoch, step)
+    if memory:
+        def on_disk():
+            return save(state, epoch, step, prefix, keep_max, directory, async_save, replicated)
+        disk_path = os.path.join(directory or ckpt_dir(), name)
+        return ckptmemory.save(state, epoch, step, prefix, name, disk_path, on_disk, persist, keep_max, replicated)
+    directory = directory or ckpt_dir()
     if replicated:   # before the checkpoint: a file listed is never without its mark
         with open(os.path.join(directory, name + ckptnames.REPLICA_SUFFIX), "w", encoding="utf-8") as fh:
             fh.write("every rank's state\n")
@@ -180,14 +195,25 @@ def load(path: str | None = None, map_location="cpu", weights_only: bool = True)
     """Load a checkpoint; by default the one ``dlaunch run --resume`` gave this rank (``DLAUNCH_RESUME_FROM``).
 
     Returns None when there is nothing to resume, so a script can start fresh or resume with one call.
-    ``weights_only`` (torch's safe loader) accepts tensors, state dicts and plain Python values.
+    ``weights_only`` (torch's safe loader) accepts tensors, state dicts and plain Python values.  Without
+    ``path``, the step is read from this rank's memory slots when the newest memory save is that checkpoint
+    and verifies whole (a copy: nothing returned aliases the slot), else from the disk.
     """
-    path = path or os.environ.get(RESUME_FROM_ENV)
     if not path:
-        return None
+        path = os.environ.get(RESUME_FROM_ENV)
+        if not path:
+            return None
+        found, state = ckptmemory.load(path, map_location, weights_only)
+        if found:
+            return state
     import torch
 
     return torch.load(path, map_location=map_location, weights_only=weights_only)
+
+
+def memory_step() -> tuple[int, int] | None:
+    """(epoch, step) of this rank's newest complete memory save (``save(..., memory=True)``), or None."""
+    return ckptmemory.memory_step()
 
 
 def resume_step() -> tuple[int, int] | None:

@@ -159,13 +159,43 @@ def check_keep_max(keep_max) -> None:
 
 
 def store(state, directory: str, name: str, prefix: str, keep_max: int | None = None,
-           strategy_text: str | None = None, locations: dict | None = None) -> str:
-    """The one way a checkpoint reaches the disk: temporary first (the slow part), then the old file
-    kept aside, the strategy file, the rename that makes the new one visible, rotation."""
+          strategy_text: str | None = None, locations: dict | None = None) -> str:
+    """A torch ``state`` onto the disk as ``directory/name`` (``store_file``'s guarantees)."""
+    return store_file(torch_writer(state, locations), directory, name, prefix, keep_max, strategy_text)
+
+
+def range_writer(fd: int, length: int, chunk: int = 1 << 24):
+    """Write the bytes ``[0, length)`` of the open file ``fd`` (a memory slot's archive): ``store_file``'s ``write``."""
+    def write(tmp):
+        with open(tmp, "wb") as out:
+            done = 0
+            while done < length:
+                piece = os.pread(fd, min(chunk, length - done), done)
+                if not piece:
+                    raise OSError(f"the source ended at byte {done} of {length}")
+                out.write(piece)
+                done += len(piece)
+    return write
+
+
+def mark_replica(directory: str, name: str) -> None:
+    """The ``.replica`` mark beside ``name``: written before the checkpoint, so a file listed is never without it."""
+    with open(os.path.join(directory, name + ckptnames.REPLICA_SUFFIX), "w", encoding="utf-8") as fh:
+        fh.write("every rank's state\n")
+
+
+def store_file(write, directory: str, name: str, prefix: str, keep_max: int | None = None,
+               strategy_text: str | None = None, replicated: bool = False) -> str:
+    """The one way a checkpoint reaches the disk, whoever wrote its bytes (``torch_writer`` for a state in this
+    process, ``range_writer`` for a memory slot dlaunch persists): the ``.replica`` mark where replicated,
+    temporary first (the slow part), then the old file kept aside, the strategy file, the rename that makes the
+    new one visible, rotation."""
     os.makedirs(directory, exist_ok=True)
     _clean_stale_temps(directory)
+    if replicated:
+        mark_replica(directory, name)
     path = os.path.join(directory, name)
-    tmp = _write_temp(path, torch_writer(state, locations))
+    tmp = _write_temp(path, write)
     kept = None
     try:
         if os.path.lexists(path):

@@ -53,12 +53,22 @@ def cmd_cluster(args: LaunchRequest, control=None, on_started=None, environ=None
         roster = spare_roster(args, table, server_index)
         job = roster.table()
         opts = launch_options(args, table, server_index, environ, view=view, world=job.device_count)
+        rescued(opts, args.dry_run)
         return launch(job, roster.slot, opts, dry_run=args.dry_run, environ=environ, on_started=on_started,
                       control=control, roster=roster)
     opts = launch_options(args, table, server_index, environ, view=view)
+    rescued(opts, args.dry_run)
     reread = replace(TableSource.of(args), text=None) if args.rank_table else None   # the file, read again
     return launch(table, server_index, opts,
                   dry_run=args.dry_run, environ=environ, on_started=on_started, control=control, reread=reread)
+
+
+def rescued(opts, dry_run: bool) -> None:
+    """--memory-ckpt: an area a SIGKILLed dlaunch of this run left, on disk before the resume point is read."""
+    if not dry_run:
+        from launcher.execute.memory.keeper import rescue_before
+
+        rescue_before(opts)
 
 
 def arrival(args: LaunchRequest, environ) -> LaunchRequest:

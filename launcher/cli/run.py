@@ -15,8 +15,12 @@ def cmd_run(args: LaunchRequest) -> int:
     from launcher.execute.attempts import launch
 
     table, server_index, _, view = launch_table(args, os.environ)
-    return launch(table, server_index, launch_options(args, table, server_index, os.environ, view=view),
-                  dry_run=args.dry_run, environ=os.environ)
+    opts = launch_options(args, table, server_index, os.environ, view=view)
+    if not args.dry_run:
+        from launcher.execute.memory.keeper import rescue_before
+
+        rescue_before(opts)   # --memory-ckpt: a SIGKILLed dlaunch's area, on disk before the resume point is read
+    return launch(table, server_index, opts, dry_run=args.dry_run, environ=os.environ)
 
 
 def add_parser(sub) -> argparse.ArgumentParser:

@@ -22,7 +22,7 @@ from launcher.checkpoint.resume import find_resume_point
 from launcher.contract import ExitCode
 from launcher.errors import UsageError
 from launcher.execute.budget import RestartBudget
-from launcher.execute.local.workers import LocalWorkers
+from launcher.execute.memory.workers import workers_of
 from launcher.execute.results import AttemptResult, closing_lines, first_failure, how_it_ended, summarize
 from launcher.execute.sharedckpt import shared_checkpoint_warnings
 from launcher.execute.signals import SignalWatch
@@ -198,7 +198,7 @@ class Launch:
         self.started = time.time()
         control_fd, control_pending = self.control or (None, b"")
         self.signals = SignalWatch(control_fd, control_pending, forward=self.opts.forward_signals)
-        self.workers = LocalWorkers(self.signals, self.inherited, job=self.link, on_started=self._publish_pids)
+        self.workers = workers_of(self.opts)(self.signals, self.inherited, job=self.link, on_started=self._publish_pids)
         if self.opts.policy.metrics_port is not None:   # imported only then: no cost on the launch path without it
             from launcher.execute.local.metrics import MetricsFeed
 

@@ -193,6 +193,10 @@ def _error_file_message(path: str | None) -> str | None:
 def _newest_complete_checkpoint(plan: LaunchPlan) -> str | None:
     """The newest step every rank saved (what --resume picks), read once the ranks are gone.
 
+    A step counts complete when every rank has it in memory or on disk (the memory tier, --memory-ckpt): the
+    summary is written after the end-of-attempt persist (execute/memory/keeper.py), which put each rank's
+    newest complete memory step on disk, so this scan of the disk sees both tiers.
+
     A step every rank saved is one rank 0 saved: where rank 0's checkpoint directory holds none (a run that
     saved nothing, or rank 0 is another host's), one directory is listed instead of every rank's."""
     from launcher.checkpoint.resume import collect, resume_point

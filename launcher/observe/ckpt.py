@@ -25,7 +25,7 @@ from launcher.errors import UsageError
 from launcher.rundir.model import read_json
 from launcher.rundir.paths import rank_dir_name, rank_dirs
 
-_KIND_ORDER = {"per-rank": 0, "integrated": 1, "breakpoint": 2}
+_KIND_ORDER = {"per-rank": 0, "memory": 1, "integrated": 2, "breakpoint": 3}
 
 
 # --------------------------------------------------------------------------
@@ -33,15 +33,17 @@ _KIND_ORDER = {"per-rank": 0, "integrated": 1, "breakpoint": 2}
 # --------------------------------------------------------------------------
 
 
-def _world_size(run_dir: str, ranks: list[int]) -> int:
+def _world_size(run_dir: str, ranks: list[int]) -> tuple[int, dict]:
     """The run's world size from its plans, read through rundir's checked model (so a rank with no directory
-    at all still counts as missing); a damaged plan is said once and the ranks' directories count instead."""
+    at all still counts as missing; a damaged plan is said once and the ranks' directories count instead), and
+    each rank's newest memory step while the run's memory area is there (``observe.memory``)."""
     from launcher.observe import tell_problems
+    from launcher.observe.memory import memory_steps
     from launcher.rundir.read import load_run
 
     run = load_run(run_dir)
     tell_problems(run)
-    return run.world_size or (max(ranks) + 1 if ranks else 0)
+    return run.world_size or (max(ranks) + 1 if ranks else 0), memory_steps(run)
 
 
 def _require_run(run_dir: str) -> None:
@@ -73,11 +75,24 @@ def _row(kind: str, step: resume.Step, world: int) -> dict:
 def list_run(run_dir: str) -> list[dict]:
     """Every checkpoint of a run: per-rank steps (which ranks have them, complete or not, sliced or
     not; dlaunch's and MindSpore's), integrated checkpoints under ``integrated/``, and breakpoints
-    (dlaunch's in ``ckpt/breakpoint/``, MindSpore's ``*_breakpoint.ckpt``); each a dict, oldest first per kind."""
+    (dlaunch's in ``ckpt/breakpoint/``, MindSpore's ``*_breakpoint.ckpt``), and of a live run with --memory-ckpt
+    each rank's newest step in memory; each a dict, oldest first per kind. A step is complete when every rank
+    has it on disk or in memory (``memory_ranks`` of a per-rank row: the ranks whose only copy is in memory)."""
+    from launcher.observe.memory import key, memory_rows
+
     _require_run(run_dir)
     steps, ranks = resume.scan(run_dir)
-    world = _world_size(run_dir, ranks)
+    world, memory = _world_size(run_dir, ranks)
     rows = [_row("per-rank", step, world) for step in steps]
+    for row in rows:
+        held = [rank for rank in row["missing"] if rank in memory and key(memory[rank]) ==
+                (row["prefix"], row["epoch"], row["step"]) and row["format"] == ckptnames.DLAUNCH_FORMAT]
+        if held:
+            row.update(missing=sorted(set(row["missing"]) - set(held)), memory_ranks=held)
+            row["complete"] = not row["missing"]
+    disk_keys = {(row["prefix"], row["epoch"], row["step"]) for row in rows}
+    rows += [row for row in memory_rows(memory, steps, world)
+             if (row["prefix"], row["epoch"], row["step"]) not in disk_keys or not row["complete"]]
     integrated = resume.collect({0: os.path.join(run_dir, checkpoint.INTEGRATED_DIR)})
     rows += [_row("integrated", step, world) for step in integrated if not step.mindspore]
     ckpt_dirs = {rank: os.path.join(directory, CKPT_DIR) for rank, directory in rank_dirs(run_dir).items()}
@@ -86,7 +101,8 @@ def list_run(run_dir: str) -> list[dict]:
     rows += [_row("breakpoint", step, world) for step in ours if not step.mindspore]
     rows += [_row("breakpoint", step, world) for step in mindspore]
     rows.sort(key=lambda row: (_KIND_ORDER[row["kind"]], row["epoch"], row["step"], row["prefix"]))
-    resumable = [row for row in rows if row["kind"] == "per-rank" and row["complete"]]
+    resumable = [row for row in rows if row["kind"] in ("per-rank", "memory") and row["complete"]]
+    resumable.sort(key=lambda row: (row["epoch"], row["step"]))
     for row in rows:
         row["newest_complete"] = bool(resumable) and row is resumable[-1]   # what --resume picks
     return rows
@@ -112,11 +128,20 @@ def format_list(rows: list[dict]) -> str:
     for row in rows:
         if row["kind"] == "integrated":
             status = "full checkpoint"
+        elif row["kind"] == "memory":
+            status = f"in memory, the newest of ranks {_ranges_or_dash(row['ranks'])}" + (
+                f" (on disk: {_ranges_or_dash(row['on_disk'])})" if row["on_disk"] else "") + (
+                "; complete in memory or on disk" if row["complete"] else
+                f"; incomplete: ranks {_ranges_or_dash(row['missing'])} missing") + (
+                ", newest" if row["newest_complete"] else "")
         elif row["complete"]:
             status = "complete" + (", sliced" if row["sliced"] else "")
             if row["covered"]:
                 status += f" (ranks {_ranges_or_dash(row['covered'])} from rank {row['replica_of']}'s replica)"
-            status += ", newest (--resume picks it)" if row["newest_complete"] else ""
+            if row.get("memory_ranks"):
+                status += f" (ranks {_ranges_or_dash(row['memory_ranks'])} in memory)"
+            status += (", newest" + ("" if row.get("memory_ranks") else " (--resume picks it)")
+                       if row["newest_complete"] else "")
         else:
             status = f"incomplete: ranks {_ranges_or_dash(row['missing'])} missing"
         if row["names"] != [row["label"] + ("" if row["format"] != ckptnames.DLAUNCH_FORMAT else ".pt")]:
@@ -145,7 +170,7 @@ def _pick_step(run_dir: str, label: str | None) -> tuple[resume.Step, int]:
     """The step to merge: ``label`` ("ckpt-3_156", "3_156", with or without .pt), else the newest complete one."""
     _require_run(run_dir)
     steps, ranks = resume.scan(run_dir)
-    world = _world_size(run_dir, ranks)
+    world = _world_size(run_dir, ranks)[0]
     if label is None:
         step, _ = resume.resume_point(run_dir, world)
         if step is None:

@@ -19,6 +19,7 @@ from launcher.execute.results import job_verdict, restarted_how
 from launcher.host.devices import host_names
 from launcher.observe import tell_problems
 from launcher.observe.hangview import hang_view
+from launcher.observe.memory import memory_view
 from launcher.observe.torchft import lighthouse_of, quorum
 from launcher.rundir.read import (
     RankRef,
@@ -241,6 +242,9 @@ class Observer:
                  if (cause := (summ.get("stopped_by") or {}).get("cause") or {}).get("kind") == "unhealthy"]
         if unfit:   # --health-gate: what each unfit host's checks found, and where their answers are kept
             snap["unfit"] = unfit
+        memory = memory_view(run)
+        if memory:   # --memory-ckpt: each rank's newest step in memory, beside the disk's
+            snap["memory"] = memory
         roster = run.roster()
         if roster:   # --spares: active, standing by, replaced
             snap["roster"] = roster

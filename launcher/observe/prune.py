@@ -131,11 +131,30 @@ class PruneRequest:
     """``dlaunch prune``'s settings (``cli.prune`` builds it)."""
 
     output_dir: str
-    keep: int
+    keep: int | None
     dry_run: bool
+    memory_root: str = "/dev/shm"
+
+
+def free_memory_areas(root: str, dry_run: bool) -> int:
+    """Memory areas (--memory-ckpt) whose dlaunch is gone (SIGKILLed): each persisted into its run's checkpoint
+    directories, then freed, and said; how many."""
+    from launcher.execute.memory.area import orphans
+    from launcher.execute.memory.keeper import rescue
+
+    left = orphans(root)
+    for area in left:
+        if dry_run:
+            say(f"would free the memory area {printable(area)} (its dlaunch is gone), after persisting it")
+        else:
+            rescue(area, say)
+    return len(left)
 
 
 def cmd_prune(args: PruneRequest) -> int:
+    free_memory_areas(args.memory_root, args.dry_run)
+    if args.keep is None:
+        return 0
     output_dir = args.output_dir
     if not os.path.isdir(output_dir):
         raise UsageError(f"no output directory {output_dir}")

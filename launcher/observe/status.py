@@ -17,6 +17,7 @@ from launcher.base.stragglers import straggler_line
 from launcher.contract import Role
 from launcher.errors import UsageError
 from launcher.execute.results import how_it_ended, roster_line, who
+from launcher.observe.memory import status_line
 from launcher.observe.processes import Observer
 from launcher.observe.torchft import quorum_line
 from launcher.rundir.read import run_directory
@@ -61,6 +62,9 @@ def headline(snap: dict) -> list[str]:
         lines.append(quorum_line(snap["torchft"]))
     if snap.get("roster"):
         lines.append(roster_line(snap["roster"]))
+    memory = status_line(snap.get("memory"))
+    if memory:
+        lines.append(memory)
     steps = straggler_line(snap.get("steps"))
     if steps:
         lines.append(steps)

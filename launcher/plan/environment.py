@@ -15,7 +15,16 @@ import os
 import re
 
 from launcher.base.signals import STOP_SIGNAL_NAMES
-from launcher.contract import CKPT_DIR_ENV, RANK_DIR_ENV, RUN_DIR_ENV, RUN_ID_ENV
+from launcher.contract import (
+    CKPT_DIR_ENV,
+    MEMORY_BUDGET_ENV,
+    MEMORY_DIR_ENV,
+    MEMORY_PERSIST_ENV,
+    MEMORY_SLOTS_ENV,
+    RANK_DIR_ENV,
+    RUN_DIR_ENV,
+    RUN_ID_ENV,
+)
 
 SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|KEY|CREDENTIAL|AUTH|PRIVATE|COOKIE|SESSION", re.IGNORECASE)
 # PASS, PWD, PW as a whole part of a name (DB_PASS, SMTP_PWD), but not the shell's PWD/OLDPWD (directories)
@@ -81,6 +90,25 @@ def rank_environment(*, rank: int, local_rank: int, world_size: int, local_world
         env["OMP_NUM_THREADS"] = "1"  # as torchrun: N ranks x all cores each would thrash the CPU
     if "PYTHONUNBUFFERED" not in inherited:
         env["PYTHONUNBUFFERED"] = "1"  # so output streams live instead of arriving in 8 KiB lumps
+    return env
+
+
+def memory_area(root: str, run_id: str) -> str:
+    """This host's memory area (checkpoint/tier.py): named by the run and this launcher's pid (the plan is made
+    in the launcher's process), so a dead launcher's area is told from a live one's."""
+    from launcher.checkpoint.tier import area_name
+
+    return os.path.join(root, area_name(run_id, os.getpid()))
+
+
+def memory_environment(area: str, rank: int, budget: int | None, persist_every: int) -> dict[str, str]:
+    """--memory-ckpt: the rank's directory and slots in the area, its budget and how often a save is persisted."""
+    from launcher.checkpoint.tier import files_dir, slots_dir
+
+    env = {MEMORY_DIR_ENV: files_dir(area, rank), MEMORY_SLOTS_ENV: slots_dir(area, rank),
+           MEMORY_PERSIST_ENV: str(persist_every)}
+    if budget is not None:
+        env[MEMORY_BUDGET_ENV] = str(budget)
     return env
 
 

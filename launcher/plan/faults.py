@@ -13,6 +13,8 @@ value wins, ``--no-hang-learn``, ``--warm-restarts none`` or ``--max-restarts 0`
   with ``--notice-signal`` every survivor), ending as soon as each saved or exited, so a script that never
   asks is stopped at once, as without a window (``execute/local/notice.py``); a script whose saves take
   longer gives its own;
+- ``--memory-ckpt``: each rank's saves into memory dlaunch owns, persisted by dlaunch after every attempt
+  (a rank that never saves there costs an empty directory);
 - ``--warm-restarts torch`` where the ranks' Python (dlaunch's own, ``Options.python``) can import torch and
   the job restarts as a whole (standbys serve ``--restart-policy job`` only); found without importing it;
 - ``--hang-learn``, bounded by ``--hang-timeout`` (default 1800 s);
@@ -40,8 +42,8 @@ WARM_MODULES = "torch"
 NO_MODULES = ("", "none", "off")   # --warm-restarts none: cold restarts, whatever the switch says
 
 # the options the switch settles, in the order its line names them
-SETTLED = ("max_restarts", "restarts_without_progress", "survivor_window", "warm_restarts", "hang_learn",
-           "hang_timeout", "health_gate")
+SETTLED = ("max_restarts", "restarts_without_progress", "survivor_window", "memory_ckpt", "warm_restarts",
+           "hang_learn", "hang_timeout", "health_gate")
 
 
 @dataclass(frozen=True)
@@ -94,6 +96,9 @@ def fault_tolerance(args: LaunchRequest, *, restart_policy: str, torch: bool, to
         listeners = not args.notice_signal   # a signal's handler may save without asking: every survivor waits
         on.append(f"--survivor-window {SURVIVOR_WINDOW:g} (" + ("for the ranks that ask for a notice; " if listeners
                                                                  else "") + "ends once each saved or exited)")
+    if not given("memory_ckpt"):
+        settled["memory_ckpt"] = True
+        on.append("--memory-ckpt (each rank's DLAUNCH_MEMORY_DIR and memory saves, persisted by dlaunch)")
     if not given("warm_restarts"):
         why = ("the script is no Python program (--no-python)" if args.no_python else
                f"standbys serve --restart-policy job only, this job's is {restart_policy}"

@@ -33,6 +33,8 @@ from launcher.plan.environment import (
     hooked_python_path,
     masked,
     masked_argv,
+    memory_area,
+    memory_environment,
     mindio_environment,
     mindspore_recovery_environment,
     mindspore_scheduler_environment,
@@ -116,6 +118,10 @@ class Policy:
     step_pattern: str | None = None  # a user's step line (base.steps.UserPattern), besides the frameworks'
     prefix_host: bool = False     # console lines carry the host as well as the rank (cluster)
     fault_tolerance: str = ""     # --fault-tolerant: what it turned on, left off and why (plan/faults.py)
+    memory_ckpt: bool = False     # --memory-ckpt: the memory tier (execute/local/memkeeper.py)
+    memory_budget: int | None = None   # bytes per rank (settled: auto made a number)
+    memory_persist_every: int = 10
+    memory_root: str = "/dev/shm"
 
 
 @dataclass(frozen=True)
@@ -269,6 +275,7 @@ def make_plan(table: RankTable, server_index: int, opts: Options, rank_table_fil
                                       for stem, ext in (("error", "json"), ("output", "log"), ("env", "log")))
     ms_recovery = mindspore_recovery_environment(run_dir, inherited) if opts.policy.ms_recovery else {}
     mindio = mindio_environment(opts.master_addr, opts.master_port, inherited)
+    area = memory_area(opts.policy.memory_root, opts.run_id) if opts.policy.memory_ckpt else None
     for local_rank, dev in enumerate(devices):
         rank = dev.rank
         rank_dir = f"{run_dir}/{rank_dir_name(rank, world_size)}"
@@ -298,6 +305,8 @@ def make_plan(table: RankTable, server_index: int, opts: Options, rank_table_fil
             env[NOTICE_FILE_ENV] = f"{rank_dir}/{NOTICE_FILE}"
             if opts.policy.notice_signal:
                 env[NOTICE_SIGNAL_ENV] = signal_names(opts.policy.notice_signal)
+        if area is not None:
+            env.update(memory_environment(area, rank, opts.policy.memory_budget, opts.policy.memory_persist_every))
         if resume is not None:
             env[RESUME_FROM_ENV] = resume.files[rank]
             env[RESUME_STEP_ENV] = f"{resume.epoch}_{resume.step}"

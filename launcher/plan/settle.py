@@ -21,6 +21,23 @@ if TYPE_CHECKING:
     from launcher.settings.request import LaunchRequest
 
 
+def memory_tier(args: LaunchRequest, local_ranks: int, head: bool) -> dict:
+    """--memory-ckpt's policy fields: the root checked (a directory), ``auto`` made this host's bytes per rank."""
+    if not args.memory_ckpt:
+        return {}
+    root = os.path.abspath(args.memory_root)
+    if not head and not os.path.isdir(root):
+        raise UsageError(f"--memory-root {args.memory_root}: no such directory (a file system in memory, such as "
+                         f"/dev/shm)")
+    budget = args.memory_budget
+    if budget is None and not head:
+        from launcher.host.memory import auto_budget
+
+        budget = auto_budget(root, local_ranks)
+    return {"memory_ckpt": True, "memory_budget": budget, "memory_persist_every": args.memory_persist_every,
+            "memory_root": root}
+
+
 def extra_env(args: LaunchRequest) -> dict[str, str]:
     """What every rank gets on top of dlaunch's own variables: the head's request (``--ssh``), then
     --env-file, then --env KEY=VALUE.  It goes into the plan, so --dry-run and plan.json show it (masked)."""
@@ -107,7 +124,8 @@ def launch_options(args: LaunchRequest, table, server_index: int, environ: Mappi
                                  metrics_addr=table.servers[server_index].server_id if cluster and not head
                                  else "127.0.0.1",
                                  step_pattern=args.step_pattern, prefix_host=cluster,
-                                 fault_tolerance=switch.line),
+                                 fault_tolerance=switch.line,
+                                 **memory_tier(args, len(table.servers[server_index].devices), head)),
                    console=console, master_addr=master_addr,
                    master_port=master_port,
                    host_files_suffix=host_suffix(table.servers[server_index].server_id) if cluster and not head

@@ -1,17 +1,15 @@
 """The files of a run directory as one validated model: what status, logs, report, ckpt and prune may rely on.
 
-A run directory is input like any other: a hand edit, a truncated copy, a full disk, or someone hostile can
-leave ``plan.json`` as a link to ``/dev/zero``, a FIFO, JSON nested 200,000 deep, ``"world_size": 1e40`` or
-``"pid": "x"``.  Every JSON file of a run is read here, once: only a regular file, only up to
-``MAX_JSON_BYTES``, and then checked against the TypedDicts below (the format dlaunch writes, layouts 1 and
-2).  A value of the wrong type or out of its range is left out (the reader's default applies), a list item
-that is not what the list holds is dropped, an object without its required keys is dropped; what was left
-out is told in one line naming the file.  Readers therefore see only checked values, and one damaged file
-never stops the others (or other runs) from being read.
+A run directory is input like any other: a hand edit, a truncated copy, a full disk, or someone hostile can leave
+``plan.json`` as a link to ``/dev/zero``, a FIFO, JSON nested 200,000 deep, ``"world_size": 1e40`` or ``"pid": "x"``.
+Every JSON file of a run is read here, once: only a regular file, only up to ``MAX_JSON_BYTES``, and then checked
+against the TypedDicts below (the format dlaunch writes, layouts 1 and 2). A value of the wrong type or out of its
+range is left out (the reader's default applies), a list item that is not what the list holds is dropped, an object
+without its required keys is dropped; what was left out is told in one line naming the file. Readers therefore see only
+checked values, and one damaged file never stops the others (or other runs) from being read.
 
-The checker is derived from the TypedDicts themselves (``typing.get_type_hints``), so the model is declared
-once: ``Annotated[int, Bound(lo, hi)]`` is a whole number in that range (never a bool), ``float`` a finite
-number, ``X | None`` allows null.
+The checker is derived from the TypedDicts (``typing.get_type_hints``): the model is declared once. ``Annotated[int,
+Bound(lo, hi)]`` is a whole number in that range (never a bool), ``float`` a finite number, ``X | None`` allows null.
 """
 
 from __future__ import annotations
@@ -129,6 +127,10 @@ class PlanFile(TypedDict, total=False):
     hang_timeout: float | None
     hang_learn: bool
     fault_tolerance: str
+    memory_ckpt: bool
+    memory_budget: Annotated[int, Bound(0, 1 << 62)] | None   # bytes per rank
+    memory_persist_every: Number
+    memory_root: Path
     straggler_report: float
     metrics_port: Port | None
     metrics_addr: str

@@ -76,6 +76,31 @@ def spell_span(span) -> str:
 
 port = whole(1, 65535)
 
+SIZE_UNITS = {"": 1, "B": 1, "K": 2**10, "KB": 2**10, "KIB": 2**10, "M": 2**20, "MB": 2**20, "MIB": 2**20,
+              "G": 2**30, "GB": 2**30, "GIB": 2**30, "T": 2**40, "TB": 2**40, "TIB": 2**40}
+MAX_SIZE = 2**50   # a pebibyte: more memory than any host holds
+
+
+def size(value) -> int | None:
+    """A number of bytes (``512M``, ``4G``, ``1.5GiB``, binary units), or None for ``auto``."""
+    text = str(value).strip().upper()
+    if text == "AUTO":
+        return None
+    number = text.rstrip("BKMGTI")
+    unit = text[len(number):]
+    try:
+        amount = float(number) if number and unit in SIZE_UNITS and len(text) <= 24 else math.nan
+    except ValueError:
+        amount = math.nan
+    if not math.isfinite(amount) or not 1 <= amount * SIZE_UNITS.get(unit, 1) <= MAX_SIZE:
+        raise argparse.ArgumentTypeError(f"expected a size such as 512M, 4G or auto, from 1 byte to 1P, not "
+                                         f"{_text(value)!r}")
+    return int(amount * SIZE_UNITS[unit])
+
+
+def spell_size(value: int | None) -> str:
+    return "auto" if value is None else str(value)
+
 
 def step_pattern(value) -> str:
     """A user's step line (``base.steps.UserPattern``): a regular expression naming ``ms`` or ``s``."""

@@ -11,7 +11,17 @@ import argparse
 
 from launcher.base.signals import signal_list, signal_names
 from launcher.host.devices import MAX_DEVICES
-from launcher.settings.argtypes import node_span, port, positive_seconds, seconds, spell_span, step_pattern, whole
+from launcher.settings.argtypes import (
+    node_span,
+    port,
+    positive_seconds,
+    seconds,
+    size,
+    spell_size,
+    spell_span,
+    step_pattern,
+    whole,
+)
 from launcher.settings.layers import FLAG, LIST, OPTIONAL, Option, add_options
 from launcher.table.rules import DEFAULT_PROFILE, PROFILE_HELP
 
@@ -124,6 +134,19 @@ _DECLARED: list[tuple[Option, tuple[str, ...]]] = [
     _shared("--notice-signal", group=CHECKPOINTS, type=signal_list, spell=signal_names, metavar="SIG",
             help="a signal sent to each surviving rank with the notice (e.g. USR1); default none: the notice "
                  "file only", to_hosts=True),
+    _shared("--memory-ckpt", group=CHECKPOINTS, kind=FLAG, default=False, negatable=True,
+            help="a memory tier this host's dlaunch owns: every rank gets DLAUNCH_MEMORY_DIR (a directory in "
+                 "memory for its own torch.save files, mirrored to rank_NNN/ckpt/memory/) and DLAUNCH_MEMORY_SLOTS "
+                 "(checkpoint.save(..., memory=True)); dlaunch persists them in the background and after every "
+                 "attempt, before a restart (docs/checkpoints.md)", to_hosts=True),
+    _shared("--memory-budget", group=CHECKPOINTS, type=size, spell=spell_size, metavar="SIZE",
+            help="--memory-ckpt: bytes of memory each rank may hold there, e.g. 4G (default auto: the memory "
+                 "root's free space and MemAvailable, shared by this host's ranks)", to_hosts=True),
+    _shared("--memory-persist-every", group=CHECKPOINTS, type=whole(1, 10**6), default=10, metavar="N",
+            help="--memory-ckpt: every Nth memory save of a rank is also persisted to its checkpoint directory "
+                 "(default 10)", to_hosts=True),
+    _shared("--memory-root", group=CHECKPOINTS, default="/dev/shm", metavar="DIR",
+            help="--memory-ckpt: the file system in memory that holds the tier (default /dev/shm)", to_hosts=True),
     _shared("--signal-grace", group=FAILURES, type=seconds, metavar="SECONDS",
             help="after a signal to dlaunch (preemption, Ctrl-C), how long ranks may take to exit before SIGKILL "
                  "(default: --grace-period)", to_hosts=True),

@@ -47,6 +47,10 @@ class LaunchRequest:
     grace_period: float
     survivor_window: float
     notice_signal: tuple[int, ...] | None
+    memory_ckpt: bool
+    memory_budget: int | None
+    memory_persist_every: int
+    memory_root: str
     signal_grace: float | None
     forward_signals: tuple[int, ...] | None
     termination_log: str | None

@@ -57,3 +57,16 @@ def test_mindspore_recovery_keeps_one_recovery_path_per_run_unless_given():
 
     assert mindspore_recovery_environment("/runs/r1", {}) == {"MS_RECOVERY_PATH": "/runs/r1/ms_recovery"}
     assert mindspore_recovery_environment("/runs/r1", {"MS_RECOVERY_PATH": "/shared/rec"}) == {}
+
+
+def test_the_memory_tier_gives_each_rank_its_place_in_this_launchers_area():
+    import os
+
+    from launcher.plan.environment import memory_area, memory_environment
+
+    area = memory_area("/dev/shm", "run-1")
+    assert area == f"/dev/shm/dlaunch-run-1-{os.getpid()}"
+    env = memory_environment(area, 3, 1 << 30, 10)
+    assert env == {"DLAUNCH_MEMORY_DIR": f"{area}/rank_003/files", "DLAUNCH_MEMORY_SLOTS": f"{area}/rank_003/slots",
+                   "DLAUNCH_MEMORY_BUDGET": str(1 << 30), "DLAUNCH_MEMORY_PERSIST_EVERY": "10"}
+    assert "DLAUNCH_MEMORY_BUDGET" not in memory_environment(area, 0, None, 1)

@@ -35,10 +35,11 @@ def switch(*flags, torch=True, tools=("npu-smi",), policy="job", environ=None):
 def test_the_switch_settles_what_a_job_of_many_devices_should_have():
     found = switch("--fault-tolerant")
     assert dict(found.settled) == {"max_restarts": 10, "survivor_window": 10.0, "warm_restarts": "torch",
-                                   "hang_learn": True, "health_gate": True}
+                                   "hang_learn": True, "health_gate": True, "memory_ckpt": True}
     assert found.line == ("--fault-tolerant: turned on --max-restarts 10 (exit 93 after 3 failed in a row without "
                           "a new checkpoint), --survivor-window 10 (for the ranks that ask for a notice; ends once "
-                          "each saved or exited), --warm-restarts torch, --hang-learn (at most 1800 s), --health-gate "
+                          "each saved or exited), --memory-ckpt (each rank's DLAUNCH_MEMORY_DIR and memory saves, "
+                          "persisted by dlaunch), --warm-restarts torch, --hang-learn (at most 1800 s), --health-gate "
                           "(npu-smi)")
     assert switch().settled == {} and switch().line == ""   # off by default: a plain job keeps failing fast
 
@@ -49,6 +50,7 @@ def test_the_settled_options_reach_the_plan(in_tmp, monkeypatch):
     policy = options("--fault-tolerant").policy
     assert (policy.max_restarts, policy.restarts_without_progress, policy.survivor_window, policy.warm_restarts,
             policy.hang_learn, policy.hang_timeout, policy.health_gate) == (10, 3, 10.0, "torch", True, 1800.0, False)
+    assert policy.memory_ckpt and policy.memory_root == "/dev/shm" and policy.memory_budget > 0   # auto: a number
     assert "left off --health-gate (no npu-smi, nvidia-smi or hccn_tool here)" in policy.fault_tolerance
     tools = in_tmp / "bin"
     tools.mkdir()
@@ -63,10 +65,12 @@ def test_the_settled_options_reach_the_plan(in_tmp, monkeypatch):
 
 def test_an_explicit_value_wins_turning_one_off_included():
     found = switch("--fault-tolerant", "--max-restarts", "0", "--no-hang-learn", "--warm-restarts", "none",
-                   "--no-health-gate", "--survivor-window", "60", "--hang-timeout", "600")
+                   "--no-health-gate", "--survivor-window", "60", "--hang-timeout", "600",
+                   "--no-memory-ckpt")
     assert found.settled == {}
     assert found.line == ("--fault-tolerant: turned nothing on; as given: --max-restarts 0, --survivor-window 60, "
-                          "--warm-restarts none, --no-hang-learn, --hang-timeout 600, --no-health-gate")
+                          "--no-memory-ckpt, --warm-restarts none, --no-hang-learn, --hang-timeout 600, "
+                          "--no-health-gate")
     # a DLAUNCH_* variable is as explicit as a flag
     found = switch("--fault-tolerant", environ={"DLAUNCH_MAX_RESTARTS": "2", "DLAUNCH_HEALTH_GATE": "0"})
     assert "max_restarts" not in found.settled and "health_gate" not in found.settled
@@ -130,3 +134,24 @@ def test_cluster_hosts_get_the_switch_and_the_heads_values_not_its_findings(tmp_
     plain = head_launch(request("--rank-table", str(table_file), "--ssh", command="cluster"), {})[2].host_argv
     assert not [word for word in plain if word.startswith("--no-") or word == "--fault-tolerant"]
     assert plain[plain.index("--max-restarts") + 1] == "0"   # without the switch, every value is sent, as before
+
+
+def test_the_memory_tier_reaches_every_rank_and_a_bad_root_is_one_line(in_tmp):
+    from launcher.errors import UsageError
+    from launcher.plan.make import make_plan
+
+    (in_tmp / "train.py").write_text("")
+    opts = options("--memory-ckpt", "--memory-root", str(in_tmp), "--memory-budget", "1G",
+                   "--memory-persist-every", "3")
+    assert (opts.policy.memory_ckpt, opts.policy.memory_budget, opts.policy.memory_persist_every) == \
+        (True, 1 << 30, 3)
+    args = request("--ranks", "2", environ={})
+    table, index, _, _ = launch_table(args, {})
+    plan = make_plan(table, index, opts, "table.json", {})
+    assert [spec.env["DLAUNCH_MEMORY_SLOTS"].startswith(f"{in_tmp}/dlaunch-{opts.run_id}-") for spec in plan.ranks] \
+        == [True, True]
+    assert plan.ranks[1].env["DLAUNCH_MEMORY_PERSIST_EVERY"] == "3"
+    assert "DLAUNCH_MEMORY_DIR" not in options().policy.__dict__ and not options().policy.memory_ckpt
+    with pytest.raises(UsageError, match="--memory-root .*no such directory"):
+        options("--memory-ckpt", "--memory-root", str(in_tmp / "nowhere"))
+    assert options("--memory-ckpt", "--memory-root", str(in_tmp)).policy.memory_budget > 0   # auto: this host's

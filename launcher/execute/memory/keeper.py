@@ -1,0 +1,190 @@
+"""The launcher's keeper of its ranks' memory tier: the area made, persisted in the background and after every
+attempt, restored before the next, freed at dlaunch's exit.
+
+``begin(plan)`` before an attempt's ranks start: the first time, areas of the same run whose owner died are
+persisted into this run's checkpoint directories and freed, this host's area is made (a line when its root is
+smaller than the budget needs) and each rank's ``files/`` filled from its mirror (this run's, else the run
+``--resume`` names); every time, a file torn or missing in memory but whole in the mirror is copied back. Then
+one thread, every ``LOOK`` seconds: each rank's newest step the rank asked to persist (``persist`` in its
+record) is persisted (``persist.py``), and finished files are mirrored (``mirror.py``).
+
+``end(plan)`` after every rank of the attempt stopped, before the launch decides to restart (so the resume
+point sees it): the thread stopped, every rank's newest complete memory step persisted where it is not on disk
+yet (the failed rank's too: nothing is asked of the ranks), the mirror finished. ``close()`` at dlaunch's exit,
+whatever the path: the same, then the area freed. Nothing of the user's is lost by freeing: persisted first.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+from launcher.base.console import say
+from launcher.base.waiting import ready_fds
+from launcher.checkpoint import tier
+from launcher.contract import MEMORY_SLOTS_ENV
+from launcher.execute.memory import area as areas
+from launcher.execute.memory.mirror import MIRROR_DIR, Mirror, open_for_writing
+from launcher.execute.memory.persist import newest, persist
+from launcher.rundir.paths import rank_dirs
+
+LOOK = 0.5   # seconds between the thread's looks
+
+
+class MemoryKeeper:
+    def __init__(self, root: str, budget: int | None, resume_from: str | None = None, log=say):
+        self.root, self.budget, self.resume_from, self.log = root, budget, resume_from, log
+        self.area: str | None = None
+        self.run_dir: str | None = None
+        self.ranks: dict[int, tuple[str, str]] = {}   # rank -> (its slots, its checkpoint directory)
+        self.mirrors: dict[int, Mirror] = {}
+        self.persisted: list = []   # every step persisted from memory (persist.Persisted), oldest first
+        self._thread: threading.Thread | None = None
+        self._wake_r, self._wake_w = -1, -1
+
+    # ------------------------------------------------------------------ the attempt's seams
+
+    def begin(self, plan) -> None:
+        ranks = [spec for spec in plan.ranks if MEMORY_SLOTS_ENV in spec.env]
+        if not ranks:
+            return
+        first = self.area is None
+        area = self.area = self.area or os.path.dirname(os.path.dirname(ranks[0].env[MEMORY_SLOTS_ENV].rstrip("/")))
+        if first:
+            self.run_dir = plan.run_dir
+            for orphan in areas.orphans(self.root, plan.run_id):
+                rescue(orphan, self.log, run_dir=plan.run_dir)
+            areas.create(area, [spec.rank for spec in ranks], plan.run_dir)
+            self._check_room(plan, len(ranks))
+        else:
+            areas.add_ranks(area, [spec.rank for spec in ranks])
+        for spec in ranks:
+            if spec.rank not in self.ranks:
+                self.ranks[spec.rank] = (spec.env[MEMORY_SLOTS_ENV], spec.ckpt_dir)
+                self.mirrors[spec.rank] = Mirror(tier.files_dir(area, spec.rank),
+                                                 os.path.join(spec.ckpt_dir, MIRROR_DIR))
+        self._restore(first, plan)
+        self._start_thread()
+
+    def end(self, _plan=None) -> None:
+        self._stop_thread()
+        if self.area is None:
+            return
+        for rank, (slots, ckpt_dir) in sorted(self.ranks.items()):
+            done = persist(rank, slots, ckpt_dir)
+            if done is not None:
+                self.persisted.append(done)
+                self.log(f"rank {rank}: persisted its memory step {done.record.epoch}_{done.record.step} to "
+                         f"{done.path}")
+            self.mirrors[rank].sync(set(), settled=True)
+
+    def close(self) -> None:
+        """At dlaunch's exit: persisted, then freed."""
+        try:
+            self.end()
+        finally:
+            if self.area is not None:
+                areas.free(self.area)
+                self.area = None
+
+    # ------------------------------------------------------------------ the parts
+
+    def _check_room(self, plan, count: int) -> None:
+        if not self.budget:
+            return
+        from launcher.host.memory import free_space
+
+        free = free_space(self.root)
+        need = self.budget * count
+        if free is not None and free < need:
+            self.log(f"--memory-root {self.root} has {free / 2**20:.0f} MiB free, less than the budget needs "
+                     f"({count} rank(s) x {self.budget / 2**20:.0f} MiB, --memory-budget): memory saves that do not "
+                     f"fit fail, and the ranks' saves fall back to their checkpoint directories on disk "
+                     f"({plan.run_dir}/rank_NNN/ckpt)")
+
+    def _restore(self, first: bool, plan) -> None:
+        """Files torn or missing in memory copied back from the mirror; the first time, from the run
+        ``--resume`` names where this run's mirror is empty."""
+        earlier = rank_dirs(self.resume_from) if first and self.resume_from else {}
+        for rank, mirror in sorted(self.mirrors.items()):
+            source = mirror.target
+            if first and not os.path.isdir(source) and rank in earlier:
+                source = os.path.join(earlier[rank], "ckpt", MIRROR_DIR)
+            if not os.path.isdir(source):
+                continue
+            restored = mirror.restore(source)
+            if restored:
+                shown = ", ".join(restored[:3]) + (f" and {len(restored) - 3} more" if len(restored) > 3 else "")
+                self.log(f"rank {rank}: restored {shown} into its memory directory from {source}")
+
+    def _start_thread(self) -> None:
+        self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC)
+        self._thread = threading.Thread(target=self._loop, name="dlaunch-memory", daemon=True)
+        self._thread.start()
+
+    def _stop_thread(self) -> None:
+        if self._thread is None:
+            return
+        os.write(self._wake_w, b"x")
+        self._thread.join()
+        self._thread = None
+        os.close(self._wake_r)
+        os.close(self._wake_w)
+
+    def _loop(self) -> None:
+        while not ready_fds([self._wake_r], time.monotonic() + LOOK):
+            try:
+                self.look()
+            except Exception as exc:   # a defect here must not take the launch down: said, tried again next look
+                self.log(f"dlaunch memory tier: {type(exc).__name__}: {exc}")
+
+    def look(self) -> None:
+        """One look: the steps the ranks asked for persisted, finished files mirrored."""
+        busy = open_for_writing(self.area) if self.area else set()
+        for rank, (slots, ckpt_dir) in sorted(self.ranks.items()):
+            record = newest(slots)
+            if record is not None and record.persist:
+                done = persist(rank, slots, ckpt_dir, record)
+                if done is not None:
+                    self.persisted.append(done)
+            self.mirrors[rank].sync(busy)
+
+
+def rescue(area: str, log=say, run_dir: str | None = None) -> list[str]:
+    """An area whose owner died, persisted into its run's checkpoint directories (only ``run_dir``'s, where
+    given) and freed; returns what was persisted. Steps are copied only where whole; files only where whole."""
+    from launcher.contract import CKPT_DIR
+
+    own = areas.run_dir_of(area)
+    saved: list[str] = []
+    ranks = rank_dirs(own) if own and os.path.isdir(own) else {}
+    if run_dir is not None and own is not None and os.path.realpath(own) != os.path.realpath(run_dir):
+        ranks = {}   # another run's area of the same id (another output directory): freed, its run not ours
+    for rank in areas.ranks_of(area):
+        if rank not in ranks:
+            continue
+        ckpt_dir = os.path.join(ranks[rank], CKPT_DIR)
+        done = persist(rank, tier.slots_dir(area, rank), ckpt_dir)
+        if done is not None:
+            saved.append(done.path)
+        mirror = Mirror(tier.files_dir(area, rank), os.path.join(ckpt_dir, MIRROR_DIR))
+        saved += [os.path.join(mirror.target, rel) for rel in mirror.sync(set(), settled=True)]
+    areas.free(area)
+    log(f"freed the memory area {area} left by a dlaunch that is gone" +
+        (f", after persisting {len(saved)} file(s) into {own}" if saved else
+         " (nothing in it was newer than its run's files on disk)" if ranks else
+         f" (its run directory {own} is not here: nothing persisted)"))
+    return saved
+
+
+
+def rescue_before(opts, log=say) -> None:
+    """Before a launch reads its resume point or makes its run directory: the areas a SIGKILLed dlaunch of this
+    run (its run id, its job's name) or of the run ``--resume`` names left, persisted into their run and freed."""
+    if not opts.policy.memory_ckpt:
+        return
+    ids = {opts.run_id, opts.job_name, os.path.basename(opts.resume_from.rstrip("/")) if opts.resume_from else None}
+    for run_id in sorted(filter(None, ids)):
+        for orphan in areas.orphans(opts.policy.memory_root, run_id):
+            rescue(orphan, log)

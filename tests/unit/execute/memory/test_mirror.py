@@ -1,0 +1,71 @@
+"""mirror: finished files copied with their paths, torn ones never, deletions after the newer copies, restore."""
+
+import io
+import os
+
+import torch
+
+from launcher.execute.memory.mirror import Mirror, copy_file, listing
+
+
+def torch_bytes(value) -> bytes:
+    buffer = io.BytesIO()
+    torch.save({"v": value}, buffer)
+    return buffer.getvalue()
+
+
+def test_a_file_is_copied_once_unchanged_between_two_looks_and_not_while_open(tmp_path):
+    source, target = tmp_path / "files", tmp_path / "ckpt" / "memory"
+    (source / "checkpoint-1").mkdir(parents=True)
+    (source / "checkpoint-1" / "model.pt").write_bytes(torch_bytes(1))
+    mirror = Mirror(str(source), str(target))
+    assert mirror.sync(set()) == []   # first look: seen, not yet known unchanged
+    busy = {str(source / "checkpoint-1" / "model.pt")}
+    assert mirror.sync(busy) == []    # open for writing by a rank: not copied
+    assert mirror.sync(set()) == ["checkpoint-1/model.pt"]
+    assert torch.load(target / "checkpoint-1" / "model.pt")["v"] == 1
+    assert mirror.sync(set()) == []   # copied already
+
+
+def test_a_torn_file_is_never_mirrored_and_deletions_wait_for_the_newer_copies(tmp_path):
+    source, target = tmp_path / "files", tmp_path / "memory"
+    source.mkdir()
+    (source / "checkpoint-1").mkdir()
+    (source / "checkpoint-1" / "model.pt").write_bytes(torch_bytes(1))
+    mirror = Mirror(str(source), str(target))
+    mirror.sync(set(), settled=True)
+    # the rank rotates: checkpoint-2 being written (torn), checkpoint-1 deleted
+    (source / "checkpoint-2").mkdir()
+    (source / "checkpoint-2" / "model.pt").write_bytes(torch_bytes(2)[:100])
+    (source / "checkpoint-1" / "model.pt").unlink()
+    (source / "checkpoint-1").rmdir()
+    mirror.sync(set())
+    mirror.sync(set())
+    assert sorted(listing(str(target))) == ["checkpoint-1/model.pt"]   # the only whole one stays
+    (source / "checkpoint-2" / "model.pt").write_bytes(torch_bytes(2))
+    mirror.sync(set())
+    assert mirror.sync(set()) == ["checkpoint-2/model.pt"]
+    assert sorted(os.listdir(target)) == ["checkpoint-2"]   # deleted once the newer one is on disk
+
+
+def test_settled_copies_at_once_and_a_torn_file_left_by_a_killed_rank_is_restored(tmp_path):
+    source, target = tmp_path / "files", tmp_path / "memory"
+    source.mkdir()
+    (source / "ckpt.pt").write_bytes(torch_bytes(5))
+    mirror = Mirror(str(source), str(target))
+    assert mirror.sync(set(), settled=True) == ["ckpt.pt"]
+    (source / "ckpt.pt").write_bytes(torch_bytes(6)[:50])   # killed mid torch.save, in place
+    assert mirror.sync(set(), settled=True) == []
+    assert mirror.restore() == ["ckpt.pt"]
+    assert torch.load(source / "ckpt.pt")["v"] == 5
+    # a fresh memory directory (a new host, a new dlaunch) filled from the mirror
+    fresh = Mirror(str(tmp_path / "fresh"), str(target))
+    os.makedirs(fresh.source)
+    assert fresh.restore() == ["ckpt.pt"] and fresh.sync(set(), settled=True) == []
+
+
+def test_a_copy_is_dropped_when_its_source_changed_meanwhile(tmp_path):
+    (tmp_path / "a").write_text("one")
+    stale = (0, 0, 0)
+    assert not copy_file(str(tmp_path / "a"), str(tmp_path / "out" / "a"), stale)
+    assert listing(str(tmp_path / "out")) == {}
