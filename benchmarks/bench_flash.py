@@ -23,8 +23,9 @@ Also counted: files in /dev/shm before and after each run (what DLRover leaves i
 ``*_ckpt_shm_<rank>`` segments stay after dlrover-run exited 0; this benchmark removes the ones its run left).
 
 The same rank, timed the same way, on dlaunch's memory tier (``--impls``): ``dlaunch run --memory-ckpt
---max-restarts 1`` with ``checkpoint.save(..., memory=True)`` and ``checkpoint.load()`` after the restart; the
-two alternate, in reversed order every repetition.
+--max-restarts 1`` with ``checkpoint.save(..., memory=True, persist=False)`` (no background write to disk, as
+DLRover's memory saves; dlaunch persists the newest step at the failure) and ``checkpoint.load()`` after the
+restart; the two alternate, in reversed order every repetition.
 
 Run:  .venv/bin/python benchmarks/bench_flash.py [--repeat 2] [--gib 1] [--saves 5] [--impls dlrover,dlaunch]
       [--states bytes,nanogpt] [--venv /tmp/dlrvenv]

@@ -67,17 +67,22 @@ def copy_into(live: dict, loaded: dict) -> None:
 
 class DlaunchMemory:
     """The same calls on dlaunch's memory tier (``FCP_IMPL=dlaunch``, under ``dlaunch run --memory-ckpt``):
-    ``checkpoint.save(..., memory=True)`` and, after the restart, ``checkpoint.load()``."""
+    ``checkpoint.save(..., memory=True)`` and, after the restart, ``checkpoint.load()``; imported before the
+    timing starts, as DLRover's checkpointer is made before it."""
+
+    def __init__(self):
+        from launcher import checkpoint
+
+        self.checkpoint = checkpoint
 
     def save_checkpoint(self, step, state, path, storage_type=None):
-        from launcher import checkpoint
-
-        checkpoint.save(state, 0, step, memory=True)
+        # persist=False: like DLRover's StorageType.MEMORY, no background write to disk (dlaunch still persists the
+        # newest memory step at the failure); with the default (every 10th, the first included) a 1 GiB persist
+        # keeps a slot locked for seconds and the saves meanwhile are skipped, on one rank and not the other
+        self.checkpoint.save(state, 0, step, memory=True, persist=False)
 
     def load_checkpoint(self):
-        from launcher import checkpoint
-
-        return checkpoint.load(weights_only=False)
+        return self.checkpoint.load(weights_only=False)
 
 
 def main() -> None:
@@ -106,7 +111,7 @@ def main() -> None:
         for step in range(1, saves + 1):
             dist.barrier()
             t = time.perf_counter()
-            checkpointer.save_checkpoint(step, state, os.path.join(out, "ckpt", f"{step}.pt"),
+            checkpointer.save_checkpoint(step, state, os.path.join(out, "ckpt", f"{step}-rank{rank}.pt"),
                                          storage_type=memory)
             lines.append(f"fcp_save {time.perf_counter() - t:.6f}")
         kept = [t.clone() for t in tensors(state)]
@@ -127,6 +132,9 @@ def main() -> None:
     t = time.perf_counter()
     loaded = checkpointer.load_checkpoint()
     lines.append(f"fcp_load {time.perf_counter() - t:.6f}")
+    if loaded is None:   # no step to resume from (dlaunch: no step every rank has)
+        write(out, rank, attempt, [*lines, "loaded none"])
+        sys.exit(1)
     live = make(0)   # the restarted rank's state before the restore
     t = time.perf_counter()
     copy_into(live, loaded)
