@@ -44,7 +44,7 @@ from launcher.checkpoint import memory as ckptmemory
 from launcher.checkpoint import names as ckptnames
 from launcher.checkpoint import store as ckptstore
 from launcher.checkpoint import writer as ckptwriter
-from launcher.checkpoint.gasp import notice, notice_saved, wait_for_notice
+from launcher.checkpoint.gasp import from_collective, notice, notice_saved, wait_for_notice
 from launcher.checkpoint.store import STRATEGY_SUFFIX, SUPERSEDED_DIR  # noqa: F401 (part of this module's API)
 from launcher.contract import CKPT_DIR_ENV, RESUME_FROM_ENV, RESUME_STEP_ENV, RUN_DIR_ENV
 
@@ -151,6 +151,8 @@ def save(state, epoch: int, step: int, prefix: str = "ckpt", keep_max: int | Non
     """
     name = _checked_name(prefix, epoch, step)
     if memory:
+        ckptstore.check_keep_max(keep_max)   # it goes into the record dlaunch reads
+
         def on_disk():
             return save(state, epoch, step, prefix, keep_max, directory, async_save, replicated)
         disk_path = os.path.join(directory or ckpt_dir(), name)
@@ -166,8 +168,12 @@ def save_on_notice(state, epoch: int, step: int, prefix: str = "ckpt", wait: flo
     """When a peer failed (``notice()``, ``--survivor-window``): save ``state`` as step ``epoch``/``step`` now,
     wait for it to be on disk, tell dlaunch (``notice_saved``) and return True; else return False, at once or
     after ``wait`` seconds without a notice (in the handler of a collective's error: the peer's failure may be
-    told a moment after its sockets closed). ``save_options`` go to ``save`` (``replicated=True`` for a
+    told a moment after its sockets closed). The wait applies only while handling an error raised inside torch's
+    distributed, DDP or autograd code (``gasp.from_collective``): the rank's own error returns False at once, so
+    it is re-raised and heard without delay. ``save_options`` go to ``save`` (``replicated=True`` for a
     data-parallel rank's state)."""
+    if wait > 0 and not from_collective(sys.exc_info()[1]):
+        wait = 0.0
     if (wait_for_notice(wait) if wait > 0 else notice()) is None:
         return False
     wait_for_saves()   # a background save in flight first: the gasp must not race it
@@ -191,19 +197,21 @@ def configure_async(max_in_flight: int | None = None, buffer_bytes: int | None =
     ckptwriter.writer().configure(max_in_flight, buffer_bytes)
 
 
-def load(path: str | None = None, map_location="cpu", weights_only: bool = True):
+def load(path: str | None = None, map_location="cpu", weights_only: bool = True, map_memory: bool = False):
     """Load a checkpoint; by default the one ``dlaunch run --resume`` gave this rank (``DLAUNCH_RESUME_FROM``).
 
     Returns None when there is nothing to resume, so a script can start fresh or resume with one call.
     ``weights_only`` (torch's safe loader) accepts tensors, state dicts and plain Python values.  Without
     ``path``, the step is read from this rank's memory slots when the newest memory save is that checkpoint
-    and verifies whole (a copy: nothing returned aliases the slot), else from the disk.
+    and verifies whole (a copy: nothing returned aliases the slot), else from the disk.  ``map_memory=True``
+    maps that slot copy-on-write instead of copying it (milliseconds; the slot is then retired, its memory held
+    while the loaded tensors live: ``memory.load``).
     """
     if not path:
         path = os.environ.get(RESUME_FROM_ENV)
         if not path:
             return None
-        found, state = ckptmemory.load(path, map_location, weights_only)
+        found, state = ckptmemory.load(path, map_location, weights_only, map_memory)
         if found:
             return state
     import torch

@@ -76,3 +76,21 @@ def notice_saved() -> None:
         with open(os.path.join(os.path.dirname(path), NOTICE_SAVED_FILE), "w", encoding="utf-8") as fh:
             fh.write("saved\n")
 
+
+# Where a failed collective's error is raised from: torch's distributed package (gloo, NCCL, HCCL through c10d),
+# DDP and autograd (a backward's all-reduce) and torch_npu's; an error raised in the script's own code is not one.
+_COLLECTIVE_PARTS = ("/torch/distributed/", "/torch/nn/parallel/", "/torch/autograd/", "/torch_npu/")
+
+
+def from_collective(error: BaseException | None) -> bool:
+    """Whether ``error`` was raised inside torch's distributed, DDP or autograd code (its innermost frame there):
+    a collective that broke because a peer failed, whose notice may still be on its way. An error the rank's own
+    code raised is its own failure: nobody will send it a notice, so waiting for one only delays dlaunch's
+    hearing of it (the raise hook speaks when the exception leaves the script)."""
+    tb = getattr(error, "__traceback__", None)
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    where = tb.tb_frame.f_code.co_filename.replace(os.sep, "/")
+    return any(part in where for part in _COLLECTIVE_PARTS)

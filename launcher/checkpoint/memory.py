@@ -18,8 +18,11 @@ whole slot.
 A state that does not fit ``DLAUNCH_MEMORY_BUDGET`` (bytes per rank, both slots: a slot holds half), or a
 memory file system out of room, is saved to disk instead, with ``save``'s usual guarantees, after one line on
 stderr naming the budget and the disk path.  So is every ``memory=True`` save where ``DLAUNCH_MEMORY_SLOTS`` is
-not set (not under dlaunch, or without ``--memory-ckpt``), and every one from a child process of the rank (a
-DataLoader worker, forked or spawned): only the process that first used the slots writes them.
+not set (not under dlaunch, or without ``--memory-ckpt``), every one whose slots cannot be used (an
+``OSError``: the directory gone, say), and every one from a child process of the rank (a DataLoader worker,
+forked or spawned): the rank names itself the slots' owner in its environment (``DLAUNCH_MEMORY_OWNER``) when
+this module is imported (its first use of ``checkpoint``) or at its first memory save, a forked child names
+its parent there if the rank had not yet, and only the owner writes the slots.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import sys
 import threading
 
 from launcher.base import border
+from launcher.base.atomic import commit, temp_beside
 from launcher.checkpoint import archive as ckptarchive
 from launcher.checkpoint import names as ckptnames
 from launcher.checkpoint import stage as ckptstage
@@ -45,6 +49,7 @@ PERSIST_EVERY = 10                    # default of DLAUNCH_MEMORY_PERSIST_EVERY
 ALLOCATE_AHEAD = 64 << 20             # bytes of a slot allocated at a time beyond what a save used before
 
 _said: set[str] = set()
+_retired: set[tuple[str, int]] = set()    # (slots, slot) a load mapped: the next save there makes a new file
 
 
 def _say_once(key: str, line: str) -> None:
@@ -166,9 +171,9 @@ class Slots:
         self.read_once = False
         self.saves = 0
         self.lock = threading.Lock()      # one memory save at a time in this process
-        limit = budget()
+        self.budget = budget()
         stat = os.statvfs(directory)
-        self.capacity = limit // tier.SLOT_COUNT if limit else stat.f_blocks * stat.f_frsize
+        self.capacity = self.budget // tier.SLOT_COUNT if self.budget else stat.f_blocks * stat.f_frsize
         self.capacity = max(self.capacity & ~(mmap.PAGESIZE - 1), mmap.PAGESIZE)
 
     def newest(self) -> tier.Record | None:
@@ -181,9 +186,18 @@ class Slots:
         return self.record
 
     def _fd(self, slot: int) -> int:
+        path = tier.slot_path(self.directory, slot)
+        if (self.directory, slot) in _retired:   # mapped by a load(map_memory=True): write a new file, never it
+            _retired.discard((self.directory, slot))
+            self.maps.pop(slot, None)            # (an export may keep the old mapping; it is never written again)
+            if slot in self.fds:
+                os.close(self.fds.pop(slot))
+            fd, tmp = temp_beside(path)
+            os.close(fd)
+            commit(tmp, path, durable=False)      # the old file lives on, unnamed, while the loaded tensors map it
         if slot not in self.fds:
             flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
-            self.fds[slot] = os.open(tier.slot_path(self.directory, slot), flags, 0o600)
+            self.fds[slot] = os.open(path, flags, 0o600)
         return self.fds[slot]
 
     def save(self, state, epoch: int, step: int, prefix: str, name: str, persist: bool | None,
@@ -222,8 +236,10 @@ class Slots:
         allocated = os.fstat(fd).st_size      # the previous archive: its pages are allocated already
         if slot not in self.maps:              # mapped once at the slot's capacity (the file grows into it below)
             os.ftruncate(fd, self.capacity)
-            self.maps[slot] = mmap.mmap(fd, self.capacity, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-            os.ftruncate(fd, allocated)
+            try:
+                self.maps[slot] = mmap.mmap(fd, self.capacity, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            finally:
+                os.ftruncate(fd, allocated)
         mapping = self.maps[slot]
         watermark = [min(allocated, self.capacity)]
 
@@ -245,9 +261,12 @@ class Slots:
         except (ckptarchive.ArchiveFull, OSError) as error:
             with contextlib.suppress(OSError):
                 os.ftruncate(fd, 0)           # give the memory back: this slot is named by nothing
-            if isinstance(error, ckptarchive.ArchiveFull):
+            if isinstance(error, ckptarchive.ArchiveFull) and self.budget:
                 raise NoRoom(f"the state needs more than {self.capacity} bytes per slot, over the memory budget "
-                             f"{MEMORY_BUDGET_ENV}={os.environ.get(MEMORY_BUDGET_ENV)} bytes (two slots)") from error
+                             f"{MEMORY_BUDGET_ENV}={self.budget} bytes (two slots)") from error
+            if isinstance(error, ckptarchive.ArchiveFull):
+                raise NoRoom(f"the state needs more than {self.capacity} bytes, the size of {self.directory}'s "
+                             "file system") from error
             if error.errno in (errno.ENOSPC, errno.ENOMEM, errno.EFBIG):
                 raise NoRoom(f"{self.directory} is out of memory ({os.strerror(error.errno)})") from error
             raise
@@ -261,13 +280,17 @@ _slots: Slots | None = None
 
 
 def _forget_in_child() -> None:
-    """After fork: the child never writes the parent's slots (its copies of the maps and descriptors are left be)."""
+    """After fork: the child never writes the parent's slots (its copies of the maps and descriptors are left be),
+    even when the parent has not saved yet: the parent is named the owner in the child's environment."""
     global _slots
     _slots = None
+    if os.environ.get(MEMORY_SLOTS_ENV) and not os.environ.get(OWNER_ENV):
+        os.environ[OWNER_ENV] = str(os.getppid())
 
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_in_child)
+_claim_ownership()   # at import (a script's first use of ``checkpoint``): children spawned later inherit the owner
 
 
 def save(state, epoch: int, step: int, prefix: str, name: str, disk_path: str, disk_save,
@@ -290,8 +313,12 @@ def save(state, epoch: int, step: int, prefix: str, name: str, disk_path: str, d
             _slots = Slots(directory)
         return _slots.save(state, epoch, step, prefix, name, persist, keep_max, replicated)
     except NoRoom as why:
-        _say_once(f"room {why}", f"step epoch {epoch} step {step} does not fit in memory: {why}; saved to disk "
+        _say_once(f"room {why}", f"epoch {epoch} step {step} does not fit in memory: {why}; saved to disk "
                                  f"instead, {disk_path} (said once; later saves that do not fit go to disk too)")
+        return disk_save()
+    except OSError as error:    # the slots unusable (removed, unwritable): the step must not be lost
+        _say_once(f"error {error}", f"could not save epoch {epoch} step {step} into memory ({directory}): {error}; "
+                                    f"saved to disk instead, {disk_path} (said once)")
         return disk_save()
 
 
@@ -310,9 +337,15 @@ def memory_step() -> tuple[int, int] | None:
     return None if record is None else (record.epoch, record.step)
 
 
-def load(resume_from: str, map_location, weights_only: bool):
+def load(resume_from: str, map_location, weights_only: bool, map_memory: bool = False):
     """``(True, state)`` from this rank's newest memory step when it is the checkpoint ``resume_from`` names
-    (same file name, so same prefix and step) and its slot verifies; else ``(False, None)``: read the disk."""
+    (same file name, so same prefix and step) and its slot verifies; else ``(False, None)``: read the disk.
+
+    The state is a copy (``torch.load`` reads every storage into new memory), or with ``map_memory`` the slot
+    mapped copy-on-write (``torch.load(mmap=True)``: no copy, pages read on first use) and retired: this
+    process's next save into that slot makes a new file and renames it over the slot, so nothing it writes ever
+    reaches the mapped tensors.  The retired file's memory stays in use (outside the budget's two slots) while
+    any tensor loaded from it lives."""
     directory = os.environ.get(MEMORY_SLOTS_ENV)
     if not directory:
         return False, None
@@ -337,8 +370,10 @@ def load(resume_from: str, map_location, weights_only: bool):
             return False, None
         import torch
 
-        # not mmap: torch.load copies every storage out of the slot, which the rank overwrites two saves later
-        state = torch.load(path, map_location=map_location, weights_only=weights_only)
+        # a copy unless mapped: the rank overwrites the slot two saves later (a mapped slot is retired first)
+        state = torch.load(path, map_location=map_location, weights_only=weights_only, mmap=map_memory)
+        if map_memory:
+            _retired.add((directory, record.slot))
     finally:
         os.close(fd)     # drops the shared lock
     print(f"dlaunch checkpoint: loaded {name} (epoch {record.epoch} step {record.step}) from memory, {path}",

@@ -164,17 +164,24 @@ def store(state, directory: str, name: str, prefix: str, keep_max: int | None = 
     return store_file(torch_writer(state, locations), directory, name, prefix, keep_max, strategy_text)
 
 
-def range_writer(fd: int, length: int, chunk: int = 1 << 24):
-    """Write the bytes ``[0, length)`` of the open file ``fd`` (a memory slot's archive): ``store_file``'s ``write``."""
+def range_writer(fd: int, length: int, chunk: int = 1 << 26):
+    """Write the bytes ``[0, length)`` of the open file ``fd`` (a memory slot's archive): ``store_file``'s ``write``.
+    In the kernel (``copy_file_range``, then ``sendfile``) where it can, else through a buffer."""
     def write(tmp):
-        with open(tmp, "wb") as out:
+        with open(tmp, "wb", buffering=0) as out:   # every way below writes at the file's own offset
             done = 0
             while done < length:
-                piece = os.pread(fd, min(chunk, length - done), done)
-                if not piece:
+                count = min(chunk, length - done)
+                try:
+                    moved = os.copy_file_range(fd, out.fileno(), count, done)
+                except OSError:   # across file systems on older kernels, or not supported: sendfile, then read
+                    try:
+                        moved = os.sendfile(out.fileno(), fd, done, count)
+                    except OSError:
+                        moved = os.write(out.fileno(), os.pread(fd, count, done))
+                if not moved:
                     raise OSError(f"the source ended at byte {done} of {length}")
-                out.write(piece)
-                done += len(piece)
+                done += moved
     return write
 
 

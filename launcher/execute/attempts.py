@@ -24,6 +24,7 @@ from launcher.errors import UsageError
 from launcher.execute.budget import RestartBudget
 from launcher.execute.memory.workers import workers_of
 from launcher.execute.results import AttemptResult, closing_lines, first_failure, how_it_ended, summarize
+from launcher.execute.resuming import first_resume_point
 from launcher.execute.sharedckpt import shared_checkpoint_warnings
 from launcher.execute.signals import SignalWatch
 from launcher.execute.termination import ZombieCollector, is_pid1, termination_log_path, write_termination_log
@@ -60,19 +61,6 @@ class Decision(Enum):
 def policy_reschedules(opts: Options) -> bool:
     """An unfit pod exits for its operator to start it elsewhere (``settle.unfit_exit_code``)."""
     return opts.policy.unfit_exit_code != ExitCode.UNHEALTHY
-
-
-def first_resume_point(opts: Options, world_size: int) -> ResumePoint | None:
-    """``--resume`` (or a Slurm requeue): the newest step every rank completed in the earlier run, said once."""
-    if opts.resume_from is None:
-        if opts.resume_note:
-            say(opts.resume_note)
-        return None
-    resume = find_resume_point(opts.resume_from, world_size, log=say)
-    if resume is None:
-        raise UsageError(f"nothing to resume: {opts.resume_from} has no checkpoint that every rank completed")
-    say(f"{opts.resume_note + ': ' if opts.resume_note else ''}resuming from {resume.label} of {resume.run_dir}")
-    return resume
 
 
 def launch(table: RankTable, server_index: int | None, opts: Options, *, dry_run: bool, environ: Mapping[str, str],

@@ -93,6 +93,9 @@ def rank_environment(*, rank: int, local_rank: int, world_size: int, local_world
     return env
 
 
+MEMORY_OWNER_ENV = "DLAUNCH_MEMORY_OWNER"   # checkpoint.memory.OWNER_ENV: which process of a rank writes its slots
+
+
 def memory_area(root: str, run_id: str) -> str:
     """This host's memory area (checkpoint/tier.py): named by the run and this launcher's pid (the plan is made
     in the launcher's process), so a dead launcher's area is told from a live one's."""
@@ -106,7 +109,7 @@ def memory_environment(area: str, rank: int, budget: int | None, persist_every: 
     from launcher.checkpoint.tier import files_dir, slots_dir
 
     env = {MEMORY_DIR_ENV: files_dir(area, rank), MEMORY_SLOTS_ENV: slots_dir(area, rank),
-           MEMORY_PERSIST_ENV: str(persist_every)}
+           MEMORY_PERSIST_ENV: str(persist_every), MEMORY_OWNER_ENV: ""}   # the rank claims it, not an inherited one
     if budget is not None:
         env[MEMORY_BUDGET_ENV] = str(budget)
     return env

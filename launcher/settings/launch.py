@@ -171,7 +171,7 @@ _DECLARED: list[tuple[Option, tuple[str, ...]]] = [
             help="what a job of many devices should have, each unless its own flag, variable or config key says "
                  "otherwise: --max-restarts 10 (exit 93 after --restarts-without-progress failed attempts without "
                  "a new checkpoint), --survivor-window 10 for the ranks that ask for a notice (checkpoint.notice()), "
-                 "ending once each saved or exited, --hang-learn "
+                 "ending once each saved or exited, --memory-ckpt, --hang-learn "
                  "(bounded by --hang-timeout, default 1800), --warm-restarts torch where the ranks' Python can "
                  "import torch, --health-gate where npu-smi, nvidia-smi or hccn_tool is present; the run's first "
                  "lines and --dry-run say what it turned on (docs/restarts.md)", to_hosts=True),

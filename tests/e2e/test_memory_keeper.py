@@ -3,6 +3,7 @@ nanoGPT-style ``torch.save`` script resumes from its memory directory, and a SIG
 persisted and freed by ``dlaunch prune`` or by the next dlaunch of the run. Every area lives in the test's own
 memory root (never /dev/shm); the suite's conftest fails any test that leaves one."""
 
+import json
 import os
 import signal
 import sys
@@ -13,7 +14,7 @@ from launcher.checkpoint import tier
 from tests.launching import ROOT, kill_run, pid_alive, run_dlaunch, start_dlaunch, summary, wait_until
 
 PROGRAMS = ROOT / "tests" / "programs"
-MEMORY_RANK = str(PROGRAMS / "memory_rank.py")
+MEMORY_RANK = str(PROGRAMS / "keeper_rank.py")
 NANOGPT = str(PROGRAMS / "nanogpt_memory.py")
 
 
@@ -51,6 +52,14 @@ def test_a_sigkilled_rank_resumes_from_its_memory_step_persisted_by_dlaunch(tmp_
         victim = wait_until(lambda: reached(run / "rank_001", "reached.1"), 90)
         assert victim and wait_until(lambda: reached(run / "rank_000", "reached.0"), 30)
         assert [path.name for path in root.iterdir()] == [tier.area_name("mem-a", proc.pid)]
+        # both tiers known while it runs: step 3 in every rank's memory, step 1 on disk
+        listed = run_dlaunch("ckpt", "list", run, "--json")
+        rows = {(row["kind"], row["label"]): row for row in json.loads(listed.stdout)}
+        assert rows[("memory", "ckpt-0_3")]["ranks"] == [0, 1] and rows[("memory", "ckpt-0_3")]["newest_complete"]
+        assert rows[("per-rank", "ckpt-0_1")]["complete"], listed.stdout
+        status = run_dlaunch("status", run)
+        assert "memory tier: newest step per rank 0: ckpt-0_3, 1: ckpt-0_3; newest complete in memory or on " \
+               "disk: ckpt-0_3 (on disk alone: ckpt-0_1)" in status.stdout, status.stdout + status.stderr
         os.kill(victim, signal.SIGKILL)
     finally:
         out, err = finish(proc, "mem-a")
@@ -81,6 +90,13 @@ def test_a_torch_save_script_resumes_from_its_memory_directory(tmp_path):
         mirrored = torch.load(run / f"rank_00{rank}" / "ckpt" / "memory" / "ckpt.pt")
         assert mirrored["iter_num"] == 6 and set(mirrored) == {"model", "optimizer", "iter_num"}
     assert list(root.iterdir()) == []
+    # a new dlaunch of the run (--resume; another host alike): the memory directory filled from the mirror first
+    command = command.replace("--max_iters 6", "--max_iters 7")
+    done = run_dlaunch("run", *memory_flags(root), "--resume", run, "--output-dir", tmp_path / "runs",
+                       "--no-python", "sh", "--", "-c", command, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "[rank1]: resuming from iter 6 in" in done.stdout and "iter 7:" in done.stdout, done.stdout
+    assert "resuming from the files the ranks kept in memory" in done.stderr
 
 
 def test_a_sigkilled_dlaunchs_area_is_persisted_and_freed_by_prune_and_by_the_next_dlaunch(tmp_path):

@@ -3,12 +3,14 @@ collectives" snippet says, for tests/e2e/test_gasp_collective.py.
 
 Every rank saves every SAVE_EVERY steps (replicated: data parallel), resumes from ``checkpoint.load()``, and
 writes the first step of each attempt to ``first_step.<rank>.<attempt>``; rank FAIL_RANK raises at step FAIL_AT
-in the first attempt. The loop is the documented one: a step's collective that breaks because a peer failed
-saves the last step done, once dlaunch's notice is there.
+in the first attempt (writing the time to ``raised_at`` first; each survivor writes when its notice was written
+to ``notice_at.<rank>.<attempt>``). The loop is the documented one: a step's collective that breaks because a peer
+failed saves the last step done, once dlaunch's notice is there.
 """
 
 import os
 import pathlib
+import time
 
 import torch
 import torch.distributed as dist
@@ -30,6 +32,7 @@ start = resumed["step"] + 1 if resumed else 1
 
 def train_step(step):
     if rank == FAIL_RANK and step == FAIL_AT and attempt == "0":
+        (run_dir / "raised_at").write_text(repr(time.time()))   # for the raise -> notice latency
         raise RuntimeError(f"rank {rank} broke at step {step}")
     grad = torch.ones(4)
     dist.all_reduce(grad)
@@ -55,3 +58,6 @@ for step in range(start, STEPS + 1):
 # ------------------------------------------------------------------------------------------------------------
 else:
     dist.destroy_process_group()
+told = checkpoint.notice()
+if told:   # when dlaunch wrote this rank's notice, for the raise -> notice latency
+    (run_dir / f"notice_at.{rank}.{attempt}").write_text(repr(told["at"]))

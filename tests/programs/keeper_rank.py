@@ -33,21 +33,11 @@ if os.environ.get("DLAUNCH_RESUME_FROM"):
     start = held["step"] + 1
 
 
-def memory_save(state, step: int) -> None:
-    if "memory" in checkpoint.save.__code__.co_varnames:   # the rank side of the tier (issue 48)
-        checkpoint.save(state, 0, step, memory=True)
-    else:   # before it: a slot written as checkpoint/tier.py says
-        from tests import memslots
-
-        every = int(os.environ["DLAUNCH_MEMORY_PERSIST_EVERY"])
-        memslots.save(os.environ["DLAUNCH_MEMORY_SLOTS"], state, 0, step, persist=step % every == 0)
-
-
 for step in range(start, args.steps + 1):
     value = torch.ones(1)
     dist.all_reduce(value)
     state = {"step": step, "rank": rank, "w": torch.full((256,), float(step))}
-    memory_save(state, step)
+    checkpoint.save(state, 0, step, memory=True)
     torch.save(state, os.path.join(os.environ["DLAUNCH_MEMORY_DIR"], "ckpt.pt"))
     if step in args.disk_at:
         checkpoint.save(state, 0, step)

@@ -79,6 +79,7 @@ class JobLink:
                  report_timeout: float | None = None, budget=None, active: list[int] | None = None,
                  cooldown: float = 600.0, elastic: tuple[int, float] | None = None):
         self.hosts, self.index, self.attempt = hosts, index, 0
+        self.port, self.secret = port, secret   # the job's port and secret: the buddy copy's too (buddy.py)
         self.active: list[int] | None = None   # --spares: the job's active hosts, as the coordinator last said
         self.stacks: dict = {}   # on the master host, after a hang: global rank -> {"host", "text"}
         self.behind: dict | None = None   # the job's attempt, when it restarted before this host joined

@@ -116,8 +116,9 @@ def stand_by(link: JobLink, signals: SignalWatch, plan: LaunchPlan, elastic: boo
                 return AttemptResult(attempt=plan.attempt, ranks=[], interrupted_by=stops[0])
     finally:
         selector.close()
-    link.stop_events()   # the stop is this attempt's end: taken, so the next attempt does not see it
-    return AttemptResult(attempt=plan.attempt, ranks=[], extra={"standby": True})
+    events = link.stop_events()   # the stop is this attempt's end: taken, so the next attempt does not see it
+    lost = [event["cause"].get("host") for _, event in events if event["cause"].get("kind") == "lost"]
+    return AttemptResult(attempt=plan.attempt, ranks=[], extra={"standby": True, "lost_hosts": lost})
 
 
 def slot_steps(roster: Roster, run_dir: str) -> dict[str, list[str]]:
@@ -133,3 +134,38 @@ def slot_steps(roster: Roster, run_dir: str) -> dict[str, list[str]]:
         dirs = {p.rank: os.path.join(run_dir, rank_dir_name(p.rank, world), CKPT_DIR) for p in server.placed()}
         seen[str(index)] = [step.label for step in steps_covering(dirs)]
     return seen
+
+
+def pull_from_buddies(link, roster: Roster, run_dir: str, lost: list[str]) -> list[str]:
+    """--memory-ckpt: a spare, before it reports what it can take over, fetches each lost host's ranks' newest
+    persisted steps from that host's buddy (``job/buddy.py``) into its own rank checkpoint directories, where
+    ``slot_steps`` finds them. Returns the files written; a buddy that cannot answer is said, not fatal (the job
+    then resumes from what the spare sees otherwise)."""
+    from launcher.contract import CKPT_DIR
+    from launcher.execute.job import buddy
+    from launcher.rundir.paths import rank_dir_name
+
+    table = roster.table()
+    names = [roster.name(index) for index in roster.active]
+    got: list[str] = []
+    for index, server in zip(roster.active, table.servers):
+        keeper = buddy.buddy_of(names, roster.name(index))
+        if roster.name(index) not in lost or keeper is None or keeper in lost:
+            continue
+        fetched = []
+        for placed in server.placed():
+            into = os.path.join(run_dir, rank_dir_name(placed.rank, table.device_count), CKPT_DIR)
+            try:
+                path = buddy.pull(keeper, buddy.port_of(link.port), link.secret, roster.name(roster.own),
+                                  placed.rank, into)
+            except (OSError, ConnectionError, ValueError) as exc:
+                say(f"cannot fetch rank {placed.rank}'s newest step from host {keeper}, the buddy of lost host "
+                    f"{roster.name(index)}: {exc}")
+                continue
+            if path is not None:
+                fetched.append(path)
+        got += fetched
+        if fetched:
+            say(f"fetched {len(fetched)} step file(s) of lost host {roster.name(index)}'s ranks from its buddy "
+                f"{keeper}: {', '.join(sorted({os.path.basename(p) for p in fetched}))}")
+    return got

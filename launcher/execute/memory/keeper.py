@@ -42,6 +42,7 @@ class MemoryKeeper:
         self.persisted: list = []   # every step persisted from memory (persist.Persisted), oldest first
         self._thread: threading.Thread | None = None
         self._wake_r, self._wake_w = -1, -1
+        self._told: set[str] = set()
 
     # ------------------------------------------------------------------ the attempt's seams
 
@@ -54,7 +55,7 @@ class MemoryKeeper:
         if first:
             self.run_dir = plan.run_dir
             for orphan in areas.orphans(self.root, plan.run_id):
-                rescue(orphan, self.log, run_dir=plan.run_dir)
+                rescue(orphan, self.log)
             areas.create(area, [spec.rank for spec in ranks], plan.run_dir)
             self._check_room(plan, len(ranks))
         else:
@@ -67,26 +68,42 @@ class MemoryKeeper:
         self._restore(first, plan)
         self._start_thread()
 
-    def end(self, _plan=None) -> None:
+    def end(self, _plan=None) -> bool:
+        """Every rank's newest complete memory step and finished files on disk; False when some could not be
+        written (said: a full disk), so the area is not freed."""
         self._stop_thread()
         if self.area is None:
-            return
+            return True
+        whole = True
         for rank, (slots, ckpt_dir) in sorted(self.ranks.items()):
-            done = persist(rank, slots, ckpt_dir)
-            if done is not None:
-                self.persisted.append(done)
-                self.log(f"rank {rank}: persisted its memory step {done.record.epoch}_{done.record.step} to "
-                         f"{done.path}")
+            try:
+                done = persist(rank, slots, ckpt_dir)
+                if done is not None:
+                    self.persisted.append(done)
+                    self.log(f"rank {rank}: persisted its memory step {done.record.epoch}_{done.record.step} to "
+                             f"{done.path}")
+            except OSError as exc:
+                whole = False
+                self.log(f"rank {rank}: cannot persist its memory step to {ckpt_dir}: {exc.strerror or exc}")
             self.mirrors[rank].sync(set(), settled=True)
+            if self.mirrors[rank].failed:
+                whole = False
+                self.log(f"rank {rank}: cannot copy {', '.join(self.mirrors[rank].failed[:3])} to "
+                         f"{self.mirrors[rank].target}")
+        return whole
 
     def close(self) -> None:
-        """At dlaunch's exit: persisted, then freed."""
+        """At dlaunch's exit: persisted, then freed; kept (and said) when something in it could not be written."""
+        whole = False
         try:
-            self.end()
+            whole = self.end()
         finally:
-            if self.area is not None:
+            if self.area is not None and whole:
                 areas.free(self.area)
-                self.area = None
+            elif self.area is not None:
+                self.log(f"the memory area {self.area} is kept: not all of it could be written to disk; "
+                         f"dlaunch prune --memory-root {self.root} writes it and frees it once there is room")
+            self.area = None
 
     # ------------------------------------------------------------------ the parts
 
@@ -136,8 +153,11 @@ class MemoryKeeper:
         while not ready_fds([self._wake_r], time.monotonic() + LOOK):
             try:
                 self.look()
-            except Exception as exc:   # a defect here must not take the launch down: said, tried again next look
-                self.log(f"dlaunch memory tier: {type(exc).__name__}: {exc}")
+            except Exception as exc:   # a full disk, a defect: said once, tried again next look, the launch goes on
+                line = f"dlaunch memory tier: {type(exc).__name__}: {exc}"
+                if line not in self._told:
+                    self._told.add(line)
+                    self.log(line)
 
     def look(self) -> None:
         """One look: the steps the ranks asked for persisted, finished files mirrored."""
@@ -151,33 +171,36 @@ class MemoryKeeper:
             self.mirrors[rank].sync(busy)
 
 
-def rescue(area: str, log=say, run_dir: str | None = None) -> list[str]:
-    """An area whose owner died, persisted into its run's checkpoint directories (only ``run_dir``'s, where
-    given) and freed; returns what was persisted. Steps are copied only where whole; files only where whole."""
+def rescue(area: str, log=say) -> list[str] | None:
+    """An area whose owner died, persisted into its own run's checkpoint directories (the run directory it names),
+    then freed; returns what was persisted, or None when something could not be written (the area is kept, and
+    said). Steps and files are copied only where whole. An area whose run directory is gone is freed."""
     from launcher.contract import CKPT_DIR
 
     own = areas.run_dir_of(area)
     saved: list[str] = []
     ranks = rank_dirs(own) if own and os.path.isdir(own) else {}
-    if run_dir is not None and own is not None and os.path.realpath(own) != os.path.realpath(run_dir):
-        ranks = {}   # another run's area of the same id (another output directory): freed, its run not ours
-    for rank in areas.ranks_of(area):
-        if rank not in ranks:
-            continue
-        ckpt_dir = os.path.join(ranks[rank], CKPT_DIR)
-        done = persist(rank, tier.slots_dir(area, rank), ckpt_dir)
-        if done is not None:
-            saved.append(done.path)
-        mirror = Mirror(tier.files_dir(area, rank), os.path.join(ckpt_dir, MIRROR_DIR))
-        saved += [os.path.join(mirror.target, rel) for rel in mirror.sync(set(), settled=True)]
+    try:
+        for rank in areas.ranks_of(area):
+            if rank not in ranks:
+                continue
+            ckpt_dir = os.path.join(ranks[rank], CKPT_DIR)
+            done = persist(rank, tier.slots_dir(area, rank), ckpt_dir)
+            if done is not None:
+                saved.append(done.path)
+            mirror = Mirror(tier.files_dir(area, rank), os.path.join(ckpt_dir, MIRROR_DIR))
+            saved += [os.path.join(mirror.target, rel) for rel in mirror.sync(set(), settled=True)]
+            if mirror.failed:
+                raise OSError(f"cannot copy {', '.join(mirror.failed[:3])} to {mirror.target}")
+    except OSError as exc:
+        log(f"kept the memory area {area} left by a dlaunch that is gone: {exc.strerror or exc}")
+        return None
     areas.free(area)
     log(f"freed the memory area {area} left by a dlaunch that is gone" +
         (f", after persisting {len(saved)} file(s) into {own}" if saved else
          " (nothing in it was newer than its run's files on disk)" if ranks else
          f" (its run directory {own} is not here: nothing persisted)"))
     return saved
-
-
 
 def rescue_before(opts, log=say) -> None:
     """Before a launch reads its resume point or makes its run directory: the areas a SIGKILLed dlaunch of this

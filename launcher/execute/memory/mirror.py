@@ -111,6 +111,7 @@ class Mirror:
         self.source, self.target = source, target
         self.looked: dict[str, Sig] = {}    # what the last look saw
         self.copied: dict[str, Sig] = {}    # what is in the mirror, as it was when copied (or restored)
+        self.failed: list[str] = []         # whole files the last look could not copy (gone meanwhile, a full disk)
 
     def sync(self, busy: set[str], settled: bool = False) -> list[str]:
         """One look: finished files copied (``settled``: every rank stopped, so every whole file is finished),
@@ -118,6 +119,7 @@ class Mirror:
         was copied."""
         present = listing(self.source)
         copied, pending = [], False
+        self.failed = []
         for rel, sig in sorted(present.items()):
             if self.copied.get(rel) == sig:
                 continue
@@ -130,6 +132,8 @@ class Mirror:
                 continue
             if not copy_file(path, os.path.join(self.target, rel), sig):
                 pending = True
+                if os.path.lexists(path):
+                    self.failed.append(rel)
                 continue
             self.copied[rel] = sig
             copied.append(rel)

@@ -200,3 +200,46 @@ def test_load_reads_the_disk_when_memory_is_not_that_step_or_does_not_verify(slo
 def test_memory_step_without_the_tier_is_none(monkeypatch):
     monkeypatch.delenv("DLAUNCH_MEMORY_SLOTS", raising=False)
     assert checkpoint.memory_step() is None
+
+
+@pytest.mark.parametrize("restarted", [True, False])
+def test_a_mapped_load_retires_the_slot_so_later_saves_never_reach_it(slots, run, monkeypatch, restarted):
+    checkpoint.save(state_at(1), 0, 1, memory=True)
+    checkpoint.save(state_at(2), 0, 2, memory=True)        # slot-1, the newest
+    if restarted:
+        monkeypatch.setattr(memory, "_slots", None)        # a new process of the rank
+    monkeypatch.setattr(memory, "_retired", set())
+    monkeypatch.setenv("DLAUNCH_RESUME_FROM", str(run / "rank_000" / "ckpt" / "ckpt-0_2.pt"))
+    loaded = checkpoint.load(map_memory=True)
+    same(loaded, state_at(2))
+    inode = os.stat(slots / "slot-1").st_ino
+    for step in range(3, 7):                                # slot-1 written twice more
+        checkpoint.save(state_at(step), 0, step, memory=True)
+    same(loaded, state_at(2))
+    assert os.stat(slots / "slot-1").st_ino != inode
+    same(torch.load(slots / "slot-1", weights_only=True), state_at(6))
+    loaded["w"].add_(1)                                     # copy-on-write: the slots are untouched
+    same(torch.load(slots / "slot-0", weights_only=True), state_at(5))
+    assert [name for name in os.listdir(slots) if name.startswith(".")] == []
+
+
+def test_slots_that_are_gone_send_the_step_to_disk(slots, run, capsys):
+    slots.rmdir()                                           # dlaunch freed the area, say
+    path = checkpoint.save({"step": 1}, 0, 1, memory=True)
+    assert path == str(run / "rank_000" / "ckpt" / "ckpt-0_1.pt")
+    assert torch.load(path) == {"step": 1}
+    err = capsys.readouterr().err
+    assert "could not save epoch 0 step 1 into memory" in err and path in err
+
+
+def test_after_fork_the_parent_owns_the_slots(slots, monkeypatch):
+    monkeypatch.delenv(memory.OWNER_ENV)
+    memory._forget_in_child()                               # what os.fork runs in the child
+    assert os.environ[memory.OWNER_ENV] == str(os.getppid()) and memory._slots is None
+    assert not memory._is_owner()
+
+
+def test_a_bad_keep_max_is_refused_before_anything_is_written(slots):
+    with pytest.raises(ValueError, match="keep_max"):
+        checkpoint.save({"step": 1}, 0, 1, memory=True, keep_max=0)
+    assert os.listdir(slots) == []

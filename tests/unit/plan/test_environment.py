@@ -68,5 +68,10 @@ def test_the_memory_tier_gives_each_rank_its_place_in_this_launchers_area():
     assert area == f"/dev/shm/dlaunch-run-1-{os.getpid()}"
     env = memory_environment(area, 3, 1 << 30, 10)
     assert env == {"DLAUNCH_MEMORY_DIR": f"{area}/rank_003/files", "DLAUNCH_MEMORY_SLOTS": f"{area}/rank_003/slots",
-                   "DLAUNCH_MEMORY_BUDGET": str(1 << 30), "DLAUNCH_MEMORY_PERSIST_EVERY": "10"}
+                   "DLAUNCH_MEMORY_BUDGET": str(1 << 30), "DLAUNCH_MEMORY_PERSIST_EVERY": "10",
+                   "DLAUNCH_MEMORY_OWNER": ""}   # an owner inherited from dlaunch's own environment is cleared
+    from launcher.checkpoint.memory import OWNER_ENV
+    from launcher.plan.environment import MEMORY_OWNER_ENV
+
+    assert MEMORY_OWNER_ENV == OWNER_ENV
     assert "DLAUNCH_MEMORY_BUDGET" not in memory_environment(area, 0, None, 1)

@@ -73,15 +73,36 @@ def test_a_dead_launchers_area_is_persisted_then_freed_by_the_next(tmp_path):
         keeper.close()
 
 
-def test_an_orphan_of_another_run_directory_is_freed_without_touching_this_run(tmp_path):
+def test_an_orphan_goes_to_its_own_run_and_one_whose_run_is_gone_is_freed(tmp_path):
     plan, _, _ = plan_for(tmp_path)
-    (tmp_path / "elsewhere").mkdir()
-    _, _, dead = plan_for(tmp_path, pid=4194001)
-    areas.create(dead, [0], str(tmp_path / "elsewhere"))
+    other, _, dead = plan_for(tmp_path, run_id="run-2", pid=4194001)
+    areas.create(dead, [0], other.run_dir)
     memslots.save(tier.slots_dir(dead, 0), {"step": 3}, 0, 3)
     said = []
-    assert rescue(dead, said.append, run_dir=plan.run_dir) == [] and not os.path.exists(dead)
+    assert rescue(dead, said.append) == [f"{other.ranks[0].ckpt_dir}/ckpt-0_3.pt"] and not os.path.exists(dead)
     assert os.listdir(plan.ranks[0].ckpt_dir) == []
+    areas.create(dead, [0], str(tmp_path / "deleted-run"))
+    assert rescue(dead, said.append) == [] and not os.path.exists(dead)
+    assert said[-1].endswith("is not here: nothing persisted)")
+
+
+def test_an_area_that_cannot_be_written_is_kept_and_said(tmp_path):
+    plan, root, area = plan_for(tmp_path, ranks=(0,))
+    said = []
+    keeper = MemoryKeeper(root, None, log=said.append)
+    keeper.begin(plan)
+    memslots.save(tier.slots_dir(area, 0), {"step": 4}, 0, 4)
+    ckpt = plan.ranks[0].ckpt_dir
+    os.rmdir(ckpt)
+    with open(ckpt, "w") as fh:   # the disk refuses the step (a full disk refuses with ENOSPC alike)
+        fh.write("")
+    keeper.close()
+    assert os.path.isdir(area) and any("cannot persist" in line for line in said)
+    assert any(f"the memory area {area} is kept" in line for line in said), said
+    assert rescue(area, said.append) is None and os.path.isdir(area)   # prune keeps it too, and says so
+    os.unlink(ckpt)
+    os.mkdir(ckpt)
+    assert rescue(area, said.append) == [f"{ckpt}/ckpt-0_4.pt"] and not os.path.exists(area)
 
 
 def test_a_root_smaller_than_the_budget_is_said_with_the_disk_path(tmp_path):

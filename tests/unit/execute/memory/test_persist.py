@@ -58,3 +58,22 @@ def test_no_record_or_an_unreadable_one_is_nothing(tmp_path):
     assert newest(str(slots)) is None and persist(0, str(slots), str(tmp_path / "ckpt")) is None
     (slots / tier.NEWEST_FILE).write_text('{"format": 1, "slot": 7}')
     assert newest(str(slots)) is None and persist(0, str(slots), str(tmp_path / "ckpt")) is None
+
+
+def test_a_ranks_own_memory_save_is_persisted_byte_for_byte(tmp_path, monkeypatch):
+    from launcher import checkpoint
+
+    slots = tmp_path / "slots"
+    slots.mkdir()
+    for name in ("DLAUNCH_MEMORY_BUDGET", "DLAUNCH_RESUME_FROM"):
+        monkeypatch.delenv(name, raising=False)
+    # the slots' writer is this process (checkpoint.memory names it in the environment): undone after the test,
+    # or every dlaunch a later test starts would pass it on and its ranks would not write their slots
+    monkeypatch.setenv("DLAUNCH_MEMORY_OWNER", str(os.getpid()))
+    monkeypatch.setenv("DLAUNCH_MEMORY_SLOTS", str(slots))
+    monkeypatch.setenv("DLAUNCH_CKPT_DIR", str(tmp_path / "own"))
+    state = {"w": torch.arange(4096.0), "step": 9}
+    checkpoint.save(state, 1, 9, memory=True, persist=False)
+    done = persist(0, str(slots), str(tmp_path / "ckpt"))
+    assert done is not None and done.record.name == "ckpt-1_9.pt"
+    assert torch.equal(torch.load(done.path)["w"], state["w"])

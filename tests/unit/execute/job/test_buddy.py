@@ -1,0 +1,77 @@
+"""The buddy copy (execute/job/buddy.py) over real loopback sockets: a host's newest memory step kept by its
+buddy, refused without the job's secret, over the budget or torn, and handed to a spare that asks."""
+
+import os
+
+import pytest
+
+from launcher.execute.job import buddy
+
+SECRET = b"s" * 32
+
+
+def persisted(directory, step, payload):
+    """A step dlaunch persisted from a rank's memory: ``ckpt-0_<step>.pt`` in its checkpoint directory."""
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, f"ckpt-0_{step}.pt")
+    with open(path, "wb") as out:
+        out.write(payload)
+    return path
+
+
+@pytest.fixture
+def keeper(tmp_path):
+    made = buddy.BuddyKeeper("127.0.0.1", 0, SECRET, str(tmp_path / "area"), budget=1 << 20)
+    yield made
+    made.close()
+
+
+def test_the_ring_gives_every_host_the_next_and_one_host_none():
+    active = ["a", "b", "c"]
+    assert [buddy.buddy_of(active, h) for h in active] == ["b", "c", "a"]
+    assert [buddy.kept_by(active, h) for h in active] == ["c", "a", "b"]
+    assert buddy.buddy_of(["a"], "a") is None and buddy.buddy_of(active, "x") is None
+
+
+def test_the_newest_step_is_kept_and_a_spare_gets_it_back_whole(tmp_path, keeper):
+    ckpt = str(tmp_path / "ckpt")
+    buddy.push("127.0.0.1", keeper.port, SECRET, "host-a", 3, persisted(ckpt, 5, os.urandom(300_000)))
+    newest = os.urandom(200_000)
+    buddy.push("127.0.0.1", keeper.port, SECRET, "host-a", 3, persisted(ckpt, 6, newest))
+    assert os.path.basename(keeper.kept(3)) == "ckpt-0_6.pt"   # the newest only: step 5's copy is gone
+    assert os.listdir(os.path.dirname(keeper.kept(3))) == ["ckpt-0_6.pt"]
+    into = tmp_path / "spare" / "ckpt"
+    path = buddy.pull("127.0.0.1", keeper.port, SECRET, "spare", 3, str(into))
+    assert path == str(into / "ckpt-0_6.pt") and open(path, "rb").read() == newest
+    assert buddy.pull("127.0.0.1", keeper.port, SECRET, "spare", 4, str(into)) is None   # nothing for rank 4
+
+
+def test_without_the_secret_nothing_is_kept_or_given(tmp_path, keeper):
+    path = persisted(str(tmp_path / "ckpt"), 5, b"x" * 1000)
+    with pytest.raises(ConnectionError):
+        buddy.push("127.0.0.1", keeper.port, b"w" * 32, "stranger", 0, path)
+    assert keeper.kept(0) is None
+    buddy.push("127.0.0.1", keeper.port, SECRET, "host-a", 0, path)
+    with pytest.raises(ConnectionError):
+        buddy.pull("127.0.0.1", keeper.port, b"w" * 32, "stranger", 0, str(tmp_path / "out"))
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_copy_over_the_budget_is_refused_before_its_bytes(tmp_path, keeper):
+    path = persisted(str(tmp_path / "ckpt"), 5, b"x" * (2 << 20))
+    with pytest.raises(ConnectionError, match="over the"):
+        buddy.push("127.0.0.1", keeper.port, SECRET, "host-a", 0, path)
+    assert keeper.kept(0) is None
+
+
+def test_a_copy_cut_short_is_never_kept(tmp_path, keeper):
+    """A sender that dies in the middle of a copy (its connection closed after half the bytes) leaves the
+    earlier copy as the rank's newest."""
+    ckpt = str(tmp_path / "ckpt")
+    buddy.push("127.0.0.1", keeper.port, SECRET, "host-a", 0, persisted(ckpt, 5, b"a" * 1000))
+    line = buddy._connect("127.0.0.1", keeper.port, SECRET, "host-a")
+    line.send({"t": "copy", "rank": 0, "name": "ckpt-0_6.pt", "epoch": 0, "step": 6, "length": 100_000})
+    assert line.receive()["t"] == "ready"
+    line.sock.sendall(b"b" * 50_000)
+    line.sock.close()
+    assert buddy.pull("127.0.0.1", keeper.port, SECRET, "spare", 0, str(tmp_path / "out")).endswith("ckpt-0_5.pt")
