@@ -125,15 +125,16 @@ def one(args, state: str, work: Path) -> dict:
             "persisted": persisted}
 
 
-def one_dlaunch(args, state: str, work: Path) -> dict:
-    """The same rank on dlaunch's memory tier: ``dlaunch run --memory-ckpt --max-restarts 1``."""
+def one_dlaunch(args, state: str, work: Path, mapped: bool = False) -> dict:
+    """The same rank on dlaunch's memory tier: ``dlaunch run --memory-ckpt --max-restarts 1``; ``mapped``: the
+    restore by ``checkpoint.load(map_memory=True)``."""
     out, disk = work / "out", work / "disk"
     out.mkdir(parents=True)
     disk.mkdir()
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "FCP_IMPL": "dlaunch", "FCP_OUT": str(out),
            "FCP_DISK": str(disk), "FCP_GIB": str(args.gib), "FCP_STATE": state, "FCP_SAVES": str(args.saves),
-           "FCP_CLIENT": str(CLIENT), "PYTHONPATH": os.pathsep.join(filter(None, (str(REPO),
-                                                                                  os.environ.get("PYTHONPATH"))))}
+           "FCP_CLIENT": str(CLIENT), "FCP_MAP": "1" if mapped else "0",
+           "PYTHONPATH": os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH"))))}
     t = time.perf_counter()
     with open(work / "dlaunch.log", "w") as log:
         proc = subprocess.Popen([sys.executable, "-m", "launcher", "run", str(RANK), "--ranks", "2",
@@ -162,7 +163,7 @@ def med(values: list[float]) -> float:
 def report(state: str, impl: str, runs: list[dict]) -> dict:
     """Print ``impl``'s runs of ``state``; return its medians."""
     name = {"dlrover": "DLRover Flash Checkpoint (dlrover-run)", "dlaunch": "dlaunch memory tier (dlaunch run "
-            "--memory-ckpt)"}[impl]
+            "--memory-ckpt)", "dlaunch-map": "dlaunch memory tier, load(map_memory=True)"}[impl]
     print(f"\n== {state}: {name} ==")
     for i, run in enumerate(runs):
         if "error" in run:
@@ -213,7 +214,8 @@ def main() -> int:
     parser.add_argument("--gib", type=float, default=1.0, help="GiB of state per rank (default 1)")
     parser.add_argument("--saves", type=int, default=5, help="memory saves timed per rank (default 5)")
     parser.add_argument("--states", default="bytes,nanogpt", help="bytes, nanogpt or both (default)")
-    parser.add_argument("--impls", default="dlrover,dlaunch", help="dlrover, dlaunch or both (default)")
+    parser.add_argument("--impls", default="dlrover,dlaunch,dlaunch-map",
+                        help="any of dlrover, dlaunch, dlaunch-map (load(map_memory=True)); default all three")
     parser.add_argument("--venv", default="/tmp/dlrvenv", help="the venv with dlrover[k8s,torch] and torch 2.13.0")
     parser.add_argument("--keep", action="store_true")
     args = parser.parse_args()
@@ -233,12 +235,13 @@ def main() -> int:
             runs: dict = {impl: [] for impl in impls}
             for rep in range(args.repeat):   # the order alternated every repetition
                 for impl in (impls if rep % 2 == 0 else impls[::-1]):
-                    runs[impl].append((one if impl == "dlrover" else one_dlaunch)(args, state,
-                                                                                  tmp / f"{state}-{impl}-{rep}"))
+                    work = tmp / f"{state}-{impl}-{rep}"
+                    runs[impl].append(one(args, state, work) if impl == "dlrover" else
+                                      one_dlaunch(args, state, work, mapped=impl == "dlaunch-map"))
             medians = {impl: report(state, impl, runs[impl]) for impl in impls}
-            if len(medians) == 2:
-                d, r = medians["dlaunch"], medians["dlrover"]
-                print(f"  dlaunch / DLRover: save stall {d['stall'] / r['stall']:.2f}x, first save "
+            for impl in (i for i in impls if i != "dlrover" and "dlrover" in medians):
+                d, r = medians[impl], medians["dlrover"]
+                print(f"  {impl} / DLRover: save stall {d['stall'] / r['stall']:.2f}x, first save "
                       f"{d['first'] / r['first']:.2f}x, restore {d['restore'] / r['restore']:.2f}x")
     finally:
         print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")

@@ -82,7 +82,7 @@ class DlaunchMemory:
         self.checkpoint.save(state, 0, step, memory=True, persist=False)
 
     def load_checkpoint(self):
-        return self.checkpoint.load(weights_only=False)
+        return self.checkpoint.load(weights_only=False, map_memory=os.environ.get("FCP_MAP") == "1")
 
 
 def main() -> None:
