@@ -20,13 +20,18 @@ The faults: the same seeded schedule for every launcher (``--seed``): ``--faults
 ~10-15 s), alternating a SIGKILL of a rank from outside and an exception raised by a rank in train.py
 (``raise-rankN`` file: it raises at the top of its next iteration, once), the rank drawn by the seed.
 
-The launchers (``--launchers``, default all six), each with ``--max-restarts`` = the number of faults:
+The launchers (``--launchers``, default all seven), each with ``--max-restarts`` = the number of faults:
 ``dlaunch`` (``python -m launcher run train.py --ranks 2``), ``dlaunch-warm`` (the same, ``--warm-restarts
 torch``), ``dlaunch-torchrun`` (the torchrun front, ``python -m launcher torchrun``), ``torchrun`` (torch 2.13's
 own, ``--standalone``), ``torchrun-noshare`` (the same with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1; see
 bench_restart.py for why plain torchrun's restart fails) and ``ft_launcher`` (nvidia-resiliency-ext, from its own
 venv ``--ft-venv``: ``python3 -m venv /tmp/ftvenv && /tmp/ftvenv/bin/pip install torch==2.13.0
 nvidia-resiliency-ext numpy``: its ranks run in that venv's Python; with ``--ignore-missing-fault-tol-cfg``).
+``dlaunch-memory`` (issue 48) is ``dlaunch`` with ``--memory-ckpt``: nanoGPT's own ``torch.save`` of ``ckpt.pt``
+goes to the memory directory dlaunch keeps and mirrors to disk (a config file of nanoGPT's kind sets ``out_dir``
+to rank 0's ``DLAUNCH_MEMORY_DIR``: nanoGPT saves on rank 0 only and every rank resumes from ``out_dir``) and
+checkpoints every iteration (``--eval_interval=1``, which also evaluates every iteration: nanoGPT saves only
+after an evaluation); the rest as for the others, resumed by ``init_from='resume'``.
 Every rank has OMP_NUM_THREADS=1.
 
 Measured per launcher and repetition (the order of the launchers reversed every repetition):
@@ -47,7 +52,7 @@ that fails or outlives its time (``--timeout`` for a fault-free run; with faults
 listed with its reason.  Rank processes left alive after their launcher exited are reported and killed.
 
 Run:  .venv/bin/python benchmarks/bench_goodput.py --repeat 2 [--client nanogpt|hf_clm] [--hf-script PATH]
-      [--launchers dlaunch,dlaunch-warm,dlaunch-torchrun,torchrun,torchrun-noshare,ft_launcher]
+      [--launchers dlaunch,dlaunch-warm,dlaunch-torchrun,torchrun,torchrun-noshare,ft_launcher,dlaunch-memory]
       [--iters 450] [--ckpt-every 20] [--every 12] [--faults 2] [--seed 46] [--ft-venv DIR] [--keep]
 """
 
@@ -60,6 +65,7 @@ import re
 import shutil
 import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -74,7 +80,9 @@ from goodput_clients import CLIENT_TYPES  # noqa: E402  (the clients: nanoGPT, H
 from harness import describe_procs, kill_procs, run_launcher  # noqa: E402  (the shared harness: one run measured)
 
 REPO = Path(__file__).resolve().parent.parent
-LAUNCHERS = ("dlaunch", "dlaunch-warm", "dlaunch-torchrun", "torchrun", "torchrun-noshare", "ft_launcher")
+CLIENT = REPO / "tests" / "clients" / "nanogpt"
+LAUNCHERS = ("dlaunch", "dlaunch-warm", "dlaunch-torchrun", "torchrun", "torchrun-noshare", "ft_launcher",
+             "dlaunch-memory")
 NPROC = 2
 FAULT_FREE_TIMEOUT = 150.0
 
@@ -84,7 +92,7 @@ NOTICED = {
     "torchrun": re.compile(r"(failed \(exitcode|Worker group failed|WorkerGroupFailure|SignalException|"
                            r"ChildFailedError|Stopping worker group|Restarting worker group)"),
 }
-NOTICED["dlaunch-warm"] = NOTICED["dlaunch-torchrun"] = NOTICED["dlaunch"]
+NOTICED["dlaunch-warm"] = NOTICED["dlaunch-torchrun"] = NOTICED["dlaunch-memory"] = NOTICED["dlaunch"]
 NOTICED["torchrun-noshare"] = NOTICED["ft_launcher"] = NOTICED["torchrun"]
 KNOWN_ERRORS = ("ModuleNotFoundError", "connectFullMesh failed", "Connection refused", "DistNetworkError",
                 "DistStoreError", "RendezvousTimeoutError", "RendezvousClosedError", "Traceback")
@@ -286,6 +294,8 @@ class Bench:
                 return [sys.executable, "-m", "launcher", "torchrun", "--nproc-per-node", str(NPROC),
                         "--max-restarts", str(restarts), "--standalone", train, *config], env
             warm = ["--warm-restarts", "torch"] if launcher == "dlaunch-warm" else []
+            if launcher == "dlaunch-memory":   # nanoGPT's ckpt.pt into memory, every iteration
+                warm, config = ["--memory-ckpt"], [*config[:-1], str(self.memory_config()), "--eval_interval=1"]
             return [sys.executable, "-m", "launcher", "run", train, "--ranks", str(NPROC), "--max-restarts",
                     str(restarts), "--profile", "structure", "--output-dir", str(work / "runs"), *warm, "--",
                     *config], env
@@ -298,6 +308,18 @@ class Bench:
             return [str(self.ft_launcher), "--nproc-per-node", str(NPROC), "--max-restarts", str(restarts),
                     "--standalone", "--ignore-missing-fault-tol-cfg", train, *config], env
         raise ValueError(launcher)
+
+    def memory_config(self) -> Path:
+        """dlaunch-memory: a nanoGPT config file (its own mechanism) setting out_dir to the host's memory directory
+        (one per host, shared by its ranks: nanoGPT saves ckpt.pt on rank 0 and every rank resumes from it)."""
+        path = self.tmp / "memory_out.py"
+        path.write_text("import os\nout_dir = os.environ['DLAUNCH_MEMORY_DIR']\n")
+        return path
+
+    def memory_unavailable(self) -> str | None:
+        usage = subprocess.run([sys.executable, "-m", "launcher", "run", "--help"], capture_output=True, text=True,
+                               cwd=REPO, env=dict(self.base_env, PYTHONPATH=str(REPO))).stdout
+        return None if "--memory-ckpt" in usage else "this dlaunch has no --memory-ckpt (issue 48's keeper)"
 
     def ft_unavailable(self) -> str | None:
         install = (f"`python3 -m venv {self.args.ft_venv} && {self.args.ft_venv}/bin/pip install torch==2.13.0 "
@@ -516,6 +538,8 @@ def main() -> int:
         bench = Bench(tmp, args)
         if "ft_launcher" in launchers and (why := bench.ft_unavailable()):
             unavailable["ft_launcher"] = why
+        if "dlaunch-memory" in launchers and (why := bench.memory_unavailable()):
+            unavailable["dlaunch-memory"] = why
         runnable = [name for name in launchers if name not in unavailable]
         for rep in range(args.repeat):
             for name in (runnable if rep % 2 == 0 else runnable[::-1]):
