@@ -36,6 +36,9 @@ def save(slots: str, state, epoch: int, step: int, *, prefix: str = "ckpt", pers
     fd = os.open(tier.slot_path(slots, slot), os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
+        size = os.fstat(fd).st_size
+        if size >= 64:   # the old archive's ending cleared first, as checkpoint.memory does
+            os.pwrite(fd, bytes(64), size - 64)
         os.pwrite(fd, data[:cut] if cut is not None else data, 0)
     finally:
         os.close(fd)
@@ -43,5 +46,7 @@ def save(slots: str, state, epoch: int, step: int, *, prefix: str = "ckpt", pers
                          name=f"{prefix}-{epoch}_{step}.pt", length=len(data), persist=persist, keep_max=keep_max,
                          replicated=replicated)
     if commit:
+        if current is not None:
+            tier.write_record(slots, current, tier.PREVIOUS_FILE)
         tier.write_record(slots, record)
     return record

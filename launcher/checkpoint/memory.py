@@ -46,6 +46,7 @@ from launcher.contract import CKPT_DIR_ENV, MEMORY_BUDGET_ENV, MEMORY_PERSIST_EN
 
 OWNER_ENV = "DLAUNCH_MEMORY_OWNER"    # the pid of the process that writes this rank's slots (inherited by children)
 PERSIST_EVERY = 10                    # default of DLAUNCH_MEMORY_PERSIST_EVERY
+OLD_ENDING = 64                       # bytes at a slot's end cleared before it is written again (the comment fits)
 ALLOCATE_AHEAD = 64 << 20             # bytes of a slot allocated at a time beyond what a save used before
 
 _said: set[str] = set()
@@ -234,6 +235,8 @@ class Slots:
                 persist = step % every == 0   # by step, not by count: the same steps on every rank, skips or not
             record = tier.Record(slot=slot, generation=generation, epoch=epoch, step=step, prefix=prefix, name=name,
                                  length=length, persist=bool(persist), keep_max=keep_max, replicated=replicated)
+            if newest is not None:   # the step it replaces: still whole in the other slot (tier.py)
+                tier.write_record(self.directory, newest, tier.PREVIOUS_FILE)
             tier.write_record(self.directory, record)
             self.record = record
             if record.persist:   # kept until dlaunch has it on disk (tier.py, "Persisting")
@@ -246,6 +249,8 @@ class Slots:
 
     def _write(self, fd: int, slot: int, state, comment: bytes) -> int:
         allocated = os.fstat(fd).st_size      # the previous archive: its pages are allocated already
+        if allocated >= OLD_ENDING:   # its ending cleared first: a save killed half-way is never taken for it
+            os.pwrite(fd, bytes(OLD_ENDING), allocated - OLD_ENDING)
         if slot not in self.maps:              # mapped once at the slot's capacity (the file grows into it below)
             os.ftruncate(fd, self.capacity)
             try:

@@ -26,6 +26,11 @@ that memory save rather than stall training.
 ``persist.json``, and the rank does not write over its slot until dlaunch has put it in the rank's checkpoint
 directory (the file is there): a save that would skips instead. So dlaunch, looking every half second, persists
 every such step, however short the steps, at the cost of memory saves skipped while a large state is copied.
+A rank clears the ending of the archive a slot held before writing it again, so a slot it was writing when killed
+never passes for the step it held. Before replacing ``newest.json`` it writes the record it replaces to
+``previous.json``: at a failure
+dlaunch persists that step too where its slot is still whole, so ranks stopped one save apart (one had saved
+step S, the other not yet) share step S - 1 on disk.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ SLOTS_DIR = "slots"
 SLOT_COUNT = 2
 NEWEST_FILE = "newest.json"
 PENDING_FILE = "persist.json"   # the newest step the rank asked dlaunch to persist (its slot is kept until it is)
+PREVIOUS_FILE = "previous.json"   # the step before the newest, in the other slot until the next save writes it
 RECORD_FORMAT = 1
 RECORD_LIMIT = 4096                        # bytes of newest.json dlaunch reads
 GENERATION_COMMENT = b"dlaunch generation="

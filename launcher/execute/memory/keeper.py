@@ -26,7 +26,7 @@ from launcher.checkpoint import tier
 from launcher.contract import MEMORY_DIR_ENV, MEMORY_SLOTS_ENV
 from launcher.execute.memory import area as areas
 from launcher.execute.memory.mirror import MIRROR_DIR, Mirror, open_for_writing
-from launcher.execute.memory.persist import newest, persist, to_persist
+from launcher.execute.memory.persist import at_the_end, persist, to_persist
 from launcher.rundir.paths import rank_dirs
 
 TYPE_CHECKING = False   # typing's own flag, without importing typing on the launch path (docs/development.md)
@@ -84,7 +84,7 @@ class MemoryKeeper:
         whole = True
         for rank, (slots, ckpt_dir) in sorted(self.ranks.items()):
             try:
-                for record in [*to_persist(slots), newest(slots)]:   # what it asked for, then its newest step
+                for record in at_the_end(slots):   # what it asked for, its newest step and the one before
                     done = persist(rank, slots, ckpt_dir, record)
                     if done is not None:
                         self._persisted(rank, done)
@@ -203,7 +203,7 @@ def rescue(area: str, log=say) -> list[str] | None:
                 continue
             ckpt_dir = os.path.join(ranks[rank], CKPT_DIR)
             slots = tier.slots_dir(area, rank)
-            for record in [*to_persist(slots), newest(slots)]:   # what it asked for, then its newest step
+            for record in at_the_end(slots):   # what it asked for, its newest step and the one before
                 done = persist(rank, slots, ckpt_dir, record)
                 if done is not None:
                     saved.append(done.path)

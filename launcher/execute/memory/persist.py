@@ -38,6 +38,13 @@ def newest(slots: str, name: str = tier.NEWEST_FILE) -> tier.Record | None:
         return None
 
 
+def at_the_end(slots: str) -> list[tier.Record]:
+    """What dlaunch persists of a rank once it stopped: the steps it asked for, its newest step, and the one before
+    it (still whole in the other slot unless a save was writing it), so ranks stopped one save apart share a step."""
+    found = [*to_persist(slots), newest(slots), newest(slots, tier.PREVIOUS_FILE)]
+    return [record for record in dict.fromkeys(found) if record is not None]
+
+
 def to_persist(slots: str) -> list[tier.Record]:
     """The steps of a rank dlaunch persists when it looks: the newest it asked for (kept by the rank until it is on
     disk, however many saves came since) and the newest, if asked for."""

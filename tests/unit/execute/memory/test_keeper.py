@@ -112,3 +112,23 @@ def test_a_root_smaller_than_the_budget_is_said_with_the_disk_path(tmp_path):
     keeper.begin(plan)
     keeper.close()
     assert any("less than the budget needs" in line and plan.run_dir in line for line in said)
+
+
+def test_ranks_stopped_one_save_apart_share_a_step_on_disk(tmp_path):
+    """Rank 0 saved step 3, rank 1 was killed before its save of step 3: at the attempt's end dlaunch persists
+    each rank's newest step and the one before it (still whole in the other slot), so step 2 is on both."""
+    plan, root, area = plan_for(tmp_path)
+    keeper = MemoryKeeper(root, None, log=lambda line: None)
+    keeper.begin(plan)
+    for step in (1, 2, 3):
+        memslots.save(tier.slots_dir(area, 0), {"step": step}, 0, step)
+    for step in (1, 2):
+        memslots.save(tier.slots_dir(area, 1), {"step": step}, 0, step)
+    memslots.save(tier.slots_dir(area, 1), {"step": 3}, 0, 3, cut=40, commit=False)   # killed while writing
+    keeper.end()
+    disk = [sorted(os.listdir(spec.ckpt_dir)) for spec in plan.ranks]
+    assert "ckpt-0_2.pt" in disk[0] and "ckpt-0_3.pt" in disk[0]
+    assert "ckpt-0_2.pt" in disk[1] and "ckpt-0_3.pt" not in disk[1]   # the torn step 3 is never persisted
+    assert "ckpt-0_1.pt" not in disk[1]   # its previous slot was being written: not whole, not persisted
+    assert torch.load(os.path.join(plan.ranks[0].ckpt_dir, "ckpt-0_2.pt")) == {"step": 2}
+    keeper.close()
