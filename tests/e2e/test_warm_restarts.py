@@ -51,7 +51,7 @@ def test_the_standby_imports_what_the_first_attempt_imported_under_the_next_atte
         "    with open(os.path.join(rank_dir, f'site.{os.getpid()}'), 'w') as fh:\n"
         "        fh.write(os.environ['TORCHELASTIC_RESTART_COUNT'])\n")
     run_dir, _ = job(tmp_path, "warm", "--warm-restarts", "torch,warmprobe",
-                     env={"WARM_WAIT": "1", "PYTHONPATH": f"{ROOT}:{PROGRAMS}:{own}"})
+                     env={"WARM_WAIT": "1", "WARM_PROBE": "1", "PYTHONPATH": f"{ROOT}:{PROGRAMS}:{own}"})
     for rank in (0, 1):
         rank_dir = run_dir / f"rank_{rank:03d}"
         listed = (rank_dir / "modules.txt").read_text().split()

@@ -2,12 +2,13 @@
 model on seeded data, gradients all-reduced, a checkpoint (launcher.checkpoint) every 3 steps, 10 steps.
 
 Attempt 0: rank 1 exits 3 after step 7 (its checkpoint of step 6 saved), once the next attempt's standbys
-run (with WARM_WAIT set; at most 120 s). Every attempt's rank writes ``proc.<attempt>.json`` (its pid, when
-its process was created and when the script began, both on the monotonic clock, which on Linux counts from
-boot as /proc's start times do; whether ``colorsys`` was imported before the script imported it, the
-restart count it sees, and the nice value of each of its threads) and rank 0 the loss of every step it ran
-to ``losses.<attempt>.json``, so a warm restart can be compared with a cold one. Every attempt imports
-``colorsys`` (a standard module nobody lists in --warm-restarts) after its set-up.
+run (with WARM_WAIT set), and have imported tests/programs/warmprobe.py (with WARM_PROBE set; at most 120 s).
+Every attempt's rank writes ``proc.<attempt>.json``: its pid, when its process was created and when the
+script began (both on the monotonic clock, which on Linux counts from boot as /proc's start times do),
+whether ``colorsys`` was imported before the script imported it, the restart count it sees, and the nice
+values of its threads; rank 0 writes the loss of every step it ran to ``losses.<attempt>.json``, so a warm
+restart can be compared with a cold one. Every attempt imports ``colorsys`` (a standard module nobody lists
+in --warm-restarts) after its set-up.
 """
 
 import json
@@ -82,6 +83,11 @@ for step in range(start, 10):
     if attempt == 0 and rank == 1 and step + 1 == 7:
         deadline = time.monotonic() + 120
         while os.environ.get("WARM_WAIT") and not standbys_running() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        run_dir = os.environ["DLAUNCH_RUN_DIR"]   # WARM_PROBE: until both standbys imported warmprobe ahead
+        while os.environ.get("WARM_PROBE") and time.monotonic() < deadline and not all(
+                any(name.startswith("probe.") for name in os.listdir(os.path.join(run_dir, f"rank_{r:03d}")))
+                for r in (0, 1)):
             time.sleep(0.2)
         with open(os.path.join(rank_dir, "failed_at"), "w") as fh:
             fh.write(str(time.monotonic()))

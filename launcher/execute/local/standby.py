@@ -6,13 +6,16 @@ It is started with what the next attempt's environment is known to be (execute/l
 
 - ``{"modules": [...]}``: names to import ahead (the user's ``--warm-restarts`` list comes on the command line,
   what the running attempt's rank imported comes in messages, more as that rank imports more). They are
-  imported in a thread at the lowest CPU priority (nice is per thread on Linux: the main thread, which runs
-  the user's script, keeps its own; a thread an import started is set back to the main thread's nice where the
-  system allows it). A name that does not import is skipped and said once, in the rank's log;
+  imported in a thread at the lowest CPU priority where that can be undone at the restart (root with
+  CAP_SYS_NICE, or an RLIMIT_NICE that allows it: nice is per thread on Linux, and the main thread, which runs
+  the user's script, keeps its own), otherwise at the main thread's. A name that does not import is skipped
+  and said once, in the rank's log;
 - the next attempt's environment, argv and working directory, with the file descriptor of that rank's log (or
-  console pipe): the standby becomes the rank. Output to that descriptor, the environment replaced, the rank
-  hook's module list started (``DLAUNCH_MODULES_FILE``), and the script (or ``-m`` module) run as
-  ``__main__`` (``runpy``), so the interpreter's start and the imports are already paid;
+  console pipe): what is left of the list is imported at the main thread's priority (the previous attempt
+  imported all of it) and the threads the imports started are set back to it; the standby becomes the rank:
+  output to that descriptor, the environment replaced, the rank hook's module list started
+  (``DLAUNCH_MODULES_FILE``), and the script (or ``-m`` module) run as ``__main__`` (``runpy``), so the
+  interpreter's start and the imports are already paid;
 - nothing (the socket closed): no restart came, the standby exits 0.
 
 It imports nothing of dlaunch.
@@ -31,37 +34,82 @@ MODULES_ENV = "DLAUNCH_MODULES_FILE"
 SAID_NAMES = 5   # names a line about skipped imports shows
 
 
-def ahead(names, skipped: dict, unrestored: set) -> None:
-    """``names`` imported (those not imported yet) in a thread at nice ``NICE``; the failures into ``skipped``."""
-    todo = [name for name in names if name not in sys.modules and name not in skipped]
-    if not todo:
-        return
-    before = set(os.listdir("/proc/self/task"))
+class Ahead:
+    """One thread that imports the names it is given, in order, at nice ``NICE`` where that can be undone."""
 
-    def run() -> None:
-        try:
+    def __init__(self):
+        self.main = os.getpriority(os.PRIO_PROCESS, os.getpid())   # on Linux: the main thread's own nice
+        self.lower = _can_raise_back(self.main)
+        self.skipped: dict = {}
+        self.unrestored: set = set()
+        self._pending: list = []
+        self._wake = threading.Event()
+        self._stop = False
+        self._before = set(os.listdir("/proc/self/task"))
+        self._worker = threading.Thread(target=self._run, name="dlaunch-standby-imports", daemon=True)
+        self._worker.start()
+
+    def add(self, names) -> None:
+        self._pending.extend(names)
+        self._wake.set()
+
+    def _run(self) -> None:
+        if self.lower:
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), NICE)
-        except OSError:
-            pass   # then at the priority it has
-        for name in todo:
-            if name in sys.modules:
+        while True:
+            if not self._pending:
+                if self._stop:
+                    return
+                self._wake.wait()
+                self._wake.clear()
+                continue
+            name = self._pending.pop(0)
+            if name in sys.modules or name in self.skipped:
                 continue
             try:
                 __import__(name)
             except (Exception, SystemExit) as exc:   # noqa: BLE001 - the script's own import says what is wrong
-                skipped[name] = f"{type(exc).__name__}: {exc}".splitlines()[0][:200] if str(exc) else \
-                    type(exc).__name__
+                why = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+                self.skipped[name] = why.splitlines()[0][:200]
 
-    worker = threading.Thread(target=run, name="dlaunch-standby-imports")
-    worker.start()
-    worker.join()
-    main = os.getpriority(os.PRIO_PROCESS, os.getpid())   # on Linux: the main thread's own
-    for tid in set(os.listdir("/proc/self/task")) - before:   # threads the imports started inherited NICE
+    def finish(self) -> None:
+        """The rank's request came: what is left of the list is imported at the main thread's priority (the
+        previous attempt imported all of it: the script would import it too), and every thread the imports
+        started is set back to that priority."""
+        self._stop = True
+        self._wake.set()
+        if self.lower:
+            try:
+                os.setpriority(os.PRIO_PROCESS, self._worker.native_id, self.main)
+            except (OSError, TypeError):
+                pass   # it just ended
+        self._worker.join()
+        for tid in set(os.listdir("/proc/self/task")) - self._before:   # they inherited NICE
+            try:
+                if os.getpriority(os.PRIO_PROCESS, int(tid)) != self.main:   # Linux: a thread id names the thread
+                    os.setpriority(os.PRIO_PROCESS, int(tid), self.main)
+            except (OSError, ValueError):   # gone, or (it cannot happen once the probe passed) no right
+                self.unrestored.add(tid)
+
+
+def _can_raise_back(main: int) -> bool:
+    """Whether a thread of this process may go back from nice ``NICE`` to ``main`` (root with CAP_SYS_NICE, or an
+    RLIMIT_NICE that allows it): tried on a thread of its own. Otherwise the imports keep the main thread's."""
+    done: list = []
+
+    def probe() -> None:
+        tid = threading.get_native_id()
         try:
-            if os.getpriority(os.PRIO_PROCESS, int(tid)) != main:   # Linux: a thread id names the thread
-                os.setpriority(os.PRIO_PROCESS, int(tid), main)
-        except (OSError, ValueError):   # gone, or no right to raise a priority (an unprivileged user)
-            unrestored.add(tid)
+            os.setpriority(os.PRIO_PROCESS, tid, NICE)
+            os.setpriority(os.PRIO_PROCESS, tid, main)
+            done.append(True)
+        except OSError:
+            pass
+
+    thread = threading.Thread(target=probe)
+    thread.start()
+    thread.join()
+    return bool(done)
 
 
 def said(skipped: dict, unrestored: set) -> str:
@@ -79,9 +127,8 @@ def said(skipped: dict, unrestored: set) -> str:
 
 
 def main() -> None:
-    skipped: dict = {}
-    unrestored: set = set()
-    ahead(list(filter(None, (sys.argv[1] if len(sys.argv) > 1 else "").split(","))), skipped, unrestored)
+    imports = Ahead()
+    imports.add(filter(None, (sys.argv[1] if len(sys.argv) > 1 else "").split(",")))
     channel = socket.socket(fileno=int(os.environ["DLAUNCH_STANDBY_FD"]))
     while True:
         message, fds, _, _ = socket.recv_fds(channel, 1 << 22, 1)
@@ -90,14 +137,15 @@ def main() -> None:
         request = json.loads(message)   # dlaunch's own message over its own socket pair: no outside text
         if "modules" not in request:
             break
-        ahead(request["modules"], skipped, unrestored)
+        imports.add(request["modules"])
     channel.close()
     if not fds:
         sys.exit(0)
+    imports.finish()
     os.dup2(fds[0], 1)
     os.dup2(fds[0], 2)
     os.close(fds[0])
-    line = said(skipped, unrestored)
+    line = said(imports.skipped, imports.unrestored)
     if line:
         sys.stderr.write(line)
         sys.stderr.flush()
