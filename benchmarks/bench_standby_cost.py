@@ -3,7 +3,8 @@ without faults, ``--max-restarts 1`` so that standbys exist, cold against ``--wa
 
 Per run: the wall (launcher spawn to exit), rank 0's iterations per second after its first 20 iterations
 (from the benchmark's stamps), and, sampled every 0.25 s while they live, each standby's CPU seconds
-(user + system), its resident memory, when it started after the launch, and its threads' nice values.
+(user + system), its resident memory, when it started after the launch and until when its CPU time still
+grew (its imports), and its threads' nice values.
 
 Run:  .venv/bin/python benchmarks/bench_standby_cost.py --repeat 2 [--iters 600]
 """
@@ -45,11 +46,19 @@ class Standbys(threading.Thread):
                     if not any("standby.py" in part for part in proc.cmdline()):
                         continue
                     times = proc.cpu_times()
-                    nices = sorted({psutil.Process(t.id).nice() for t in proc.threads()
-                                    if psutil.pid_exists(t.id)})
+                    nices = set()
+                    for thread in proc.threads():
+                        try:
+                            with open(f"/proc/{proc.pid}/task/{thread.id}/stat") as stat:
+                                nices.add(int(stat.read().rsplit(")", 1)[1].split()[16]))
+                        except (OSError, ValueError, IndexError):
+                            continue
                     entry = self.seen.setdefault(proc.pid, {"started": proc.create_time() - self.began,
                                                             "nices": set()})
-                    entry.update(cpu=times.user + times.system, rss=proc.memory_info().rss)
+                    cpu = times.user + times.system
+                    if cpu > entry.get("cpu", 0.0) + 0.05:   # still importing
+                        entry["busy_until"] = time.time() - self.began
+                    entry.update(cpu=cpu, rss=proc.memory_info().rss)
                     entry["nices"].update(nices)
                 except psutil.Error:
                     continue
@@ -89,7 +98,8 @@ def main() -> int:
                 n += 1
                 result = one(bench, launcher, n, args.iters)
                 results.append(result)
-                standbys = "; ".join(f"standby started {s['started']:.1f} s, {s['cpu']:.2f} CPU s, "
+                standbys = "; ".join(f"standby started {s['started']:.1f} s, busy until "
+                                     f"{s.get('busy_until', float('nan')):.1f} s, {s['cpu']:.2f} CPU s, "
                                      f"{s['rss'] / 2**20:.0f} MiB, nice {sorted(s['nices'])}"
                                      for s in result["standbys"])
                 print(f"#{rep + 1} {launcher}: exit {result['code']}, wall {result['wall']:.1f} s, "

@@ -127,11 +127,13 @@ class Standbys:
         self.attempt: AttemptProcesses | None = None   # the running attempt whose successor's standbys these are
         self.began = 0.0
         self.started = False
+        self._listed: set[int] = set()          # local ranks whose list of the running attempt was read
         self._next_look = 0.0
 
     def begin(self, attempt: AttemptProcesses) -> None:
         """``attempt`` runs (and a restart may follow): its successor's standbys start when ``tick`` says."""
         self.attempt, self.began, self.started, self._next_look = attempt, time.monotonic(), False, 0.0
+        self._listed = set()
 
     def tick(self, attempt: AttemptProcesses) -> float | None:
         """The event loop's look: the standbys started when it is time, new names sent; the seconds until the
@@ -144,9 +146,11 @@ class Standbys:
         self._next_look = now + LOOK
         served = [p for p in attempt.ranks if self._serves(p)]
         fresh = self._read_lists(served)
+        self._listed |= fresh
         if not self.started:
             failed = attempt.stopping and attempt.result.interrupted_by is None
-            if not (failed or now - self.began >= START_AFTER or all(p.spec.local_rank in fresh for p in served)):
+            settled = all(p.spec.local_rank in self._listed for p in served)
+            if not (failed or settled or now - self.began >= START_AFTER):
                 return LOOK
             self.started = True
             self.prepare(served)
