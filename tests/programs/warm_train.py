@@ -28,11 +28,18 @@ rank_dir = os.environ["DLAUNCH_RANK_DIR"]
 with open(os.path.join(rank_dir, f"proc.{attempt}.json"), "w") as fh:
     with open("/proc/self/stat") as stat:   # its start, in the same clock as time.monotonic (seconds since boot)
         created = int(stat.read().rsplit(")", 1)[1].split()[19]) / os.sysconf("SC_CLK_TCK")
-    threads = {int(tid): open(f"/proc/self/task/{tid}/stat").read().rsplit(")", 1)[1].split()[16]
-               for tid in os.listdir("/proc/self/task")}
+    threads = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:   # a thread that just ended (the standby's import thread) is skipped
+            with open(f"/proc/self/task/{tid}/stat") as task:
+                threads[tid] = task.read().rsplit(")", 1)[1].split()[16]
+        except OSError:
+            continue
     json.dump({"pid": os.getpid(), "created": created, "began": began, "argv": sys.argv, "name": __name__,
                "preloaded": preloaded, "restart_count": os.environ["TORCHELASTIC_RESTART_COUNT"],
-               "nice": os.getpriority(os.PRIO_PROCESS, 0), "threads_nice": sorted(set(threads.values()))}, fh)
+               "nice": os.getpriority(os.PRIO_PROCESS, 0), "threads_nice": sorted(set(threads.values())),
+               "autogroup": open("/proc/self/autogroup").read().split()[-1]
+               if os.path.exists("/proc/self/autogroup") else None}, fh)
 
 
 def standbys_running() -> bool:

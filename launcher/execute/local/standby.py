@@ -8,7 +8,8 @@ It is started with what the next attempt's environment is known to be (execute/l
   what the running attempt's rank imported comes in messages, more as that rank imports more). They are
   imported in a thread at the lowest CPU priority where that can be undone at the restart (root with
   CAP_SYS_NICE, or an RLIMIT_NICE that allows it: nice is per thread on Linux, and the main thread, which runs
-  the user's script, keeps its own), otherwise at the main thread's. A name that does not import is skipped
+  the user's script, keeps its own; and the session's autogroup, which is what counts beside the ranks where
+  the kernel groups CPU time by session), otherwise at the main thread's. A name that does not import is skipped
   and said once, in the rank's log;
 - the next attempt's environment, argv and working directory, with the file descriptor of that rank's log (or
   console pipe): what is left of the list is imported at the main thread's priority (the previous attempt
@@ -40,6 +41,7 @@ class Ahead:
     def __init__(self):
         self.main = os.getpriority(os.PRIO_PROCESS, os.getpid())   # on Linux: the main thread's own nice
         self.lower = _can_raise_back(self.main)
+        self.group = _autogroup(NICE) if self.lower else None   # the session's own nice, before it was lowered
         self.skipped: dict = {}
         self.unrestored: set = set()
         self._pending: list = []
@@ -83,6 +85,8 @@ class Ahead:
                 os.setpriority(os.PRIO_PROCESS, self._worker.native_id, self.main)
             except (OSError, TypeError):
                 pass   # it just ended
+        if self.group is not None:
+            _autogroup(self.group)
         self._worker.join()
         for tid in set(os.listdir("/proc/self/task")) - self._before:   # they inherited NICE
             try:
@@ -90,6 +94,22 @@ class Ahead:
                     os.setpriority(os.PRIO_PROCESS, int(tid), self.main)
             except (OSError, ValueError):   # gone, or (it cannot happen once the probe passed) no right
                 self.unrestored.add(tid)
+
+
+def _autogroup(nice: int):
+    """This session's autogroup set to ``nice``; its nice before, or None where there is none to set.
+
+    Where the kernel groups CPU time by session (``sched_autogroup_enabled``), a thread's nice orders it only
+    within its session, and each rank and standby is a session of its own (dlaunch starts each with setsid):
+    the standby's share beside the ranks is its autogroup's nice. The standby's session becomes the rank's."""
+    try:
+        with open("/proc/self/autogroup") as group:
+            before = int(group.read().rsplit("nice", 1)[1])
+        with open("/proc/self/autogroup", "w") as group:
+            group.write(str(nice))
+        return before
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _can_raise_back(main: int) -> bool:
