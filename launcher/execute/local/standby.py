@@ -96,19 +96,22 @@ class Ahead:
                 self.unrestored.add(tid)
 
 
-def _autogroup(nice: int):
-    """This session's autogroup set to ``nice``; its nice before, or None where there is none to set.
+def _autogroup(nice):
+    """This session's autogroup set to ``nice``; its nice before (as the kernel wrote it), or None where there is
+    none to set.
 
     Where the kernel groups CPU time by session (``sched_autogroup_enabled``), a thread's nice orders it only
     within its session, and each rank and standby is a session of its own (dlaunch starts each with setsid):
     the standby's share beside the ranks is its autogroup's nice. The standby's session becomes the rank's."""
     try:
-        with open("/proc/self/autogroup") as group:
-            before = int(group.read().rsplit("nice", 1)[1])
+        with open("/proc/self/autogroup") as group:   # "/autogroup-123 nice 0"
+            before = group.read().split()[-1]
+        if not (before.isascii() and before.lstrip("-").isdigit()):
+            return None
         with open("/proc/self/autogroup", "w") as group:
             group.write(str(nice))
         return before
-    except (OSError, ValueError, IndexError):
+    except (OSError, IndexError):
         return None
 
 
