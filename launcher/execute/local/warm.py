@@ -220,6 +220,11 @@ class Standbys:
         try:
             if child.poll() is not None:
                 raise OSError("the standby is gone")
+            try:   # its session back at nice 0 (a new session's): at nice 19 beside a loaded host it could
+                with open(f"/proc/{child.pid}/autogroup", "w") as group:   # not wake to read this for seconds
+                    group.write("0")
+            except OSError:
+                pass   # no autogroups here, or not allowed: the standby sets it back itself
             request = json.dumps({"env": self.spawner.full_env(spec.env), "argv": list(spec.argv),
                                   "cwd": spec.cwd}).encode()
             socket.send_fds(ours, [request], [out_fd])
