@@ -24,6 +24,7 @@ JOB_SECRET_ENV = "DLAUNCH_JOB_SECRET"     # given to every host's dlaunch: the s
 NOTICE_FILE_ENV = "DLAUNCH_NOTICE_FILE"   # --survivor-window: where a surviving rank is told a peer failed
 NOTICE_SIGNAL_ENV = "DLAUNCH_NOTICE_SIGNAL"   # --notice-signal: the signal that comes with the notice
 RAISE_ENV = "DLAUNCH_RAISE_FD"   # "FD:LAUNCHER_PID": where a Python rank's hook says it raised (local/raised.py)
+MODULES_ENV = "DLAUNCH_MODULES_FILE"   # --warm-restarts: where a Python rank's hook lists the modules it imported
 MEMORY_DIR_ENV = "DLAUNCH_MEMORY_DIR"       # --memory-ckpt: the rank's directory in memory for its own files
 MEMORY_SLOTS_ENV = "DLAUNCH_MEMORY_SLOTS"   # --memory-ckpt: the rank's memory-tier slots (checkpoint/tier.py)
 MEMORY_BUDGET_ENV = "DLAUNCH_MEMORY_BUDGET"   # --memory-budget: bytes of memory this rank may hold there
@@ -33,6 +34,7 @@ ENV_PREFIX = "DLAUNCH_"                   # options from the environment: DLAUNC
 # Files and directories inside a rank's directory.
 CKPT_DIR = "ckpt"              # the checkpoint directory (CKPT_DIR_ENV points at it)
 HEARTBEAT_FILE = "heartbeat"   # touched by launcher.heartbeat.beat(); the hang watch reads its mtime
+MODULES_FILE = ("modules", "txt")   # modules.txt, modules.1.txt ...: the rank's imported modules, one a line
 NOTICE_FILE = "notice.json"    # written by dlaunch when a peer failed (NOTICE_FILE_ENV names it)
 NOTICE_SAVED_FILE = "notice.saved"   # written by the rank once it saved on the notice: its window may end
 NOTICE_WATCHED_FILE = "notice.watched"   # written by a rank's first notice() of an attempt: the window waits for it

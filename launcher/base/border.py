@@ -46,6 +46,7 @@ READERS = {
     "heartbeat": "launcher.execute.local.hangs:parse_heartbeat",
     "hang clock": "launcher.execute.local.hangclock:parse_clock",
     "reset file": "launcher.host.mindcluster:parse_reset",
+    "module list": "launcher.execute.local.warm:parse_module_list",
     "version file": "launcher.host.mindcluster:parse_version",
     "health answer": "launcher.host.health:parse_answer",
     "nvidia-smi memory": "launcher.host.release:parse_gpu_memory",

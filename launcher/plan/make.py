@@ -19,6 +19,8 @@ from launcher.base.signals import signal_names
 from launcher.checkpoint.resume import ResumePoint
 from launcher.contract import (
     CKPT_DIR,
+    MODULES_ENV,
+    MODULES_FILE,
     NOTICE_FILE,
     NOTICE_FILE_ENV,
     NOTICE_SIGNAL_ENV,
@@ -273,6 +275,10 @@ def make_plan(table: RankTable, server_index: int, opts: Options, rank_table_fil
     # a rank's paths by f-string, not os.path.join (five a rank): run_dir ends with the run id, never a slash
     error_name, log_name, env_name = (attempt_name(stem, ext, attempt)
                                       for stem, ext in (("error", "json"), ("output", "log"), ("env", "log")))
+    policy = opts.policy
+    record_modules = bool(policy.warm_restarts and policy.restart_policy == "job" and attempt < policy.max_restarts
+                          and not opts.command.no_python)
+    modules_name = attempt_name(*MODULES_FILE, attempt)
     ms_recovery = mindspore_recovery_environment(run_dir, inherited) if opts.policy.ms_recovery else {}
     mindio = mindio_environment(opts.master_addr, opts.master_port, inherited)
     area = memory_area(opts.policy.memory_root, opts.run_id) if opts.policy.memory_ckpt else None
@@ -301,6 +307,8 @@ def make_plan(table: RankTable, server_index: int, opts: Options, rank_table_fil
             env["PYTHONPATH"] = hooked_python_path(inherited.get("PYTHONPATH"))
         if opts.replicas is not None:
             env.update(opts.replicas.rank_environment(rank))
+        if record_modules:   # what it imported, for the next attempt's standbys (execute/local/warm.py)
+            env[MODULES_ENV] = f"{rank_dir}/{modules_name}"
         if opts.policy.survivor_window:
             env[NOTICE_FILE_ENV] = f"{rank_dir}/{NOTICE_FILE}"
             if opts.policy.notice_signal:

@@ -106,7 +106,7 @@ class LocalWorkers:
             if policy.warm_restarts and policy.restart_policy == "job" and plan.attempt < policy.max_restarts:
                 if self.standbys is None:
                     self.standbys = Standbys(self.spawner, self.reaper, policy.warm_restarts)
-                self.standbys.prepare(attempt.ranks)   # the next attempt's ranks, their imports done meanwhile
+                self.standbys.begin(attempt)   # the next attempt's ranks, started once this one's settled
             self._supervise(attempt, selector, tee)
         finally:
             self._finish(attempt, selector, tee)
@@ -193,8 +193,9 @@ class LocalWorkers:
             soon = recovery.next_due(attempt, time.monotonic())   # --restart-delay; a torch rank: its peers' end
             if soon is not None:
                 timeout = soon if timeout is None else min(timeout, soon)
-            reap = self.zombies.tick() if self.zombies is not None else None   # the ranks' orphans, as they exit
-            timeout = reap if timeout is None else timeout if reap is None else min(timeout, reap)
+            for wake in (self.zombies.tick() if self.zombies else None,   # the ranks' orphans, as they exit
+                         self.standbys.tick(attempt) if self.standbys else None):   # the next attempt's standbys
+                timeout = wake if timeout is None else timeout if wake is None else min(timeout, wake)
             events = self._dispatch(selector, tee, attempt.unwatched, timeout)
             for process in recovery.due_now(attempt, time.monotonic()):
                 if process.waiting and not attempt.stopping:

@@ -16,14 +16,28 @@ this file before the script. It:
   threads: seconds on a loaded machine) is the job finishing, not a silence a learned hang budget may judge.
 
 A ``SystemExit`` is not reported (the script may catch it; its exit code is judged when the process ends), nor
-is an exception a thread dies of. This file imports nothing of dlaunch: it runs in the rank, before its script.
+is an exception a thread dies of.
+
+With ``--warm-restarts``, ``DLAUNCH_MODULES_FILE`` names a file in the rank's directory: a daemon thread looks at
+``len(sys.modules)`` every half second and, each time the count has stayed the same for ``SETTLE`` seconds
+(the script's set-up and first steps imported what they import), writes the names of the modules imported
+from the interpreter's own library and site-packages (packages and top-level modules, not the script's own
+files; ``MAX_NAMES`` at most) there, for the next attempt's standbys to import ahead (execute/local/warm.py).
+It stops looking ``LIMIT`` seconds after the start. The variable is taken out of the environment (a child
+process of the rank lists nothing); in a standby (``DLAUNCH_STANDBY_FD``), the standby starts the thread
+itself when it becomes the rank. This file imports nothing of dlaunch: it runs in the rank, before its script.
 """
 
 import os
 import sys
 
 RAISE_ENV = "DLAUNCH_RAISE_FD"   # launcher/contract.py names it too: "FD:LAUNCHER_PID"
+MODULES_ENV = "DLAUNCH_MODULES_FILE"   # launcher/contract.py names it too
+STANDBY_ENV = "DLAUNCH_STANDBY_FD"     # set in a warm-restart standby (standby.py)
+HOOK_NAME = "_dlaunch_rankhook"        # where a standby finds this module again (sys.modules)
 HERE = os.path.dirname(os.path.abspath(__file__))
+POLL, SETTLE, LIMIT = 0.5, 2.0, 600.0   # seconds: a look at sys.modules, a settled count, the last look
+MAX_NAMES = 4096
 
 
 def _off_the_path() -> None:
@@ -84,6 +98,69 @@ def _report_raises() -> None:
     atexit.register(ending)
 
 
+def importable_modules() -> list:
+    """The names of the packages and top-level modules imported so far from the interpreter's own library or
+    site-packages, in the order they were first imported (a package before its subpackages)."""
+    import site
+    import sysconfig
+
+    paths = sysconfig.get_paths()
+    places = {paths[key] for key in ("stdlib", "platstdlib", "purelib", "platlib") if key in paths}
+    places.update(site.getsitepackages() if hasattr(site, "getsitepackages") else ())
+    roots = tuple(os.path.join(os.path.realpath(place), "") for place in places)
+    names = []
+    for name, module in dict(sys.modules).items():   # a copy: the script imports on while this reads
+        spec = getattr(module, "__spec__", None)
+        origin = getattr(spec, "origin", None)
+        if spec is None or spec.name != name or not isinstance(origin, str) or not getattr(spec, "has_location", 0):
+            continue   # built in, frozen, namespace, or an alias (os.path)
+        if "." in name and not hasattr(module, "__path__"):
+            continue   # a module inside a package: importing the package (or the script) brings it
+        if os.path.realpath(origin).startswith(roots):
+            names.append(name)
+            if len(names) >= MAX_NAMES:
+                break
+    return names
+
+
+def record_modules(path: str) -> None:
+    """A daemon thread writes ``importable_modules()`` to ``path`` whenever the count settled and changed."""
+    import threading
+    import time
+
+    def watch() -> None:
+        seen, still, written, end = len(sys.modules), 0.0, -1, time.monotonic() + LIMIT
+        while time.monotonic() < end:
+            time.sleep(POLL)
+            count = len(sys.modules)
+            if count != seen:
+                seen, still = count, 0.0
+                continue
+            still += POLL
+            if still >= SETTLE and count != written:
+                written = count
+                try:
+                    with open(path + ".tmp", "w") as out:
+                        out.write("".join(name + "\n" for name in importable_modules()))
+                    os.replace(path + ".tmp", path)
+                except Exception:   # noqa: BLE001 - a full disk, a removed directory: the standbys import less
+                    return
+
+    threading.Thread(target=watch, name="dlaunch-modules", daemon=True).start()
+
+
+def _modules(hook) -> None:
+    path = os.environ.pop(MODULES_ENV, "")
+    if not path:
+        return
+    if STANDBY_ENV in os.environ:   # a standby: what it imports ahead is no list; it starts this as the rank
+        sys.modules[HOOK_NAME] = hook
+    else:
+        record_modules(path)
+
+
 _off_the_path()
+_hook = sys.modules.get(__name__)   # this module, before the chained sitecustomize takes its name
 _chain()
-_report_raises()   # last: it wraps whatever excepthook the chained sitecustomize set
+_report_raises()   # it wraps whatever excepthook the chained sitecustomize set
+_modules(_hook)
