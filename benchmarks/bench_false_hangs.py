@@ -39,14 +39,15 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from launcher.execute.local.hangclock import WARMUP_STEPS  # noqa: E402
 from tests.launching import kill_run  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from harness import timed_lines  # noqa: E402  (a launcher's stderr, timed line by line)
 
 TIMEOUT = 240.0
 BOUND = 60   # --hang-timeout: the bound every learned budget stays under
@@ -176,13 +177,7 @@ def launch(client: Client, work: Path, run_id: str, load: float, save: float, st
     lines: list[tuple[float, str]] = []
     proc = subprocess.Popen([str(part) for part in command], cwd=work, env=env, text=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-
-    def read():
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            lines.append((time.time(), line.rstrip("\n")))
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
+    reader = timed_lines(proc.stderr, lines)
     try:
         code = proc.wait(timeout=TIMEOUT)
     except subprocess.TimeoutExpired:

@@ -28,12 +28,14 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from tests.launching import free_port, kill_run, write_rank_table  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from harness import timed_lines  # noqa: E402  (a launcher's stderr, timed line by line)
 
 PACED = str(ROOT / "tests" / "programs" / "paced_steps.py")
 LOCKSTEP = str(ROOT / "tests" / "programs" / "lockstep_rank.py")
@@ -46,14 +48,7 @@ def start(args: list, cwd: Path, lines: list) -> tuple[subprocess.Popen, threadi
     proc = subprocess.Popen([sys.executable, "-m", "launcher", *map(str, args)], cwd=cwd, text=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             env={**os.environ, "PYTHONPATH": str(ROOT)})
-
-    def read():
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            lines.append((time.time(), line.rstrip("\n")))
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    return proc, reader
+    return proc, timed_lines(proc.stderr, lines)
 
 
 def finish(procs: list, readers: list, run_id: str) -> list:

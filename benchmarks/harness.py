@@ -52,6 +52,17 @@ class Run:
     stderr: str = ""
 
 
+def timed_lines(stream, lines: list) -> threading.Thread:
+    """A started daemon thread appending ``(arrival time, line)`` for each line of ``stream`` (a launcher's stderr,
+    timed as it arrives) to ``lines``."""
+    def read():
+        for line in stream:
+            lines.append((time.time(), line.rstrip("\n")))
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    return reader
+
+
 def _vm_hwm(pid: int) -> int | None:
     """Peak RSS of one process (its own address space only), in bytes; None once it has no memory."""
     try:

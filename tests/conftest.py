@@ -27,14 +27,19 @@ def run_cli():
 @pytest.fixture(scope="session", autouse=True)
 def private_cache(tmp_path_factory):
     """Caches the examples keep (synthetic data) go to the session's temporary directory, never ~/.cache."""
-    cache = tmp_path_factory.mktemp("xdg-cache")
-    saved = os.environ.get("XDG_CACHE_HOME")
-    os.environ["XDG_CACHE_HOME"] = str(cache)
-    yield cache
+    yield from _session_variable("XDG_CACHE_HOME", tmp_path_factory.mktemp("xdg-cache"))
+
+
+def _session_variable(name: str, value: Path):
+    """``name`` set to ``value`` in this process's environment (every dlaunch a test starts inherits it) for the
+    session, then restored."""
+    saved = os.environ.get(name)
+    os.environ[name] = str(value)
+    yield value
     if saved is None:
-        os.environ.pop("XDG_CACHE_HOME", None)
+        os.environ.pop(name, None)
     else:
-        os.environ["XDG_CACHE_HOME"] = saved
+        os.environ[name] = saved
 
 
 SHARED_MEMORY = "/dev/shm"
@@ -44,14 +49,7 @@ SHARED_MEMORY = "/dev/shm"
 def memory_root(tmp_path_factory):
     """The tests' memory tier lives in the session's temporary directory, never /dev/shm: every dlaunch a test
     starts inherits ``DLAUNCH_MEMORY_ROOT`` (a test that needs its own passes --memory-root)."""
-    root = tmp_path_factory.mktemp("memory-root")
-    saved = os.environ.get("DLAUNCH_MEMORY_ROOT")
-    os.environ["DLAUNCH_MEMORY_ROOT"] = str(root)
-    yield root
-    if saved is None:
-        os.environ.pop("DLAUNCH_MEMORY_ROOT", None)
-    else:
-        os.environ["DLAUNCH_MEMORY_ROOT"] = saved
+    yield from _session_variable("DLAUNCH_MEMORY_ROOT", tmp_path_factory.mktemp("memory-root"))
 
 
 def _memory_areas(root: Path, base: Path) -> set[Path]:

@@ -134,6 +134,20 @@ def kill_run(run_id: str) -> None:
             pass
 
 
+def start_hosts(tmp_path: Path, program, table: Path, run_id: str, port: int, *flags, hosts: int = 2,
+                ranks_per_host: int = 2) -> list:
+    """``dlaunch cluster`` once per host of ``table`` (``hosts`` of ``ranks_per_host``), each in its own directory
+    ``tmp_path/host<i>``, as Slurm or a person would start them; ``flags`` go before the program's ``--``."""
+    procs = []
+    for index in range(hosts):
+        cwd = tmp_path / f"host{index}"
+        cwd.mkdir(exist_ok=True)
+        procs.append(start_dlaunch("cluster", program, "--rank-table", table, "--rank-start", index * ranks_per_host,
+                                   "--run-id", run_id, "--master-port", port, "--profile", "structure", *flags,
+                                   cwd=cwd))
+    return procs
+
+
 def write_rank_table(path: Path, hosts=("127.0.0.2", "127.0.0.3"), devices_per_host: int = 8) -> Path:
     """A version 1.0 table: servers by address, ranks in server order, unique (never contacted) device IPs."""
     servers = [{"server_id": host, "host_nic_ip": "reserve",

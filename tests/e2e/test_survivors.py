@@ -13,7 +13,7 @@ from tests.launching import (
     kill_run,
     processes_of_run,
     run_dlaunch,
-    start_dlaunch,
+    start_hosts,
     write_rank_table,
 )
 
@@ -33,13 +33,8 @@ def test_survivors_on_two_hosts_hear_save_and_the_restart_resumes_from_their_gas
     port = free_port(HOSTS[0], span=2)
     procs = []
     try:
-        for index in (0, 1):
-            cwd = tmp_path / f"host{index}"
-            cwd.mkdir()
-            procs.append(start_dlaunch(
-                "cluster", GASP_RANK, "--rank-table", table, "--rank-start", index * 2, "--run-id", "gasp",
-                "--master-port", port, "--profile", "structure", "--max-restarts", "1", "--survivor-window", "20",
-                "--host-timeout", "2", "--", "--fail-rank", "3", "--fail-after", "1.5", cwd=cwd))
+        procs = start_hosts(tmp_path, GASP_RANK, table, "gasp", port, "--max-restarts", "1", "--survivor-window", "20",
+                            "--host-timeout", "2", "--", "--fail-rank", "3", "--fail-after", "1.5")
         results = [proc.communicate(timeout=90) + (proc.returncode,) for proc in procs]
         left = processes_of_run("gasp")   # every host ended: no rank, standby or saver left behind
     finally:
