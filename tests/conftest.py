@@ -94,7 +94,8 @@ def run(tmp_path, monkeypatch):
 
 # The suite's longest files (over 40 s each on 2 cores), started first: with --dist loadfile a long file
 # drawn last keeps one worker busy while the other has nothing left to do.
-LONGEST_FIRST = ("test_mindspore_checkpoints.py", "test_clients.py", "test_resume.py", "test_slurm.py",
+LONGEST_FIRST = ("test_hang_silent_ranks.py", "test_torchft_groups.py", "test_spares.py",
+                 "test_mindspore_checkpoints.py", "test_clients.py", "test_resume.py", "test_slurm.py",
                  "test_cluster_ssh.py", "test_ms_scheduler.py", "test_cluster.py", "test_scripts.py",
                  "test_pods.py", "test_checkpoint_async.py", "test_ckpttool.py", "test_hf_clm.py")
 

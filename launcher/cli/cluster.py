@@ -64,8 +64,9 @@ def cmd_cluster(args: LaunchRequest, control=None, on_started=None, environ=None
 
 
 def rescued(opts, dry_run: bool) -> None:
-    """--memory-ckpt: an area a SIGKILLed dlaunch of this run left, on disk before the resume point is read."""
-    if not dry_run:
+    """--memory-ckpt: an area a SIGKILLed dlaunch of this run left, on disk before the resume point is read (the
+    keeper imported only then: a launch without the tier pays nothing for it)."""
+    if not dry_run and opts.policy.memory_ckpt:
         from launcher.execute.memory.keeper import rescue_before
 
         rescue_before(opts)

@@ -12,14 +12,12 @@ from launcher.settings.request import LaunchRequest
 
 
 def cmd_run(args: LaunchRequest) -> int:
+    from launcher.cli.cluster import rescued
     from launcher.execute.attempts import launch
 
     table, server_index, _, view = launch_table(args, os.environ)
     opts = launch_options(args, table, server_index, os.environ, view=view)
-    if not args.dry_run:
-        from launcher.execute.memory.keeper import rescue_before
-
-        rescue_before(opts)   # --memory-ckpt: a SIGKILLed dlaunch's area, on disk before the resume point is read
+    rescued(opts, args.dry_run)   # --memory-ckpt: a SIGKILLed dlaunch's area, on disk before the resume point is read
     return launch(table, server_index, opts, dry_run=args.dry_run, environ=os.environ)
 
 

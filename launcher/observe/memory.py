@@ -7,19 +7,25 @@ newest complete memory step. A step is complete when every rank has it in memory
 
 from __future__ import annotations
 
-from launcher.checkpoint import resume, tier
+from launcher.checkpoint import resume
 from launcher.contract import MEMORY_SLOTS_ENV
-from launcher.execute.memory.persist import newest
+
+TYPE_CHECKING = False   # typing's own flag, without importing typing on the launch path (docs/development.md)
+if TYPE_CHECKING:
+    from launcher.checkpoint import tier
 
 
 def memory_steps(run) -> dict[int, tier.Record]:
-    """Global rank -> its newest complete memory step, for the ranks whose area is there (a ``rundir.read.Run``)."""
+    """Global rank -> its newest complete memory step, for the ranks whose area is there (a ``rundir.read.Run``).
+    The tier's reader is imported only for a run that has one: ``status`` of any other run loads nothing more."""
     found: dict[int, tier.Record] = {}
     for plan in run.plans.values():
         for spec in plan.get("ranks") or []:
             slots = (spec.get("env") or {}).get(MEMORY_SLOTS_ENV)
             rank = spec.get("rank")
             if isinstance(slots, str) and isinstance(rank, int):
+                from launcher.execute.memory.persist import newest
+
                 record = newest(slots)
                 if record is not None:
                     found[rank] = record

@@ -73,6 +73,13 @@ def scripts_named(tmp_path):
         (tmp_path / name).write_text("")
 
 
+@pytest.fixture(autouse=True)
+def no_memory_root(monkeypatch):
+    """The suite's DLAUNCH_MEMORY_ROOT (tests/conftest.py) is an option from the environment like any other, which a
+    generated script records; these tests compare scripts with exactly the options they gave."""
+    monkeypatch.delenv("DLAUNCH_MEMORY_ROOT", raising=False)
+
+
 @pytest.fixture
 def table(tmp_path):
     return two_server_table(tmp_path / "rt4.json")
