@@ -55,13 +55,6 @@ def buddy_of(active: list[str], host: str) -> str | None:
     return active[(active.index(host) + 1) % len(active)]
 
 
-def kept_by(active: list[str], host: str) -> str | None:
-    """Whose buddy ``host`` was: the host before it in ``active`` (whose copies it keeps)."""
-    if host not in active or len(active) < 2:
-        return None
-    return active[active.index(host) - 1]
-
-
 # ---------------------------------------------------------------------------------------------------- the wire
 
 
