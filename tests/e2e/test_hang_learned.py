@@ -83,13 +83,15 @@ def test_a_learned_timeout_calls_the_hang_of_rank_6_quickly_and_the_master_names
     rows = {int(line.split()[1]): line for line in summary[1:]}
     assert sorted(rows) == list(range(8)) and "in no collective" in rows[6]
     others = [rows[rank] for rank in rows if rank != 6]
-    assert all("in a collective" in row or "no stack" in row for row in others), summary
-    assert sum("no stack" in row for row in others) <= 1, summary
+    # a loaded machine may catch one waiting rank outside its all_reduce (still in its 0.2 s sleep, or leaving
+    # the call): rank 6 is named all the same, as the oldest sign of life of those outside a collective
+    assert sum("in a collective" not in row for row in others) <= 1, summary
     assert all(int(rows[rank].split("last step ")[1].split(",")[0]) >= 45 for rank in rows), summary
     status = run_dlaunch("status", run_dirs[0], cwd=tmp_path, timeout=30).stdout   # the master's run directory
     assert "rank 6 on host 127.0.0.3 stopped first: its stack is in no collective" in status, status
     steps = status.split("last steps: ")[1].split(" (")[0].split(", ")
-    assert len(steps) == 8 and [s.endswith("*") for s in steps] == [rank == 6 for rank in range(8)], status
+    assert len(steps) == 8 and steps[6].endswith("*"), status
+    assert sum(s.endswith(("*", "?")) for rank, s in enumerate(steps) if rank != 6) <= 1, status
     made = run_dlaunch("report", run_dirs[0], "-o", tmp_path / "report.html", cwd=tmp_path, timeout=60)
     assert made.returncode == 0, made.stderr
     page = (tmp_path / "report.html").read_text()

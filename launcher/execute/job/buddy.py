@@ -29,7 +29,7 @@ import socket
 import threading
 import time
 
-from launcher.base import border
+from launcher.base import border, waiting
 from launcher.checkpoint import names as ckptnames
 from launcher.execute.job import protocol
 
@@ -39,6 +39,8 @@ TIMEOUT = 10.0                   # seconds any one read or write on a buddy conn
 HANDSHAKE_SECONDS = 10.0         # a peer proves it holds the job's secret within this, or is cut off
 KEEP = 3                         # steps a buddy keeps per rank: a step every rank of the lost host reached
 CONNECTIONS = 8                  # connections a host's buddy keeper answers at once
+FETCH_SECONDS = 300.0            # a spare fetches a lost host's copies within this, all its ranks together
+CLOSE_SECONDS = 30.0             # at the end, the newest steps still queued are sent within this, or given up
 BUDDY_DIR = "buddy"              # in the receiving host's memory area: rank_NNN/<checkpoint name>
 
 
@@ -58,12 +60,29 @@ def buddy_of(active: list[str], host: str) -> str | None:
 # ---------------------------------------------------------------------------------------------------- the wire
 
 
-class _Line:
-    """Lines of the job's protocol over a blocking socket, and raw bytes between them."""
+class Interrupted(ConnectionError):
+    """A stop signal came while a spare fetched copies: it stops fetching and obeys it."""
 
-    def __init__(self, sock: socket.socket, outgoing: str):
+
+class _Line:
+    """Lines of the job's protocol over a blocking socket, and raw bytes between them. Every read waits through
+    ``waiting.ready_fds``: until the line's ``deadline`` (the whole exchange's, not one read's) and, with a
+    ``stop_fd``, until a stop signal makes that descriptor readable (it is left unread, for its owner)."""
+
+    def __init__(self, sock: socket.socket, outgoing: str, deadline: float | None = None, stop_fd: int | None = None):
         self.sock, self.channel, self.pending = sock, protocol.Channel(outgoing), b""
-        self.deadline: float | None = None   # while set, a receive past it ends the connection
+        self.deadline = deadline   # while set, a receive past it ends the connection
+        self.stop_fd = stop_fd
+
+    def _recv(self, size: int) -> bytes:
+        if self.deadline is not None or self.stop_fd is not None:
+            fds = [self.sock.fileno()] + ([self.stop_fd] if self.stop_fd is not None else [])
+            ready = waiting.ready_fds(fds, self.deadline)
+            if self.stop_fd is not None and self.stop_fd in ready:
+                raise Interrupted("a stop signal came")
+            if not ready:
+                raise ConnectionError("the peer took too long")
+        return self.sock.recv(size)
 
     def send(self, message: dict) -> None:
         self.sock.sendall(self.channel.encode(message))
@@ -78,7 +97,7 @@ class _Line:
                 return message
             if self.deadline is not None and time.monotonic() > self.deadline:
                 raise ConnectionError("the peer took too long to prove it belongs to the job")
-            data = self.sock.recv(65536)
+            data = self._recv(65536)
             if not data:
                 raise ConnectionError("the buddy closed the connection")
             self.channel._buffer += data               # noqa: SLF001
@@ -93,7 +112,7 @@ class _Line:
             into(chunk)
             left -= len(chunk)
         while left > 0:
-            chunk = self.sock.recv(min(CHUNK, left))
+            chunk = self._recv(min(CHUNK, left))
             if not chunk:
                 raise ConnectionError("the buddy closed the connection in the middle of a copy")
             mac.update(chunk)
@@ -131,9 +150,11 @@ def _handshake_server(line: _Line, secret: bytes) -> str:
     return host
 
 
-def _connect(address: str, port: int, secret: bytes, host: str) -> _Line:
-    sock = socket.create_connection((address, port), timeout=TIMEOUT)
-    line = _Line(sock, "c")
+def _connect(address: str, port: int, secret: bytes, host: str, deadline: float | None = None,
+             stop_fd: int | None = None) -> _Line:
+    left = TIMEOUT if deadline is None else max(0.001, min(TIMEOUT, deadline - time.monotonic()))
+    sock = socket.create_connection((address, port), timeout=left)
+    line = _Line(sock, "c", deadline, stop_fd)
     try:
         _handshake_client(line, secret, host)
     except BaseException:
@@ -142,10 +163,12 @@ def _connect(address: str, port: int, secret: bytes, host: str) -> _Line:
     return line
 
 
-def _send_bytes(line: _Line, fd: int, length: int, rate: float) -> bytes:
+def _send_bytes(line: _Line, fd: int, length: int, rate: float, give_up=None) -> bytes:
     mac = hmac.new(line.channel.key or b"", digestmod=hashlib.sha256)
     sent, started = 0, time.monotonic()
     while sent < length:
+        if give_up is not None and give_up():
+            raise ConnectionError("given up: dlaunch is ending")
         chunk = os.pread(fd, min(CHUNK, length - sent), sent)
         if not chunk:
             raise OSError(f"the slot ended {length - sent} bytes short")
@@ -161,7 +184,8 @@ def _send_bytes(line: _Line, fd: int, length: int, rate: float) -> bytes:
 # ---------------------------------------------------------------------------------------------------- sending
 
 
-def push(address: str, port: int, secret: bytes, host: str, rank: int, path: str, rate: float = DEFAULT_RATE) -> None:
+def push(address: str, port: int, secret: bytes, host: str, rank: int, path: str, rate: float = DEFAULT_RATE,
+         give_up=None) -> None:
     """Send rank ``rank``'s checkpoint file ``path`` (a step dlaunch persisted from its memory) to the buddy at
     ``address``:``port``, which keeps it among that rank's newest copies. Raises OSError/ConnectionError when the buddy
     cannot be reached, refuses it (over its budget) or does not confirm it kept it whole."""
@@ -169,7 +193,9 @@ def push(address: str, port: int, secret: bytes, host: str, rank: int, path: str
     parsed = ckptnames.parse_dlaunch(name)
     if parsed is None:
         raise ValueError(f"{path} is not a checkpoint dlaunch names")
-    fd = os.open(path, os.O_RDONLY)
+    fd = border.open_fd(path)   # the rank's checkpoint directory: a link or a FIFO put there is not sent
+    if fd is None:
+        raise OSError(f"{path} is not a regular file")
     try:
         length = os.fstat(fd).st_size
         line = _connect(address, port, secret, host)
@@ -179,7 +205,7 @@ def push(address: str, port: int, secret: bytes, host: str, rank: int, path: str
             ready = line.receive()   # refused before a byte is sent (over the budget), or ready
             if ready.get("t") != "ready":
                 raise ConnectionError(f"the buddy refused the copy: {str(ready.get('why'))[:200]}")
-            digest = _send_bytes(line, fd, length, rate)
+            digest = _send_bytes(line, fd, length, rate, give_up)
             line.send({"t": "end", "mac": digest.hex()})
             answer = line.receive()
         finally:
@@ -190,13 +216,15 @@ def push(address: str, port: int, secret: bytes, host: str, rank: int, path: str
         raise ConnectionError(f"the buddy did not keep the copy: {str(answer.get('why'))[:200]}")
 
 
-def pull(address: str, port: int, secret: bytes, host: str, rank: int, into: str) -> list[str]:
+def pull(address: str, port: int, secret: bytes, host: str, rank: int, into: str, deadline: float | None = None,
+         stop_fd: int | None = None) -> list[str]:
     """Ask the buddy at ``address``:``port`` for the copies it keeps of rank ``rank``'s steps and write them into the
     checkpoint directory ``into`` (store.py's guarantees: each whole or absent); returns their paths, oldest first
-    (none when the buddy has none)."""
+    (none when the buddy has none). ConnectionError past ``deadline`` (``time.monotonic()``), ``Interrupted`` as
+    soon as ``stop_fd`` is readable (a stop signal)."""
     from launcher.checkpoint import store
 
-    line = _connect(address, port, secret, host)
+    line = _connect(address, port, secret, host, deadline, stop_fd)
     written: list[str] = []
     try:
         line.send({"t": "get", "rank": rank})
@@ -246,6 +274,7 @@ class BuddySender:
         self._lock = threading.Condition()
         self._closed = False
         self._failing = False
+        self._given_up = False   # close() waited long enough: the copy in flight stops at its next chunk
         self.sent: list[tuple[int, str]] = []   # (rank, file name) in the order the buddy kept them
         self.thread = threading.Thread(target=self._run, name="dlaunch-buddy-send", daemon=True)
         self.thread.start()
@@ -255,26 +284,30 @@ class BuddySender:
             self._queue[rank] = path
             self._lock.notify()
 
-    def close(self) -> None:
-        """Send what is queued (a failure's newest steps), then stop."""
+    def close(self, timeout: float = CLOSE_SECONDS) -> None:
+        """Send what is queued (a failure's newest steps) within ``timeout`` seconds, then stop: a buddy that
+        stalls never holds dlaunch's exit (the copy in flight is given up, the buddy keeps no part of it)."""
         with self._lock:
             self._closed = True
             self._lock.notify()
-        self.thread.join()
+        self.thread.join(timeout)
+        if self.thread.is_alive():
+            self._given_up = True
+            self.log(f"gave up sending the newest steps to the buddy host after {timeout:.0f} s")
 
     def _run(self) -> None:
         while True:
             with self._lock:
                 while not self._queue and not self._closed:
                     self._lock.wait()
-                if not self._queue:
+                if not self._queue or self._given_up:
                     return
                 rank, path = self._queue.popitem()
             where = self.target()
             if where is None:
                 continue
             try:
-                push(where[0], where[1], self.secret, self.host, rank, path, self.rate)
+                push(where[0], where[1], self.secret, self.host, rank, path, self.rate, lambda: self._given_up)
             except (OSError, ConnectionError, ValueError) as exc:
                 if not self._failing:
                     self.log(f"cannot send rank {rank}'s step {os.path.basename(path)} to its buddy host "

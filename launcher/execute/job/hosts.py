@@ -36,7 +36,7 @@ def settle(link: JobLink, plan, result, signal_fd: int, roster=None) -> dict:
         from launcher.execute.job.spares import pull_from_buddies, slot_steps
 
         if plan.policy.memory_ckpt and result.extra.get("lost_hosts"):
-            pull_from_buddies(link, roster, plan.run_dir, result.extra["lost_hosts"])
+            pull_from_buddies(link, roster, plan.run_dir, result.extra["lost_hosts"], signal_fd)
         slots = slot_steps(roster, plan.run_dir)
     verdict = link.finish(result, signal_fd, steps=complete_steps(plan), stacks=_stack_texts(result), slots=slots)
     if link.stacks:

@@ -136,11 +136,12 @@ def slot_steps(roster: Roster, run_dir: str) -> dict[str, list[str]]:
     return seen
 
 
-def pull_from_buddies(link, roster: Roster, run_dir: str, lost: list[str]) -> list[str]:
+def pull_from_buddies(link, roster: Roster, run_dir: str, lost: list[str], stop_fd: int | None = None) -> list[str]:
     """--memory-ckpt: a spare, before it reports what it can take over, fetches each lost host's ranks' newest
     persisted steps from that host's buddy (``job/buddy.py``) into its own rank checkpoint directories, where
     ``slot_steps`` finds them. Returns the files written; a buddy that cannot answer is said, not fatal (the job
-    then resumes from what the spare sees otherwise)."""
+    then resumes from what the spare sees otherwise). All of it within ``buddy.FETCH_SECONDS``; a stop signal
+    (``stop_fd`` readable) ends it at once, with what was fetched."""
     from launcher.contract import CKPT_DIR
     from launcher.execute.job import buddy
     from launcher.rundir.paths import rank_dir_name
@@ -148,6 +149,7 @@ def pull_from_buddies(link, roster: Roster, run_dir: str, lost: list[str]) -> li
     table = roster.table()
     names = [roster.name(index) for index in roster.active]
     got: list[str] = []
+    deadline = time.monotonic() + buddy.FETCH_SECONDS
     for index, server in zip(roster.active, table.servers):
         keeper = buddy.buddy_of(names, roster.name(index))
         if roster.name(index) not in lost or keeper is None or keeper in lost:
@@ -157,10 +159,14 @@ def pull_from_buddies(link, roster: Roster, run_dir: str, lost: list[str]) -> li
             into = os.path.join(run_dir, rank_dir_name(placed.rank, table.device_count), CKPT_DIR)
             try:
                 fetched += buddy.pull(keeper, buddy.port_of(link.port), link.secret, roster.name(roster.own),
-                                      placed.rank, into)
+                                      placed.rank, into, deadline, stop_fd)
+            except buddy.Interrupted:
+                return got + fetched
             except (OSError, ConnectionError, ValueError) as exc:
                 say(f"cannot fetch rank {placed.rank}'s newest step from host {keeper}, the buddy of lost host "
                     f"{roster.name(index)}: {exc}")
+                if time.monotonic() >= deadline:
+                    return got + fetched   # the others would fail alike
                 continue
         got += fetched
         if fetched:

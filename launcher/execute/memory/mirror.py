@@ -17,12 +17,14 @@ import os
 import shutil
 import stat as stats
 
+from launcher.base import border
 from launcher.base.atomic import commit, fsync_path, temp_beside
 from launcher.execute.local.proctree import descendants
 from launcher.execute.memory.torn import is_torn
 
 MIRROR_DIR = "memory"
 WRITING_DIGITS = (b"1", b"2", b"5", b"6")   # O_WRONLY or O_RDWR in the flags' last octal digit
+FDINFO_LIMIT = 1 << 16   # bytes of /proc/PID/fdinfo/FD read (a regular file's: a few lines)
 
 Sig = tuple   # (size, mtime_ns, inode): what tells a changed file
 
@@ -76,12 +78,12 @@ def open_for_writing(under: str) -> set[str]:
 
 def _writing(pid: int, fd: str) -> bool:
     try:
-        with open(f"/proc/{pid}/fdinfo/{fd}", "rb") as fh:
-            for line in fh.read(4096).splitlines():
-                if line.startswith(b"flags:"):   # octal: its last digit holds the access mode (O_ACCMODE)
-                    return line.rstrip()[-1:] in WRITING_DIGITS
-    except OSError:
-        return True   # gone meanwhile, or unreadable: taken as busy, looked at again next time
+        info = border.read_bytes(f"/proc/{pid}/fdinfo/{fd}", "descriptor's information", FDINFO_LIMIT)
+    except border.Refused:
+        return True   # unreadable: taken as busy, looked at again next time
+    for line in (info or b"").splitlines():   # None: gone meanwhile, taken as busy
+        if line.startswith(b"flags:"):   # octal: its last digit holds the access mode (O_ACCMODE)
+            return line.rstrip()[-1:] in WRITING_DIGITS
     return True
 
 

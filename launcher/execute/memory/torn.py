@@ -24,9 +24,13 @@ MAX_HEADER = 100 << 20   # safetensors' own limit on its header
 
 
 def is_torn(path: str) -> bool:
-    """True when ``path`` is a zip archive or safetensors file that is not whole (unreadable: torn too)."""
+    """True when ``path`` is a zip archive or safetensors file that is not whole (unreadable, or no regular file: a
+    FIFO or a symbolic link a rank left there, torn too: never mirrored)."""
+    fd = border.open_fd(path)
+    if fd is None:
+        return True
     try:
-        with open(path, "rb") as fh:
+        with os.fdopen(fd, "rb") as fh:
             size = os.fstat(fh.fileno()).st_size
             head = fh.read(8)
             if head.startswith(ZIP_LOCAL):

@@ -54,24 +54,26 @@ def test_asking_for_a_notice_says_once_that_this_rank_watches(tmp_path, monkeypa
 def test_only_an_error_raised_inside_torch_distributed_code_waits_for_a_notice(tmp_path, monkeypatch):
     """The documented loop catches every error; a rank's own error must be re-raised at once (dlaunch hears it
     when it leaves the script), only a broken collective's may wait for the notice of the peer that broke it."""
-    import time
-
     import torch
     import torch.distributed as dist
 
     from launcher import checkpoint
+    from launcher.checkpoint import api
     from launcher.checkpoint.gasp import from_collective
 
+    waits = []
+    monkeypatch.setattr(api, "wait_for_notice", lambda seconds: waits.append(seconds))   # would wait: recorded
     try:
         raise RuntimeError("the script's own bug")
     except RuntimeError as own:
         assert not from_collective(own)
         monkeypatch.setenv("DLAUNCH_NOTICE_FILE", str(tmp_path / "notice.json"))
-        started = time.monotonic()
         assert checkpoint.save_on_notice({"w": torch.zeros(1)}, 0, 1, wait=600) is False
-        assert time.monotonic() - started < 300   # not the 600 s asked: no wait at all for its own error
+        assert waits == []   # not the 600 s asked: no wait at all for its own error
     try:
         dist.all_reduce(torch.ones(1))   # no process group: raised inside torch.distributed
     except (RuntimeError, ValueError) as broken:
         assert from_collective(broken)
+        assert checkpoint.save_on_notice({"w": torch.zeros(1)}, 0, 1, wait=5) is False   # no notice came
+        assert waits == [5]   # a broken collective's error waits for the notice, as long as asked
     assert not from_collective(None)

@@ -2,6 +2,8 @@
 buddy, refused without the job's secret, over the budget or torn, and handed to a spare that asks."""
 
 import os
+import socket
+import time
 
 import pytest
 
@@ -77,3 +79,35 @@ def test_a_copy_cut_short_is_never_kept(tmp_path, keeper):
     line.sock.close()
     got = buddy.pull("127.0.0.1", keeper.port, SECRET, "spare", 0, str(tmp_path / "out"))
     assert [os.path.basename(path) for path in got] == ["ckpt-0_5.pt"]
+
+
+@pytest.fixture
+def silent_buddy():
+    """A listener that takes connections and never says a word (a buddy host that hangs)."""
+    server = socket.create_server(("127.0.0.1", 0))
+    yield server.getsockname()[1]
+    server.close()
+
+
+def test_a_spare_fetching_from_a_silent_buddy_gives_up_at_its_deadline_or_at_a_stop_signal(tmp_path, silent_buddy):
+    with pytest.raises(ConnectionError, match="took too long"):   # the deadline's words, not a socket's timeout
+        buddy.pull("127.0.0.1", silent_buddy, SECRET, "spare", 0, str(tmp_path / "out"),
+                   deadline=time.monotonic() + 0.3)
+    read, write = os.pipe()
+    os.write(write, b"\0")   # the signal watch's descriptor, readable: a SIGTERM came
+    with pytest.raises(buddy.Interrupted):
+        buddy.pull("127.0.0.1", silent_buddy, SECRET, "spare", 0, str(tmp_path / "out"), stop_fd=read)
+    assert os.read(read, 1) == b"\0"   # left for its owner to read
+    os.close(read)
+    os.close(write)
+
+
+def test_the_sender_gives_up_a_stalled_buddy_at_the_end_and_never_sends_a_fifo(tmp_path, silent_buddy):
+    said = []
+    sender = buddy.BuddySender(lambda: ("127.0.0.1", silent_buddy), SECRET, "host-a", said.append)
+    sender.offer(0, persisted(str(tmp_path / "ckpt"), 5, b"x" * 1000))
+    sender.close(timeout=0.3)
+    assert any("gave up sending" in line for line in said), said
+    os.mkfifo(tmp_path / "ckpt" / "ckpt-0_6.pt")   # no writer: a plain open() would wait for one forever
+    with pytest.raises(OSError, match="not a regular file"):
+        buddy.push("127.0.0.1", silent_buddy, SECRET, "host-a", 0, str(tmp_path / "ckpt" / "ckpt-0_6.pt"))

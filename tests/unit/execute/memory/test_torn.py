@@ -2,6 +2,7 @@
 
 import io
 import json
+import os
 import struct
 import zipfile
 
@@ -51,3 +52,15 @@ def test_safetensors_torn_where_its_header_says_more(tmp_path, cut):
     assert not is_torn(str(path))
     path.write_bytes(data[:cut] if cut else b"")
     assert is_torn(str(path))
+
+
+def test_a_fifo_or_a_link_a_rank_left_is_torn_and_read_without_waiting(tmp_path):
+    """A FIFO with no writer would block a plain open() forever; a link may point anywhere: neither is mirrored."""
+    os.mkfifo(tmp_path / "model.pt")
+    assert is_torn(str(tmp_path / "model.pt"))
+    (tmp_path / "real.pt").write_bytes(b"")
+    os.symlink(tmp_path / "real.pt", tmp_path / "link.pt")
+    assert is_torn(str(tmp_path / "link.pt"))
+    assert is_torn(str(tmp_path / "real.pt"))   # killed before its first header: torn
+    (tmp_path / "notes.txt").write_text("free text")
+    assert not is_torn(str(tmp_path / "notes.txt"))
