@@ -20,7 +20,7 @@ The faults: the same seeded schedule for every launcher (``--seed``): ``--faults
 ~10-15 s), alternating a SIGKILL of a rank from outside and an exception raised by a rank in train.py
 (``raise-rankN`` file: it raises at the top of its next iteration, once), the rank drawn by the seed.
 
-The launchers (``--launchers``, default all seven), each with ``--max-restarts`` = the number of faults:
+The launchers (``--launchers``, default all eight), each with ``--max-restarts`` = the number of faults:
 ``dlaunch`` (``python -m launcher run train.py --ranks 2``), ``dlaunch-warm`` (the same, ``--warm-restarts
 torch``), ``dlaunch-torchrun`` (the torchrun front, ``python -m launcher torchrun``), ``torchrun`` (torch 2.13's
 own, ``--standalone``), ``torchrun-noshare`` (the same with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1; see
@@ -32,6 +32,8 @@ goes to the memory directory dlaunch keeps and mirrors to disk (a config file of
 to rank 0's ``DLAUNCH_MEMORY_DIR``: nanoGPT saves on rank 0 only and every rank resumes from ``out_dir``) and
 checkpoints every iteration (``--eval_interval=1``, which also evaluates every iteration: nanoGPT saves only
 after an evaluation); the rest as for the others, resumed by ``init_from='resume'``.
+``dlaunch-window`` (issue 46) is ``dlaunch`` with ``--survivor-window 10``: neither client asks for dlaunch's
+notice, so the window must cost them nothing (the restart waits only for ranks that asked).
 Every rank has OMP_NUM_THREADS=1.
 
 Measured per launcher and repetition (the order of the launchers reversed every repetition):
@@ -52,7 +54,8 @@ that fails or outlives its time (``--timeout`` for a fault-free run; with faults
 listed with its reason.  Rank processes left alive after their launcher exited are reported and killed.
 
 Run:  .venv/bin/python benchmarks/bench_goodput.py --repeat 2 [--client nanogpt|hf_clm] [--hf-script PATH]
-      [--launchers dlaunch,dlaunch-warm,dlaunch-torchrun,torchrun,torchrun-noshare,ft_launcher,dlaunch-memory]
+      [--launchers dlaunch,dlaunch-warm,dlaunch-torchrun,torchrun,torchrun-noshare,ft_launcher,dlaunch-memory,
+      dlaunch-window]
       [--iters 450] [--ckpt-every 20] [--every 12] [--faults 2] [--seed 46] [--ft-venv DIR] [--keep]
 """
 
@@ -82,8 +85,9 @@ from harness import describe_procs, kill_procs, run_launcher  # noqa: E402  (the
 REPO = Path(__file__).resolve().parent.parent
 CLIENT = REPO / "tests" / "clients" / "nanogpt"
 LAUNCHERS = ("dlaunch", "dlaunch-warm", "dlaunch-torchrun", "torchrun", "torchrun-noshare", "ft_launcher",
-             "dlaunch-memory")
+             "dlaunch-memory", "dlaunch-window")
 NPROC = 2
+SURVIVOR_WINDOW = 10   # seconds, dlaunch-window's --survivor-window (the issue's measure)
 FAULT_FREE_TIMEOUT = 150.0
 
 # The launcher's own line saying a rank failed (not a rank's output, which torchrun and ft_launcher also print).
@@ -92,7 +96,8 @@ NOTICED = {
     "torchrun": re.compile(r"(failed \(exitcode|Worker group failed|WorkerGroupFailure|SignalException|"
                            r"ChildFailedError|Stopping worker group|Restarting worker group)"),
 }
-NOTICED["dlaunch-warm"] = NOTICED["dlaunch-torchrun"] = NOTICED["dlaunch-memory"] = NOTICED["dlaunch"]
+NOTICED["dlaunch-warm"] = NOTICED["dlaunch-torchrun"] = NOTICED["dlaunch-memory"] = NOTICED["dlaunch-window"] = \
+    NOTICED["dlaunch"]
 NOTICED["torchrun-noshare"] = NOTICED["ft_launcher"] = NOTICED["torchrun"]
 KNOWN_ERRORS = ("ModuleNotFoundError", "connectFullMesh failed", "Connection refused", "DistNetworkError",
                 "DistStoreError", "RendezvousTimeoutError", "RendezvousClosedError", "Traceback")
@@ -294,6 +299,8 @@ class Bench:
                 return [sys.executable, "-m", "launcher", "torchrun", "--nproc-per-node", str(NPROC),
                         "--max-restarts", str(restarts), "--standalone", train, *config], env
             warm = ["--warm-restarts", "torch"] if launcher == "dlaunch-warm" else []
+            if launcher == "dlaunch-window":   # issue 46 item 3: a window the client never uses must cost nothing
+                warm = ["--survivor-window", str(SURVIVOR_WINDOW)]
             if launcher == "dlaunch-memory":   # nanoGPT's ckpt.pt into memory, every iteration
                 warm, config = ["--memory-ckpt"], [*config[:-1], str(self.memory_config()), "--eval_interval=1"]
             return [sys.executable, "-m", "launcher", "run", train, "--ranks", str(NPROC), "--max-restarts",

@@ -1,6 +1,7 @@
 """Shared paths and helpers for the suite."""
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,17 @@ collect_ignore_glob = ["clients/*"]
 def dlaunch(*args, cwd=None, env=None, timeout=60, input=None):
     """Run the real CLI in a fresh interpreter, as a user would (tests.launching.run_dlaunch, a shorter wait)."""
     return run_dlaunch(*args, cwd=cwd, env=env, timeout=timeout, input=input)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def interruptible_children():
+    """Processes the tests start take Ctrl-C as under a terminal. A suite started in the background of a
+    non-interactive shell (``cmd &``, nohup) inherits SIGINT ignored, and an ignored signal stays ignored across
+    exec: every dlaunch would then ignore the SIGINT its tests send. A Python handler here resets to the default
+    in each child at exec."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
 
 
 @pytest.fixture
