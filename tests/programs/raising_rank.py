@@ -7,7 +7,8 @@ on notice where a survivors' window is asked for, and notes the notice it got.
 - ``caught``: rank 1 raises and catches its own exception, then exits 0: not a failure;
 - ``exit``: rank 1 calls ``sys.exit(3)``: judged by its exit, as before;
 - ``child``: rank 1 runs a child Python that raises, then exits 0: a child never speaks for its rank.
-Rank 0 exits 0 on its own after 40 s (only in ``caught``/``child``/``exit`` does the job need that).
+Rank 0 exits 0 on its own after 40 s (only in ``caught``/``child``/``exit`` does the job need that). Rank 1 acts
+once rank 0 asked for the notice (its ``listening`` mark): the window waits only for ranks that asked.
 """
 
 import atexit
@@ -26,13 +27,16 @@ if os.environ["RANK"] == "0":
     end = time.monotonic() + (3 if mode in ("caught", "child", "exit") else 40)
     while time.monotonic() < end:
         found = checkpoint.notice() if os.environ.get("DLAUNCH_NOTICE_FILE") else None
+        (marks / "listening").touch()   # rank 1 fails only now: a rank that never asked is not waited for
         if found is not None:
             (marks / "noticed").write_text(str(found.get("failed_rank")))
             sys.exit(0)
         time.sleep(0.02)
     sys.exit(0)
 
-time.sleep(0.3)
+deadline = time.monotonic() + 30
+while not (marks / "listening").exists() and time.monotonic() < deadline:   # a loaded machine starts rank 0 late
+    time.sleep(0.02)
 if mode == "exit":
     sys.exit(3)
 if mode == "child":
