@@ -31,7 +31,9 @@ nvidia-resiliency-ext numpy``: its ranks run in that venv's Python; with ``--ign
 goes to the memory directory dlaunch keeps and mirrors to disk (a config file of nanoGPT's kind sets ``out_dir``
 to rank 0's ``DLAUNCH_MEMORY_DIR``: nanoGPT saves on rank 0 only and every rank resumes from ``out_dir``) and
 checkpoints every iteration (``--eval_interval=1``, which also evaluates every iteration: nanoGPT saves only
-after an evaluation); the rest as for the others, resumed by ``init_from='resume'``.
+after an evaluation); the rest as for the others, resumed by ``init_from='resume'``. For HF Trainer the same
+by its own options: ``--output_dir "$DLAUNCH_MEMORY_DIR" --save_steps 1`` (the rank's ``sh -c`` expands the
+path, as docs/checkpoints.md shows), resumed from the last ``checkpoint-N`` there.
 ``dlaunch-window`` (issue 46) is ``dlaunch`` with ``--survivor-window 10``: neither client asks for dlaunch's
 notice, so the window must cost them nothing (the restart waits only for ranks that asked).
 Every rank has OMP_NUM_THREADS=1.
@@ -301,8 +303,15 @@ class Bench:
             warm = ["--warm-restarts", "torch"] if launcher == "dlaunch-warm" else []
             if launcher == "dlaunch-window":   # issue 46 item 3: a window the client never uses must cost nothing
                 warm = ["--survivor-window", str(SURVIVOR_WINDOW)]
-            if launcher == "dlaunch-memory":   # nanoGPT's ckpt.pt into memory, every iteration
-                warm, config = ["--memory-ckpt"], [*config[:-1], str(self.memory_config()), "--eval_interval=1"]
+            if launcher == "dlaunch-memory":   # the client's own checkpoint into memory, every iteration
+                warm = ["--memory-ckpt"]
+                if self.kind.name == "nanogpt":
+                    config = [*config[:-1], str(self.memory_config()), "--eval_interval=1"]
+                else:   # HF: the memory directory is a path the rank's shell expands (dlaunch rewrites no argument)
+                    warm += ["--no-python"]
+                    config = ["-c", 'exec "$0" "$@" --output_dir "$DLAUNCH_MEMORY_DIR" --save_steps 1',
+                              sys.executable, train, *config]
+                    train = "sh"
             return [sys.executable, "-m", "launcher", "run", train, "--ranks", str(NPROC), "--max-restarts",
                     str(restarts), "--profile", "structure", "--output-dir", str(work / "runs"), *warm, "--",
                     *config], env

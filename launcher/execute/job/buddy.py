@@ -325,8 +325,9 @@ class BuddyKeeper:
     """This host's side: a listening thread that keeps the copies other hosts send (the newest KEEP per rank, under
     ``area/buddy/``) and hands them to a spare that asks."""
 
-    def __init__(self, address: str, port: int, secret: bytes, area: str, budget: int):
-        self.secret, self.budget = secret, budget
+    def __init__(self, address: str, port: int, secret: bytes, area: str, budget: int,
+                 handshake_seconds: float = HANDSHAKE_SECONDS):
+        self.secret, self.budget, self.handshake_seconds = secret, budget, handshake_seconds
         self.directory = os.path.join(area, BUDDY_DIR)
         os.makedirs(self.directory, mode=0o700, exist_ok=True)
         self.sock = socket.create_server((address, port), reuse_port=False)
@@ -372,7 +373,7 @@ class BuddyKeeper:
             self._busy.release()
 
     def _answer(self, line: _Line) -> None:
-        line.deadline = time.monotonic() + HANDSHAKE_SECONDS   # a stranger trickling bytes is cut off
+        line.deadline = time.monotonic() + self.handshake_seconds   # a stranger trickling bytes is cut off
         _handshake_server(line, self.secret)
         line.deadline = None
         message = line.receive()

@@ -3,11 +3,13 @@ buddy, refused without the job's secret, over the budget or torn, and handed to 
 
 import os
 import socket
+import threading
 import time
 
 import pytest
 
 from launcher.execute.job import buddy
+from tests.launching import wait_until
 
 SECRET = b"s" * 32
 
@@ -111,3 +113,36 @@ def test_the_sender_gives_up_a_stalled_buddy_at_the_end_and_never_sends_a_fifo(t
     os.mkfifo(tmp_path / "ckpt" / "ckpt-0_6.pt")   # no writer: a plain open() would wait for one forever
     with pytest.raises(OSError, match="not a regular file"):
         buddy.push("127.0.0.1", silent_buddy, SECRET, "host-a", 0, str(tmp_path / "ckpt" / "ckpt-0_6.pt"))
+
+
+def test_a_crowd_of_silent_strangers_is_turned_away_and_cut_off_at_the_handshake_deadline(tmp_path):
+    """More connections than the keeper answers at once, none saying a word: the extra ones are closed at once,
+    the silent ones cut off at the handshake deadline, and a host of the job is then kept as before; the
+    keeper's threads never outnumber its bound."""
+    made = buddy.BuddyKeeper("127.0.0.1", 0, SECRET, str(tmp_path / "area"), budget=1 << 20, handshake_seconds=0.5)
+    crowd = [socket.create_connection(("127.0.0.1", made.port)) for _ in range(3 * buddy.CONNECTIONS)]
+    try:
+        peers = [t for t in threading.enumerate() if t.name == "dlaunch-buddy-peer"]
+        assert len(peers) <= buddy.CONNECTIONS
+        path = persisted(str(tmp_path / "ckpt"), 5, b"x" * 1000)
+
+        def kept_now():
+            try:
+                buddy.push("127.0.0.1", made.port, SECRET, "host-a", 0, path)
+            except (OSError, ConnectionError):
+                return False   # turned away while the crowd holds every place
+            return True
+        assert wait_until(kept_now, timeout=30, interval=0.1)
+        assert [os.path.basename(p) for p in made.kept(0)] == ["ckpt-0_5.pt"]
+        heard = []
+        for conn in crowd:   # each read to its end: the keeper closed every stranger's line
+            conn.settimeout(30)
+            data = b""
+            while chunk := conn.recv(1 << 16):
+                data += chunk
+            heard.append(data)
+        assert sum(bool(data) for data in heard) <= buddy.CONNECTIONS   # a challenge only to those it answered
+    finally:
+        for conn in crowd:
+            conn.close()
+        made.close()
