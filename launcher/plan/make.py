@@ -303,8 +303,10 @@ def make_plan(table: RankTable, server_index: int, opts: Options, rank_table_fil
                        **mindio)
         env.update(ms_recovery)   # {} without MindSpore's recovery
         env = {**opts.extra_env, **env}   # dlaunch's contract wins: --env RANK=5 cannot break the job
-        if not opts.command.no_python:   # its uncaught exception heard when raised (execute/local/raised.py)
-            env["PYTHONPATH"] = hooked_python_path(inherited.get("PYTHONPATH"))
+        # its uncaught exception heard when raised (execute/local/raised.py); with --no-python too: the hook speaks
+        # only in a Python that dlaunch started itself (``sh -c 'exec python ...'``, ``numactl ... python``), never
+        # in a child Python of a shell rank
+        env["PYTHONPATH"] = hooked_python_path(inherited.get("PYTHONPATH"))
         if opts.replicas is not None:
             env.update(opts.replicas.rank_environment(rank))
         if record_modules:   # what it imported, for the next attempt's standbys (execute/local/warm.py)

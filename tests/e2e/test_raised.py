@@ -93,3 +93,23 @@ def test_a_rank_killed_from_outside_is_the_root_cause_not_the_peer_whose_collect
                 proc.wait()
         cause = json.loads(next(out.glob("*/summary.json")).read_text())["root_cause"]
         assert (proc.returncode, cause["rank"], cause["signal"]) == (137, 0, "SIGKILL"), err
+
+
+def test_a_no_python_rank_that_execs_python_is_heard_when_it_raises_and_a_shells_child_is_not(tmp_path):
+    """``--no-python sh -c 'exec python ...'`` (how a script is given $DLAUNCH_MEMORY_DIR, or run under numactl)
+    is the process dlaunch started: its raise is heard at once (its teardown lasts a minute, past the bound). A
+    Python that a shell rank starts as its child never speaks for the rank: judged by the shell's exit."""
+    import sys
+
+    (tmp_path / "exec").mkdir()
+    done = run_dlaunch("run", "--no-python", "sh", "--ranks", "2", "--output-dir", tmp_path / "exec" / "runs",
+                       "--grace-period", "5", "--", "-c", 'exec "$0" "$1"', sys.executable, PROGRAM,
+                       cwd=tmp_path / "exec", env={"RAISE_MODE": "raise"}, timeout=BOUND)
+    assert done.returncode == 1, done.stderr
+    assert "rank 1 raised an exception" in done.stderr, done.stderr
+    (tmp_path / "child").mkdir()
+    done = run_dlaunch("run", "--no-python", "sh", "--ranks", "2", "--output-dir", tmp_path / "child" / "runs",
+                       "--", "-c", '"$0" -c "raise ValueError(1)"; exit 0', sys.executable,
+                       cwd=tmp_path / "child", timeout=BOUND)
+    assert done.returncode == 0, done.stderr
+    assert "raised an exception" not in done.stderr, done.stderr

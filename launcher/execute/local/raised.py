@@ -5,7 +5,10 @@ sockets close at once and die in their collective before a launcher that waits f
 anything. Every Python rank runs ``rankhook/sitecustomize.py`` before its script (the plan puts its directory
 first on the rank's PYTHONPATH, ``plan.environment.hooked_python_path``, and the hook takes it off again):
 after Python's own hook printed the traceback, it sends one datagram, ``raised PID``, over a descriptor every
-rank inherits. The event loop watches the other end, and the stop of a failed attempt starts then: the
+rank inherits. A ``--no-python`` rank gets the hook too: a wrapper that execs Python (``sh -c 'exec python
+...'``, ``numactl ... python``) keeps the process dlaunch started, so that Python speaks for the rank; a Python
+a shell rank starts as its child has another parent and stays silent (the rank is judged by its exit).
+The event loop watches the other end, and the stop of a failed attempt starts then: the
 survivors' notice, the other hosts told, every rank (the dying one too) stopped with SIGTERM and the grace. The
 rank's exit code stays its exception's, 1, whatever signal ends its teardown.
 
