@@ -104,12 +104,15 @@ def run(tmp_path, monkeypatch):
     return tmp_path / "run"
 
 
-# The suite's longest files (over 40 s each on 2 cores), started first: with --dist loadfile a long file
+# The suite's longest files (over 25 s each on 2 cores, longest first), started first: with --dist loadfile a long file
 # drawn last keeps one worker busy while the others have nothing left to do.
 LONGEST_FIRST = ("test_spares.py", "test_torchft_groups.py", "test_hang_silent_ranks.py", "test_stragglers.py",
                  "test_mindspore_checkpoints.py", "test_ms_scheduler.py", "test_clients.py",
                  "test_job_port_hostile.py", "test_hf_clm.py", "test_checkpoint_async.py", "test_cluster_ssh.py",
-                 "test_hang_learned.py", "test_warm_restarts.py", "test_restart_alone.py", "test_border_cases.py")
+                 "test_hang_learned.py", "test_warm_restarts.py", "test_restart_alone.py", "test_border_cases.py",
+                 "test_run.py", "test_resume.py", "test_job_hosts.py", "test_ckpttool.py", "test_report.py",
+                 "test_memory_keeper.py", "test_lifetime.py", "test_lifetime_daemons.py", "test_check_network.py",
+                 "test_scripts.py", "test_raised.py")
 
 
 def pytest_collection_modifyitems(config, items):
