@@ -130,3 +130,16 @@ def test_a_sigkilled_dlaunchs_area_is_persisted_and_freed_by_prune_and_by_the_ne
     done = run_dlaunch("run", *memory_flags(root), "--resume", run, "--output-dir", tmp_path / "runs", MEMORY_RANK,
                        "--", "--steps", "2", cwd=tmp_path)
     assert done.returncode == 0 and "[rank1]: resumed step 0_2 from" in done.stdout, done.stdout + done.stderr
+
+
+def test_a_rank_restarted_alone_finds_the_file_its_kill_tore_restored_from_the_mirror(tmp_path):
+    """--restart-policy rank: rank 0 dies half-way through rewriting ``ckpt.pt`` in the host's memory directory
+    while rank 1 runs on; restarted in place (no new attempt), it reads the whole step 3 that dlaunch mirrored,
+    not the torn step 4 (before, only a new attempt restored torn files)."""
+    proc, root, run = start(tmp_path, "mem-e", "--restart-policy", "rank", "--max-restarts", "1",
+                            str(PROGRAMS / "torn_in_place.py"))
+    out, err = finish(proc, "mem-e")
+    assert proc.returncode == 0, out + err
+    assert "[rank0]: resumed step 3" in out, out + err
+    assert "rank 0: restored ckpt.pt into its memory directory from " in err and "before the restart in place" in err
+    assert list(root.iterdir()) == []

@@ -8,6 +8,9 @@ smaller than the budget needs) and each rank's ``files/`` filled from its mirror
 one thread: every ``PERSIST_LOOK`` seconds the steps each rank asked to persist (``persist`` in its records) are
 persisted (``persist.py``), every ``LOOK`` seconds finished files are mirrored (``mirror.py``).
 
+``restore_in_place()`` before a rank starts again in place while the others run (``--restart-policy rank|group``,
+MindCluster's reset): the same copy back, except files a live process has open for writing.
+
 ``end(plan)`` after every rank of the attempt stopped, before the launch decides to restart (so the resume
 point sees it): the thread stopped, every rank's newest complete memory step persisted where it is not on disk
 yet (the failed rank's too: nothing is asked of the ranks), the mirror finished. ``close()`` at dlaunch's exit,
@@ -47,6 +50,7 @@ class MemoryKeeper:
         self.persisted: list = []   # every step persisted from memory (persist.Persisted), oldest first
         self.on_persisted: Callable[[int, str], None] | None = None   # (rank, path) for each: the buddy's sender
         self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()   # one look at a time: the thread's, or a restore before an in-place restart
         self._wake_r, self._wake_w = -1, -1
         self._told: set[str] = set()
 
@@ -99,6 +103,19 @@ class MemoryKeeper:
                 whole = False
                 self.log(f"rank {rank}: cannot copy {', '.join(mirror.failed[:3])} to {mirror.target}")
         return whole
+
+    def restore_in_place(self) -> None:
+        """Before a rank starts again in place while the others run (``--restart-policy rank|group``,
+        MindCluster's reset): files torn or missing in memory copied back from the mirror, as before an attempt,
+        except those a live process has open for writing (a running rank's save in flight is its own)."""
+        if self.area is None:
+            return
+        with self._lock:
+            busy = open_for_writing(self.area)
+            for rank, mirror in sorted(self.mirrors.items()):
+                if os.path.isdir(mirror.target) and (restored := mirror.restore(busy=busy)):
+                    self.log(f"rank {rank}: restored {', '.join(restored[:3])} into its memory directory from "
+                             f"{mirror.target} before the restart in place")
 
     def close(self) -> None:
         """At dlaunch's exit: persisted, then freed; kept (and said) when something in it could not be written."""
@@ -178,14 +195,15 @@ class MemoryKeeper:
         """One look: the steps the ranks asked for persisted (each PERSIST_LOOK: a rank skips memory saves that
         would overwrite such a step until it is on disk), and with ``mirror`` finished files mirrored (each LOOK:
         finding the files a rank still writes reads every process's descriptors)."""
-        busy = open_for_writing(self.area) if self.area and mirror else set()
-        for rank, (slots, ckpt_dir) in sorted(self.ranks.items()):
-            for record in to_persist(slots):
-                done = persist(rank, slots, ckpt_dir, record)
-                if done is not None:
-                    self._persisted(rank, done)
-            if mirror and rank in self.mirrors:
-                self.mirrors[rank].sync(busy)
+        with self._lock:
+            busy = open_for_writing(self.area) if self.area and mirror else set()
+            for rank, (slots, ckpt_dir) in sorted(self.ranks.items()):
+                for record in to_persist(slots):
+                    done = persist(rank, slots, ckpt_dir, record)
+                    if done is not None:
+                        self._persisted(rank, done)
+                if mirror and rank in self.mirrors:
+                    self.mirrors[rank].sync(busy)
 
 
 def rescue(area: str, log=say) -> list[str] | None:

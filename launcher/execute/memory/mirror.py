@@ -154,15 +154,16 @@ class Mirror:
                 os.rmdir(os.path.join(self.target, rel))   # only when empty
             rel = os.path.dirname(rel)
 
-    def restore(self, mirror: str | None = None) -> list[str]:
+    def restore(self, mirror: str | None = None, busy: frozenset[str] | set[str] = frozenset()) -> list[str]:
         """Copy into memory each file of ``mirror`` (default this mirror) that is missing or torn there and whole
-        in the mirror; returns what was restored."""
+        in the mirror, except those in ``busy`` (open for writing: a rank still running writes it); returns what
+        was restored."""
         mirror = mirror or self.target
         restored = []
         present = listing(self.source)
         for rel, sig in sorted(listing(mirror, skip_temporaries=True).items()):
             path = os.path.join(self.source, rel)
-            if rel in present and not is_torn(path):
+            if path in busy or (rel in present and not is_torn(path)):
                 continue
             saved = os.path.join(mirror, rel)
             if is_torn(saved) or not copy_file(saved, path, sig):

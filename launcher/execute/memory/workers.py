@@ -39,6 +39,11 @@ class MemoryWorkers(LocalWorkers):
         finally:
             self.keeper.end(plan)
 
+    def _respawn(self, attempt, process) -> None:
+        """A rank started again in place (the others run on): the files its kill left torn restored first."""
+        self.keeper.restore_in_place()
+        super()._respawn(attempt, process)
+
     def close(self) -> None:
         try:
             self.keeper.end()

@@ -69,3 +69,17 @@ def test_a_copy_is_dropped_when_its_source_changed_meanwhile(tmp_path):
     stale = (0, 0, 0)
     assert not copy_file(str(tmp_path / "a"), str(tmp_path / "out" / "a"), stale)
     assert listing(str(tmp_path / "out")) == {}
+
+
+def test_a_restore_in_place_leaves_a_file_a_running_rank_is_writing(tmp_path):
+    """Before a rank restarts alone the others run on: a file one of them has open for writing looks torn (its save
+    is in flight) and is its own, never overwritten from the mirror; the same file, once closed, is restored."""
+    source, target = tmp_path / "files", tmp_path / "memory"
+    source.mkdir()
+    (source / "ckpt.pt").write_bytes(torch_bytes(5))
+    mirror = Mirror(str(source), str(target))
+    assert mirror.sync(set(), settled=True) == ["ckpt.pt"]
+    (source / "ckpt.pt").write_bytes(torch_bytes(6)[:50])
+    assert mirror.restore(busy={str(source / "ckpt.pt")}) == []
+    assert len((source / "ckpt.pt").read_bytes()) == 50
+    assert mirror.restore(busy=set()) == ["ckpt.pt"] and torch.load(source / "ckpt.pt")["v"] == 5
