@@ -1,8 +1,10 @@
 """A rank's ``DLAUNCH_MEMORY_DIR`` mirrored to ``<rank ckpt dir>/memory/``, and restored from it.
 
 A file is copied once it is finished: no process of the launch's tree holds it open for writing (their
-``/proc/PID/fd``) and it is unchanged between two looks, or, at an attempt's end, once every rank stopped. A
-torch zip archive or safetensors file that is torn (``torn.py``) is never copied. Each copy is atomic (a
+``/proc/PID/fd``) and, for a torch zip archive or a safetensors file, it is whole (``torn.py``: its end says so),
+for any other file, it is unchanged between two looks; at an attempt's end, once every rank stopped. A checkpoint
+a script rewrites every step (nanoGPT's ``ckpt.pt`` every iteration: never unchanged half a second) is thus
+mirrored at every look, not only at the attempt's end. A torn archive is never copied. Each copy is atomic (a
 temporary beside it, fsynced, renamed; the source checked unchanged first), relative paths kept (HF Trainer's
 ``checkpoint-N/``). A file the rank deleted (a rotation) is deleted from the mirror only in a look where every
 file present is mirrored: the newer ones are on disk first. Before an attempt, a file that is torn or missing
@@ -20,7 +22,7 @@ import stat as stats
 from launcher.base import border
 from launcher.base.atomic import commit, fsync_path, temp_beside
 from launcher.execute.local.proctree import descendants
-from launcher.execute.memory.torn import is_torn
+from launcher.execute.memory.torn import is_torn, wholeness
 
 MIRROR_DIR = "memory"
 WRITING_DIGITS = (b"1", b"2", b"5", b"6")   # O_WRONLY or O_RDWR in the flags' last octal digit
@@ -126,10 +128,11 @@ class Mirror:
             if self.copied.get(rel) == sig:
                 continue
             path = os.path.join(self.source, rel)
-            if not settled and (path in busy or self.looked.get(rel) != sig):
-                pending = True
+            whole = wholeness(path)
+            if not settled and (path in busy or (self.looked.get(rel) != sig and whole is not True)):
+                pending = True   # a file whose end cannot be told waits one look unchanged
                 continue
-            if is_torn(path):   # being written, or (settled) left torn by a killed rank: never copied
+            if whole is False:   # being written, or (settled) left torn by a killed rank: never copied
                 pending = pending or not settled
                 continue
             if not copy_file(path, os.path.join(self.target, rel), sig):

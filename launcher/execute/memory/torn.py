@@ -26,22 +26,29 @@ MAX_HEADER = 100 << 20   # safetensors' own limit on its header
 def is_torn(path: str) -> bool:
     """True when ``path`` is a zip archive or safetensors file that is not whole (unreadable, or no regular file: a
     FIFO or a symbolic link a rank left there, torn too: never mirrored)."""
+    return wholeness(path) is False
+
+
+def wholeness(path: str) -> bool | None:
+    """True: a zip archive (torch's format) or safetensors file, whole to its last byte; False: torn (or unreadable,
+    or no regular file); None: a format whose end cannot be told (any other file: whole or not, only its writer
+    knows)."""
     fd = border.open_fd(path)
     if fd is None:
-        return True
+        return False
     try:
         with os.fdopen(fd, "rb") as fh:
             size = os.fstat(fh.fileno()).st_size
             head = fh.read(8)
             if head.startswith(ZIP_LOCAL):
-                return not _zip_whole(fh, size)
+                return _zip_whole(fh, size)
             if len(head) < len(ZIP_LOCAL) and ZIP_LOCAL.startswith(head) and path.endswith(TORCH_SUFFIXES):
-                return True   # killed before the archive's first header was written
+                return False   # killed before the archive's first header was written
             if path.endswith(SAFETENSORS):
-                return not _safetensors_whole(fh, size, head)
-            return False
+                return _safetensors_whole(fh, size, head)
+            return None
     except OSError:
-        return True
+        return False
 
 
 def _zip_whole(fh, size: int) -> bool:

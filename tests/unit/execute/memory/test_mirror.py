@@ -15,16 +15,36 @@ def torch_bytes(value) -> bytes:
 
 
 def test_a_file_is_copied_once_unchanged_between_two_looks_and_not_while_open(tmp_path):
+    """A file whose end cannot be told (HF's trainer_state.json) waits one look unchanged; a torch archive is
+    copied at the first look that finds it whole; neither while a rank has it open for writing."""
     source, target = tmp_path / "files", tmp_path / "ckpt" / "memory"
     (source / "checkpoint-1").mkdir(parents=True)
-    (source / "checkpoint-1" / "model.pt").write_bytes(torch_bytes(1))
+    (source / "checkpoint-1" / "trainer_state.json").write_text('{"global_step": 1}')
     mirror = Mirror(str(source), str(target))
     assert mirror.sync(set()) == []   # first look: seen, not yet known unchanged
-    busy = {str(source / "checkpoint-1" / "model.pt")}
+    busy = {str(source / "checkpoint-1" / "trainer_state.json")}
     assert mirror.sync(busy) == []    # open for writing by a rank: not copied
-    assert mirror.sync(set()) == ["checkpoint-1/model.pt"]
-    assert torch.load(target / "checkpoint-1" / "model.pt")["v"] == 1
+    assert mirror.sync(set()) == ["checkpoint-1/trainer_state.json"]
     assert mirror.sync(set()) == []   # copied already
+    (source / "checkpoint-1" / "model.pt").write_bytes(torch_bytes(1))
+    assert mirror.sync({str(source / "checkpoint-1" / "model.pt")}) == []
+    assert mirror.sync(set()) == ["checkpoint-1/model.pt"]   # whole by its end: no second look needed
+    assert torch.load(target / "checkpoint-1" / "model.pt")["v"] == 1
+
+
+def test_a_checkpoint_rewritten_at_every_look_is_mirrored_at_every_look(tmp_path):
+    """nanoGPT rewrites ckpt.pt in place every iteration, never unchanged for half a second: each look copies the
+    whole one it finds, so a kill in the middle of the next save loses one look's steps, not the attempt's."""
+    source, target = tmp_path / "files", tmp_path / "memory"
+    source.mkdir()
+    mirror = Mirror(str(source), str(target))
+    for step in range(1, 4):
+        (source / "ckpt.pt").write_bytes(torch_bytes(step))
+        assert mirror.sync(set()) == ["ckpt.pt"]
+        assert torch.load(target / "ckpt.pt")["v"] == step
+    (source / "ckpt.pt").write_bytes(torch_bytes(4)[:100])   # killed half-way through step 4's save
+    assert mirror.sync(set()) == [] and mirror.restore() == ["ckpt.pt"]
+    assert torch.load(source / "ckpt.pt")["v"] == 3
 
 
 def test_a_torn_file_is_never_mirrored_and_deletions_wait_for_the_newer_copies(tmp_path):
@@ -43,7 +63,6 @@ def test_a_torn_file_is_never_mirrored_and_deletions_wait_for_the_newer_copies(t
     mirror.sync(set())
     assert sorted(listing(str(target))) == ["checkpoint-1/model.pt"]   # the only whole one stays
     (source / "checkpoint-2" / "model.pt").write_bytes(torch_bytes(2))
-    mirror.sync(set())
     assert mirror.sync(set()) == ["checkpoint-2/model.pt"]
     assert sorted(os.listdir(target)) == ["checkpoint-2"]   # deleted once the newer one is on disk
 
