@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.launching import run_dlaunch
+from tests.launching import TEST_OWNER_ENV, run_dlaunch
 
 ROOT = Path(__file__).resolve().parent.parent
 RANK_TABLES = ROOT / "rank_tables"
@@ -29,6 +29,12 @@ def interruptible_children():
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     yield
+
+
+@pytest.fixture(autouse=True)
+def test_owner(monkeypatch):
+    """Each test marks what it starts (launching.processes_of_run): its cleanup kills its own ranks only."""
+    monkeypatch.setenv(TEST_OWNER_ENV, os.urandom(8).hex())
 
 
 @pytest.fixture

@@ -94,14 +94,23 @@ def records(rank_dir: Path, name: str) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
+# Set by the suite for each test (tests/conftest.py) and inherited by what it starts: two tests that run side by
+# side under one run id (three used "two") never find, or kill, each other's ranks.
+TEST_OWNER_ENV = "PYTEST_DLAUNCH_TEST_OWNER"
+
+
 def processes_of_run(run_id: str) -> list[psutil.Process]:
-    """Live (non-zombie) processes whose environment carries this run id: ranks and their children."""
+    """Live (non-zombie) processes whose environment carries this run id and were started by this test (a process
+    without the test's mark, one an sshd or a pod's clean environment started, counts by its run id alone): ranks
+    and their children."""
     found = []
+    mine = os.environ.get(TEST_OWNER_ENV)
     for proc in psutil.process_iter():
         try:
             if proc.status() == psutil.STATUS_ZOMBIE:
                 continue
-            if proc.environ().get("DLAUNCH_RUN_ID") == run_id:
+            env = proc.environ()
+            if env.get("DLAUNCH_RUN_ID") == run_id and env.get(TEST_OWNER_ENV, mine) == mine:
                 found.append(proc)
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
