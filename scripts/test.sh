@@ -19,8 +19,9 @@ export DLAUNCH_REQUIRE_MINDSPORE=1   # the MindSpore tests fail rather than skip
 .venv/bin/mypy launcher
 # Most tests wait on real processes (sockets, signals, grace periods) more than they compute, so two
 # workers finish sooner even on 2 cores. Three finish sooner still (11:30 against 14:03: with two, a third of
-# the CPU time went idle) but load the machine more: in three fresh-clone runs with three, two timing-
-# sensitive tests failed that pass with two (DLAUNCH_TEST_WORKERS=3 for the faster run). A file's tests stay
+# the CPU time went idle) but load the machine more: each of three fresh-clone runs with three failed a
+# test (a stopwatch and a shared run id, since mended; two jobs sharing a drawn port; a timing-sensitive
+# MindCluster test) (DLAUNCH_TEST_WORKERS=3 for the faster run). A file's tests stay
 # together (--dist loadfile): they share fixtures such as one sshd per simulated host and one Slurm.
 workers="${DLAUNCH_TEST_WORKERS:-2}"
 if [ "$workers" = 0 ]; then
