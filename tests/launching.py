@@ -43,10 +43,15 @@ _TEST_PORTS = (20000, 29399)   # below torch's 29400-29600 and the 30000-32767 w
 
 
 def free_port(address: str = "127.0.0.1", span: int = 2) -> int:
-    """A port P such that P .. P+span-1 are free on ``address`` now, outside the kernel's ephemeral range."""
+    """A port P such that P .. P+span-1 are free on ``address`` now, outside the kernel's ephemeral range, and
+    claimed for this test process's life (``claim_port``) so that no test beside it draws them."""
     import socket
+
+    from launcher.host.devices import claim_port
     for _ in range(200):
         port = random.randrange(*_TEST_PORTS)
+        if not all(claim_port(address, port + offset) for offset in range(span)):
+            continue
         socks = []
         try:
             for offset in range(span):

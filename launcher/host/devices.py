@@ -220,8 +220,8 @@ PORT_WINDOWS = ((30000, 32767), (10000, 19999))
 def free_port(address: str) -> int:
     """A TCP port free on ``address`` right now, outside the kernel's ephemeral range: the kernel hands ports
     in that range to outgoing connections, so one picked there (torchrun's way, bind to port 0) can be taken
-    by any connection before rank 0 binds it. Random within the window, so launches side by side rarely try
-    the same one (and a taken one is skipped)."""
+    by any connection before rank 0 binds it. Random within the window, and claimed (``claim_port``) so that
+    launches side by side never hand out the same one (a taken or claimed one is skipped)."""
     try:
         with open(EPHEMERAL_RANGE, encoding="ascii") as fh:
             first, last = map(int, fh.read().split())
@@ -235,11 +235,32 @@ def free_port(address: str) -> int:
     else:   # no room outside the range: the kernel's choice, as torchrun makes it
         return _bound_port(address, 0)
     for port in _candidates(low, high, 64):
+        if not claim_port(address, port):
+            continue   # another dlaunch on this host handed it out: its rank 0 may not listen on it yet
         try:
             return _bound_port(address, port)
         except OSError:
             continue   # taken: another
     return _bound_port(address, 0)
+
+
+_CLAIMS: list[socket.socket] = []   # held until this process ends, when the kernel frees them
+
+
+def claim_port(address: str, port: int) -> bool:
+    """Whether this process now holds the host's one claim on ``port`` of ``address``: an abstract Unix socket
+    named after them, which one process at a time can bind (per network namespace, as the port itself) and
+    which the kernel releases when the process ends, leaving no file behind.  A port found free is free only
+    until the job's rank 0 listens on it, seconds later (``import torch``); without the claim two launches side
+    by side could both pick it in those seconds, and one job's ranks would join the other's store."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(f"\0dlaunch-port-{address}-{port}")
+    except OSError:
+        sock.close()
+        return False
+    _CLAIMS.append(sock)
+    return True
 
 
 def _candidates(low: int, high: int, count: int) -> list[int]:

@@ -127,6 +127,28 @@ def test_a_taken_port_is_never_chosen(monkeypatch):
         assert devices.free_port("127.0.0.1") == free
 
 
+
+def test_a_port_another_launch_handed_out_is_never_chosen_until_that_launch_ends(monkeypatch):
+    """Found by the suite with three workers: two ``dlaunch run`` side by side drew the same free port, one job's
+    rank 0 not yet listening, and the other job's ranks joined its store. A port is claimed host-wide while the
+    process that chose it lives (another launch's claim is played by a socket bound to its name)."""
+    import socket
+
+    from launcher.host import devices
+
+    with socket.socket() as spare:
+        spare.bind(("127.0.0.1", 0))
+        free = spare.getsockname()[1]
+    claimed = 30000 + free % 2000
+    other_launch = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    other_launch.bind(f"\0dlaunch-port-127.0.0.1-{claimed}")
+    with other_launch:
+        monkeypatch.setattr(devices, "_candidates", lambda low, high, count: [claimed, free])   # claimed first
+        assert devices.free_port("127.0.0.1") == free
+        assert not devices.claim_port("127.0.0.1", free)   # this process holds it now
+        assert not devices.claim_port("127.0.0.1", claimed)
+    assert devices.claim_port("127.0.0.1", claimed)   # its holder closed (a process's end does the same)
+
 # ---------------------------------------------------------------- issue 38, item 16: the CPUs this process may use
 
 @pytest.mark.parametrize("word", ["cpu", "auto"])
