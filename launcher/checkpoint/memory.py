@@ -365,8 +365,8 @@ def load(resume_from: str, map_location, weights_only: bool, map_memory: bool = 
     """``(True, state)`` from this rank's newest memory step when it is the checkpoint ``resume_from`` names
     (same file name, so same prefix and step) and its slot verifies; else ``(False, None)``: read the disk.
 
-    The state is a copy (``torch.load`` reads every storage into new memory), or with ``map_memory`` the slot
-    mapped copy-on-write (``torch.load(mmap=True)``: no copy, pages read on first use) and retired: this
+    The state is a copy (on the CPU: the slot mapped, then deep-copied into new memory), or with ``map_memory``
+    the slot mapped copy-on-write (``torch.load(mmap=True)``: no copy, pages read on first use) and retired: this
     process's next save into that slot makes a new file and renames it over the slot, so nothing it writes ever
     reaches the mapped tensors.  The retired file's memory stays in use (outside the budget's two slots) while
     any tensor loaded from it lives."""
@@ -395,9 +395,16 @@ def load(resume_from: str, map_location, weights_only: bool, map_memory: bool = 
         import torch
 
         # a copy unless mapped: the rank overwrites the slot two saves later (a mapped slot is retired first)
-        state = torch.load(path, map_location=map_location, weights_only=weights_only, mmap=map_memory)
+        on_cpu = str(map_location) == "cpu"   # "cpu" or torch.device("cpu"): load()'s default
+        state = torch.load(path, map_location=map_location, weights_only=weights_only,
+                           mmap=map_memory or on_cpu)
         if map_memory:
             _retired.add((directory, record.slot))
+        elif on_cpu:   # mapped, then one copy into fresh memory (views of one storage stay one): twice as fast
+            # as torch.load's reads of the slot (benchmarks/bench_memory.py); the mapping ends with this frame
+            import copy
+
+            state = copy.deepcopy(state)
     finally:
         os.close(fd)     # drops the shared lock
     print(f"dlaunch checkpoint: loaded {name} (epoch {record.epoch} step {record.step}) from memory, {path}",

@@ -195,6 +195,23 @@ def test_load_reads_the_resumed_step_from_memory_as_a_copy(slots, run, monkeypat
     same(loaded, state_at(4))
 
 
+def test_a_copied_load_keeps_views_of_one_storage_and_leaves_no_mapping_of_the_slot(slots, run, monkeypatch):
+    """The copy is made from the slot mapped (one copy, not torch.load's reads): the mapping must end with the
+    load, and a view must stay a view of its base (tied weights stay tied)."""
+    def mappings_of_the_slots():   # the saver maps its slots too: only the count may not grow
+        with open("/proc/self/maps") as maps:
+            return sum(str(slots) in line for line in maps)
+
+    checkpoint.save(state_at(4), 2, 4, memory=True)
+    monkeypatch.setenv("DLAUNCH_RESUME_FROM", str(run / "rank_000" / "ckpt" / "ckpt-2_4.pt"))
+    before = mappings_of_the_slots()
+    loaded = checkpoint.load()
+    assert mappings_of_the_slots() == before
+    assert loaded["view"].untyped_storage().data_ptr() == loaded["base"].untyped_storage().data_ptr()
+    loaded["base"][3] = -1.0
+    assert loaded["view"][1].item() == -1.0
+
+
 def test_load_reads_the_disk_when_memory_is_not_that_step_or_does_not_verify(slots, run, monkeypatch):
     on_disk = checkpoint.save({"from": "disk"}, 2, 4)
     monkeypatch.setenv("DLAUNCH_RESUME_FROM", on_disk)
