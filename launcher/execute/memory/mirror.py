@@ -128,8 +128,11 @@ class Mirror:
             if self.copied.get(rel) == sig:
                 continue
             path = os.path.join(self.source, rel)
+            if not settled and path in busy:   # open for writing: not even read
+                pending = True
+                continue
             whole = wholeness(path)
-            if not settled and (path in busy or (self.looked.get(rel) != sig and whole is not True)):
+            if not settled and self.looked.get(rel) != sig and whole is not True:
                 pending = True   # a file whose end cannot be told waits one look unchanged
                 continue
             if whole is False:   # being written, or (settled) left torn by a killed rank: never copied

@@ -5,6 +5,7 @@ import os
 
 import torch
 
+from launcher.execute.memory import mirror as mirror_module
 from launcher.execute.memory.mirror import Mirror, copy_file, listing
 
 
@@ -14,7 +15,7 @@ def torch_bytes(value) -> bytes:
     return buffer.getvalue()
 
 
-def test_a_file_is_copied_once_unchanged_between_two_looks_and_not_while_open(tmp_path):
+def test_a_file_is_copied_once_unchanged_between_two_looks_and_not_while_open(tmp_path, monkeypatch):
     """A file whose end cannot be told (HF's trainer_state.json) waits one look unchanged; a torch archive is
     copied at the first look that finds it whole; neither while a rank has it open for writing."""
     source, target = tmp_path / "files", tmp_path / "ckpt" / "memory"
@@ -27,7 +28,11 @@ def test_a_file_is_copied_once_unchanged_between_two_looks_and_not_while_open(tm
     assert mirror.sync(set()) == ["checkpoint-1/trainer_state.json"]
     assert mirror.sync(set()) == []   # copied already
     (source / "checkpoint-1" / "model.pt").write_bytes(torch_bytes(1))
+    read = []
+    monkeypatch.setattr(mirror_module, "wholeness", lambda path: read.append(path) or True)
     assert mirror.sync({str(source / "checkpoint-1" / "model.pt")}) == []
+    assert read == []   # a file a rank writes is not even opened
+    monkeypatch.undo()
     assert mirror.sync(set()) == ["checkpoint-1/model.pt"]   # whole by its end: no second look needed
     assert torch.load(target / "checkpoint-1" / "model.pt")["v"] == 1
 
