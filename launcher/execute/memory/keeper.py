@@ -6,7 +6,8 @@ persisted into this run's checkpoint directories and freed, this host's area is 
 smaller than the budget needs) and each rank's ``files/`` filled from its mirror (this run's, else the run
 ``--resume`` names); every time, a file torn or missing in memory but whole in the mirror is copied back. Then
 one thread: every ``PERSIST_LOOK`` seconds the steps each rank asked to persist (``persist`` in its records) are
-persisted (``persist.py``), every ``LOOK`` seconds finished files are mirrored (``mirror.py``).
+persisted (``persist.py``), and finished files are mirrored (``mirror.py``) the moment a writer closes one
+(``closes.py``) and every ``LOOK`` seconds.
 
 ``restore_in_place()`` before a rank starts again in place while the others run (``--restart-policy rank|group``,
 MindCluster's reset): the same copy back, except files a live process has open for writing.
@@ -28,6 +29,7 @@ from launcher.base.waiting import ready_fds
 from launcher.checkpoint import tier
 from launcher.contract import MEMORY_DIR_ENV, MEMORY_SLOTS_ENV
 from launcher.execute.memory import area as areas
+from launcher.execute.memory.closes import watch as watch_closes
 from launcher.execute.memory.mirror import MIRROR_DIR, Mirror, open_for_writing
 from launcher.execute.memory.persist import at_the_end, persist, to_persist
 from launcher.rundir.paths import rank_dirs
@@ -167,7 +169,9 @@ class MemoryKeeper:
 
     def _start_thread(self) -> None:
         self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC)
-        self._thread = threading.Thread(target=self._loop, name="dlaunch-memory", daemon=True)
+        # watched before the ranks start (begin returns): no save they finish goes untold
+        closes = watch_closes([mirror.source for mirror in self.mirrors.values() if os.path.isdir(mirror.source)])
+        self._thread = threading.Thread(target=self._loop, args=(closes,), name="dlaunch-memory", daemon=True)
         self._thread.start()
 
     def _stop_thread(self) -> None:
@@ -179,17 +183,26 @@ class MemoryKeeper:
         os.close(self._wake_r)
         os.close(self._wake_w)
 
-    def _loop(self) -> None:
-        looks = 0
-        while not ready_fds([self._wake_r], time.monotonic() + PERSIST_LOOK):
-            looks += 1
-            try:
-                self.look(mirror=looks % (LOOK / PERSIST_LOOK) < 1)
-            except Exception as exc:   # a full disk, a defect: said once, tried again next look, the launch goes on
-                line = f"dlaunch memory tier: {type(exc).__name__}: {exc}"
-                if line not in self._told:
-                    self._told.add(line)
-                    self.log(line)
+    def _loop(self, closes) -> None:
+        fds = [self._wake_r] + ([closes.fd] if closes is not None else [])
+        next_mirror = time.monotonic() + LOOK
+        try:
+            while self._wake_r not in (ready := ready_fds(fds, time.monotonic() + PERSIST_LOOK)):
+                now = time.monotonic()
+                closed = closes is not None and closes.fd in ready and closes.drain()
+                mirror = closed or now >= next_mirror   # a file just closed after writing: mirrored at once
+                if mirror:
+                    next_mirror = now + LOOK
+                try:
+                    self.look(mirror=mirror)
+                except Exception as exc:   # a full disk, a defect: said once, tried again next look, the launch goes on
+                    line = f"dlaunch memory tier: {type(exc).__name__}: {exc}"
+                    if line not in self._told:
+                        self._told.add(line)
+                        self.log(line)
+        finally:
+            if closes is not None:
+                closes.close()
 
     def look(self, mirror: bool = True) -> None:
         """One look: the steps the ranks asked for persisted (each PERSIST_LOOK: a rank skips memory saves that

@@ -52,6 +52,26 @@ def test_an_attempt_is_kept_from_begin_to_close(tmp_path):
     assert not os.path.exists(area)
 
 
+
+def test_a_file_closed_after_writing_is_mirrored_at_once_not_at_the_next_look(tmp_path, monkeypatch):
+    """nanoGPT rewrites ckpt.pt in place every iteration: a kill in the middle of a save leaves only the mirror's
+    copy, so the mirror follows each finished save as it closes, not a half-second clock (here: an hour)."""
+    from launcher.execute.memory import keeper as keeper_module
+
+    monkeypatch.setattr(keeper_module, "LOOK", 3600.0)
+    plan, root, area = plan_for(tmp_path)
+    keeper = MemoryKeeper(root, None, log=lambda line: None)
+    keeper.begin(plan)
+    try:
+        mirrored = os.path.join(plan.ranks[1].ckpt_dir, "memory", "ckpt.pt")
+        for step in (1, 2, 3):
+            with open(os.path.join(tier.files_dir(area, 1), "ckpt.pt"), "wb") as fh:
+                torch.save({"step": step}, fh)
+            assert until(lambda step=step: os.path.exists(mirrored) and torch.load(mirrored)["step"] == step, 30,
+                         0.05), step
+    finally:
+        keeper.close()
+
 def test_a_dead_launchers_area_is_persisted_then_freed_by_the_next(tmp_path):
     plan, root, _ = plan_for(tmp_path)
     _, _, dead = plan_for(tmp_path, pid=4194000)
