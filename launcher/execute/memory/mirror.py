@@ -97,9 +97,9 @@ def copy_file(source: str, target: str, expected: Sig | None = None) -> bool:
     try:
         os.close(fd)
         shutil.copyfile(source, tmp)
+        if expected is not None and _sig(os.lstat(source)) != expected:   # before the fsync: a file rewritten
+            raise FileNotFoundError(source)   # every step is caught between saves when only the read must fit
         fsync_path(tmp)
-        if expected is not None and _sig(os.lstat(source)) != expected:
-            raise FileNotFoundError(source)
     except OSError:
         with contextlib.suppress(OSError):
             os.unlink(tmp)

@@ -107,3 +107,17 @@ def test_a_restore_in_place_leaves_a_file_a_running_rank_is_writing(tmp_path):
     assert mirror.restore(busy={str(source / "ckpt.pt")}) == []
     assert len((source / "ckpt.pt").read_bytes()) == 50
     assert mirror.restore(busy=set()) == ["ckpt.pt"] and torch.load(source / "ckpt.pt")["v"] == 5
+
+
+def test_a_source_rewritten_once_it_was_read_is_still_copied_as_read(tmp_path, monkeypatch):
+    """A 32 MB ckpt.pt rewritten every 50 ms was never mirrored: the source was checked unchanged only after the
+    copy's fsync, which took longer than a step. Only the read must fit between two saves."""
+    (tmp_path / "ckpt.pt").write_bytes(torch_bytes(1))
+    sig = listing(str(tmp_path))["ckpt.pt"]
+
+    def fsync_while_the_rank_saves_again(path):
+        (tmp_path / "ckpt.pt").write_bytes(torch_bytes(2))   # the next save, during the copy's fsync
+
+    monkeypatch.setattr(mirror_module, "fsync_path", fsync_while_the_rank_saves_again)
+    assert copy_file(str(tmp_path / "ckpt.pt"), str(tmp_path / "out" / "ckpt.pt"), sig)
+    assert torch.load(tmp_path / "out" / "ckpt.pt")["v"] == 1
