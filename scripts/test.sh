@@ -21,9 +21,10 @@ export DLAUNCH_REQUIRE_MINDSPORE=1   # the MindSpore tests fail rather than skip
 # workers finish sooner even on 2 cores (11:30 against 14:03 with two, of which a third of the CPU time went
 # idle). The flakes three workers once showed are mended (a stopwatch, a shared run id, two jobs drawing one
 # port: ports are now claimed host-wide, launcher/host/devices.py claim_port). A file's tests stay
-# together (--dist loadfile): they share fixtures such as one sshd per simulated host and one Slurm.
+# together (--dist loadfile): they share fixtures such as one sshd per simulated host and one Slurm. The 30
+# slowest tests are listed at the end (tests/conftest.py LONGEST_FIRST starts the longest files first).
 workers="${DLAUNCH_TEST_WORKERS:-3}"
 if [ "$workers" = 0 ]; then
   exec .venv/bin/python -m pytest "$@"
 fi
-exec .venv/bin/python -m pytest -n "$workers" --dist loadfile "$@"
+exec .venv/bin/python -m pytest -n "$workers" --dist loadfile --durations=30 "$@"

@@ -110,15 +110,18 @@ def run(tmp_path, monkeypatch):
     return tmp_path / "run"
 
 
-# The suite's longest files (over 25 s each on 2 cores, longest first), started first: with --dist loadfile a long file
-# drawn last keeps one worker busy while the others have nothing left to do.
-LONGEST_FIRST = ("test_spares.py", "test_torchft_groups.py", "test_hang_silent_ranks.py", "test_stragglers.py",
-                 "test_mindspore_checkpoints.py", "test_ms_scheduler.py", "test_clients.py",
-                 "test_job_port_hostile.py", "test_hf_clm.py", "test_checkpoint_async.py", "test_cluster_ssh.py",
-                 "test_hang_learned.py", "test_warm_restarts.py", "test_restart_alone.py", "test_border_cases.py",
-                 "test_run.py", "test_resume.py", "test_job_hosts.py", "test_ckpttool.py", "test_report.py",
-                 "test_memory_keeper.py", "test_lifetime.py", "test_lifetime_daemons.py", "test_check_network.py",
-                 "test_scripts.py", "test_raised.py")
+# The suite's longest files (over 10 s each on 2 cores, from a full run's junit durations, longest first), started
+# first: with --dist loadfile a long file drawn last keeps one worker busy while the others have nothing left to do.
+LONGEST_FIRST = ("test_hang_silent_ranks.py", "test_torchft_groups.py", "test_spares.py", "test_stragglers.py",
+                 "test_clients.py", "test_hf_clm.py", "test_job_port_hostile.py", "test_hang_learned.py",
+                 "test_mindspore_checkpoints.py", "test_resume.py", "test_ms_scheduler.py", "test_cluster_ssh.py",
+                 "test_memory_keeper.py", "test_warm_restarts.py", "test_checkpoint_async.py", "test_raised.py",
+                 "test_scripts.py", "test_restart_alone.py", "test_run.py", "test_border_cases.py",
+                 "test_torchrun_parity.py", "test_job_hosts.py", "test_lifetime_daemons.py", "test_ckpttool.py",
+                 "test_metrics.py", "test_gasp_collective.py", "test_check_network.py",
+                 "test_train_cifar_example.py", "test_slurm.py", "test_hangs.py", "test_hostile_input.py",
+                 "test_report.py", "test_lifetime.py", "test_torchrun_front.py", "test_buddy_copy.py",
+                 "test_watch.py", "test_memory_tier.py", "test_pods.py", "test_protocol.py", "test_survivors.py")
 
 
 def pytest_collection_modifyitems(config, items):
